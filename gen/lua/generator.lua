@@ -1,0 +1,88 @@
+-- generator.lua - entry point of the Lua side: spec -> plan (planner.lua) -> source text
+-- (template.lua over templates/<target>/kernel.*.tpl). Called from gen/render.c.
+-- Returns the source (with the cache-key placeholder in its banner), the kernel name
+-- and the plan facts the C runtime needs.
+local planner = require_module("planner")
+local template = require_module("template")
+
+local M = {}
+
+M.KEY_PLACEHOLDER = "@DA_CACHE_KEY@"
+
+-- Float literal that round-trips the binary64 value exactly.
+local function f64(x)
+  if x ~= x or x == math.huge or x == -math.huge then error("non-finite float in plan", 2) end
+  local s = string.format("%.17g", x)
+  if not s:find("[%.eEn]") then s = s .. ".0" end
+  return s
+end
+
+-- uint64 literal of a Lua integer holding the value's bit pattern.
+local function u64(x)
+  return (string.format("0x%016x", x))
+end
+
+local function join(list, fn, sep)
+  local out = {}
+  for i, v in ipairs(list) do out[i] = fn and fn(v, i) or tostring(v) end
+  return table.concat(out, sep or ", ")
+end
+
+-- Tables of per-head (branch, offset) pairs, padded to max_branches_per_head.
+local function head_tables(p)
+  local counts, brs, offs = {}, {}, {}
+  for h, list in ipairs(p.heads) do
+    counts[h] = #list
+    local b, o = {}, {}
+    for k = 1, p.max_branches_per_head do
+      b[k] = list[k] and list[k].branch or 0
+      o[k] = list[k] and list[k].offset or 0
+    end
+    brs[h] = "{" .. join(b) .. "}"
+    offs[h] = "{" .. join(o) .. "}"
+  end
+  return join(counts), join(brs), join(offs)
+end
+
+-- The names a template sees: the plan and the formatting helpers.
+local function make_env(p, target, spec_json, version)
+  local env = { p = p, f64 = f64, u64 = u64, join = join }
+  env.include = function(name) return read_template(name) end
+  env.banner = table.concat({
+    "/* dilattn " .. version .. " generated kernel: do not edit, regenerate with `dilattn gen`.",
+    " * target: " .. target .. ", kernel: " .. p.name .. ", strategy: " .. p.strategy,
+    " * spec: " .. spec_json,
+    " * cache key: " .. M.KEY_PLACEHOLDER,
+    " */",
+  }, "\n")
+  env.dtype_c = string.format("#define LD(p, i) %s((p), (i)) /* %s in, fp32 compute */\n#define ST(p, i, x) %s((p), (i), (x))",
+    p.dtype.load, p.dtype_name, p.dtype.store)
+  env.head_counts, env.head_branches, env.head_offsets = head_tables(p)
+  env.branch_w = join(p.branches, function(b) return tostring(b.w) end)
+  env.branch_r = join(p.branches, function(b) return tostring(b.r) end)
+  return setmetatable(env, {
+    __index = _G_SAFE,
+    __newindex = function(_, k) error("template assigns to global '" .. tostring(k) .. "'", 2) end,
+  })
+end
+
+-- Render spec for target. text/chunkname: a template to use instead of the target's
+-- kernel template (tests). Returns source, kernel name, plan facts for the runtime.
+function M.render(spec, target, opts, spec_json, version, text, chunkname)
+  local p = planner.plan(spec, target, opts)
+  local env = make_env(p, target, spec_json, version)
+  if not text then
+    chunkname = target .. "/kernel." .. ((target == "cuda") and "cu" or "c") .. ".tpl"
+    text = read_template(chunkname)
+  end
+  local src = template.render(text, chunkname, env)
+  local facts = {
+    strategy = p.strategy,
+    ws_floats_per_token = p.ws_floats_per_token,
+    tile_q = p.tile_q,
+    tile_k = p.tile_k,
+  }
+  return src, p.name, facts
+end
+
+return M

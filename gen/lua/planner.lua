@@ -1,0 +1,152 @@
+-- planner.lua - spec -> plan: every constant a template uses is derived here, once, with
+-- a note saying what it is. Templates only lay the plan out as code.
+--
+-- The spec table comes from C (gen/render.c) with the fields of the config file, plus
+-- spec_hash (hex SHA-256 of the canonical spec JSON). opts: tile_q, tile_k,
+-- fused_min_queries (tunables; the defaults suit the host target).
+local M = {}
+
+local function gcd(a, b)
+  while b ~= 0 do a, b = b, a % b end
+  return a
+end
+
+-- Offset of head h in branch i (SEMANTICS.md "Modes"), both policies.
+local function longnet_offset(policy, h, r, H)
+  if policy == "mod" then return h % r end
+  local hp = ((H + r - 1) // r) * r
+  return h // (hp // r)
+end
+
+-- Heads of group g in grouped mode: groups are contiguous, group g has H // k heads
+-- plus one if g < H % k.
+local function grouped_branch_of_heads(H, k)
+  local out, h = {}, 0
+  for g = 0, k - 1 do
+    local size = H // k + ((g < H % k) and 1 or 0)
+    for _ = 1, size do
+      out[h] = g
+      h = h + 1
+    end
+  end
+  return out
+end
+
+local dtype_info = {
+  float32 = { c = "float", short = "f32", load = "da_ld_f32", store = "da_st_f32" },
+  float16 = { c = "uint16_t", short = "f16", load = "da_ld_f16", store = "da_st_f16" },
+  bfloat16 = { c = "uint16_t", short = "bf16", load = "da_ld_bf16", store = "da_st_bf16" },
+}
+
+-- Short tag of the sparsity layout for kernel names.
+local function layout_tag(sp)
+  if not sp then return "" end
+  local l = sp.layout
+  if l == "dense" then return "_spdense" end
+  if l == "local_window" then return string.format("_splw_b%d_w%d", sp.block, sp.window) end
+  if l == "global_local" then
+    return string.format("_spgl_b%d_w%d_g%d", sp.block, sp.window, sp.global)
+  end
+  if l == "dilated_sparse" then return string.format("_spds_b%d_s%s", sp.block, table.concat(sp.strides, "_")) end
+  if l == "random" then return string.format("_sprnd_b%d", sp.block) end
+  return string.format("_spexp_b%d", sp.block)
+end
+
+function M.plan(spec, target, opts)
+  opts = opts or {}
+  local p = { target = target }
+  local w, r = spec.segment_lengths, spec.dilation_rates
+  local nb = #w
+  p.num_branches = nb
+  p.H, p.Hkv, p.D = spec.num_heads, spec.num_kv_heads, spec.head_dim
+  p.group = p.H // p.Hkv -- query heads per kv head
+  p.mode, p.offsets, p.causal = spec.mode, spec.offsets, spec.causal
+  p.dtype = dtype_info[spec.dtype]
+  p.dtype_name = spec.dtype
+  p.scale = spec.scale or (1.0 / math.sqrt(spec.head_dim))
+  p.scale_is_default = spec.scale == nil
+
+  -- Branch table: segment length, rate, longest dilated segment.
+  p.branches = {}
+  for i = 1, nb do
+    p.branches[i] = { index = i - 1, w = w[i], r = r[i], lmax = (w[i] + r[i] - 1) // r[i] }
+  end
+
+  -- Per head: the (branch, offset) pairs it attends with.
+  p.heads = {}
+  if spec.mode == "grouped" then
+    local g_of = grouped_branch_of_heads(p.H, nb)
+    for h = 0, p.H - 1 do
+      local g = g_of[h]
+      p.heads[h + 1] = { { branch = g, offset = g % r[g + 1] } }
+    end
+    p.out_divisor = nb -- grouped output is divided by the number of groups
+  else
+    for h = 0, p.H - 1 do
+      local list = {}
+      for i = 1, nb do
+        list[i] = { branch = i - 1, offset = longnet_offset(spec.offsets, h, r[i], p.H) }
+      end
+      p.heads[h + 1] = list
+    end
+    p.out_divisor = 1
+  end
+  p.max_branches_per_head = (spec.mode == "grouped") and 1 or nb
+
+  -- Sparsity.
+  local sp = spec.sparsity
+  p.sparse = sp ~= nil and sp.layout ~= "dense"
+  p.layout = sp and sp.layout or "none"
+  p.block = sp and sp.block or 1
+  if sp then
+    p.window, p.global, p.strides = sp.window or 0, sp.global or 0, sp.strides or {}
+    p.seed = sp.seed or 0
+    -- random: keep pairs whose top 53 hash bits fall below floor(density * 2^53)
+    -- (exact: scaling by a power of two is exact in binary64).
+    if sp.layout == "random" then
+      p.random_threshold = math.tointeger(math.floor(sp.density * 9007199254740992.0))
+    end
+  end
+  if p.layout == "explicit" then
+    for _, b in ipairs(p.branches) do b.nblocks = (b.lmax + p.block - 1) // p.block end
+  end
+
+  -- Tiling (DESIGN.md decision 4). g = gcd of segment lengths; R = lcm of rates. A tile
+  -- of positions c, c+R, ... inside one g-window shares its key set in every branch.
+  local g = w[1]
+  for i = 2, nb do g = gcd(g, w[i]) end
+  local R = 1
+  for i = 1, nb do
+    R = R // gcd(R, r[i]) * r[i]
+    if R > g then break end -- no fused tile can hold two queries; stop before overflow
+  end
+  p.window_g, p.lcm_r = g, R
+  p.tile_q = opts.tile_q or 32
+  p.tile_k = opts.tile_k or 64
+  local fused_min = opts.fused_min_queries or 16
+  -- fused: one online softmax across all branches, one write of out and lse.
+  -- split: per-branch tiles, partial (out, lse) merged exactly in a workspace.
+  -- single: a head has one branch (grouped mode or one branch): per-branch tiles, no merge.
+  if p.max_branches_per_head == 1 then
+    p.strategy = "single"
+  elseif R <= g and g // R >= fused_min then
+    p.strategy = "fused"
+  else
+    p.strategy = "split"
+  end
+  -- Workspace floats per token per concurrently processed (batch, head): the split
+  -- strategy keeps a running (out[D], lse) per position.
+  p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
+
+  -- Kernel name: encodes the spec; the spec hash makes it unique for fields the
+  -- readable part leaves out (scale, seed, density).
+  local ws, rs = {}, {}
+  for i = 1, nb do ws[i], rs[i] = tostring(w[i]), tostring(r[i]) end
+  local mode = (spec.mode == "grouped") and "grp" or ("ln" .. spec.offsets)
+  p.name = string.format("da_fwd_%s_w%s_r%s_h%d_%d_d%d_%s%s%s_%s", mode, table.concat(ws, "_"),
+    table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
+    layout_tag(sp), spec.spec_hash:sub(1, 12))
+  return p
+end
+
+return M

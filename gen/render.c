@@ -1,0 +1,295 @@
+/* render.c - spec -> source text. Validates the spec, opens a sandboxed Lua state, hands
+ * the spec to gen/lua/generator.lua (planner + template), copies the results out after
+ * the protected call returns, and stamps the cache key (SHA-256 over the source with a
+ * placeholder, the target, the options and the versions) into the banner. */
+#include "gen/render.h"
+
+#include "gen/lua_sandbox.h"
+
+#include <lauxlib.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_PLACEHOLDER "@DA_CACHE_KEY@"
+
+void da__sha256_hex(const void *data, size_t len, char hex[65]) {
+  unsigned char md[32];
+  unsigned int mdlen = 0;
+  EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+  hex[64] = '\0';
+}
+
+static const char *const mode_s[] = {"longnet", "grouped"};
+static const char *const offs_s[] = {"mod", "block"};
+static const char *const dtype_s[] = {"float32", "float16", "bfloat16"};
+static const char *const layout_s[] = {"none",           "dense",  "local_window", "global_local",
+                                       "dilated_sparse", "random", "explicit"};
+
+static void set_int_list(lua_State *L, const char *name, const int64_t *v, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushinteger(L, (lua_Integer)v[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, name);
+}
+
+typedef struct {
+  const da_spec *spec;
+  const char *spec_hash;
+  const da__render_opts *opts;
+} push_args;
+
+/* Protected: push (spec table, opts table). */
+static int push_spec(lua_State *L) {
+  const push_args *a = lua_touserdata(L, 1);
+  const da_spec *s = a->spec;
+  lua_newtable(L); /* spec */
+  set_int_list(L, "segment_lengths", s->segment_lengths, s->num_branches);
+  set_int_list(L, "dilation_rates", s->dilation_rates, s->num_branches);
+  lua_pushstring(L, mode_s[s->mode]);
+  lua_setfield(L, -2, "mode");
+  lua_pushstring(L, offs_s[s->offsets]);
+  lua_setfield(L, -2, "offsets");
+  lua_pushboolean(L, s->causal);
+  lua_setfield(L, -2, "causal");
+  if (s->has_scale) {
+    lua_pushnumber(L, s->scale);
+    lua_setfield(L, -2, "scale");
+  }
+  lua_pushinteger(L, s->num_heads);
+  lua_setfield(L, -2, "num_heads");
+  lua_pushinteger(L, s->num_kv_heads);
+  lua_setfield(L, -2, "num_kv_heads");
+  lua_pushinteger(L, s->head_dim);
+  lua_setfield(L, -2, "head_dim");
+  lua_pushstring(L, dtype_s[s->dtype]);
+  lua_setfield(L, -2, "dtype");
+  lua_pushstring(L, a->spec_hash);
+  lua_setfield(L, -2, "spec_hash");
+  const da_sparsity *sp = &s->sparsity;
+  if (sp->layout != DA_LAYOUT_NONE) {
+    lua_newtable(L); /* spec sp */
+    lua_pushstring(L, layout_s[sp->layout]);
+    lua_setfield(L, -2, "layout");
+    lua_pushinteger(L, sp->layout == DA_LAYOUT_DENSE ? 1 : (lua_Integer)sp->block);
+    lua_setfield(L, -2, "block");
+    lua_pushinteger(L, (lua_Integer)sp->window);
+    lua_setfield(L, -2, "window");
+    lua_pushinteger(L, (lua_Integer)sp->global);
+    lua_setfield(L, -2, "global");
+    set_int_list(L, "strides", sp->strides, sp->layout == DA_LAYOUT_DILATED_SPARSE ? sp->num_strides : 0);
+    lua_pushinteger(L, (lua_Integer)sp->seed); /* bit pattern of the uint64 */
+    lua_setfield(L, -2, "seed");
+    lua_pushnumber(L, sp->density);
+    lua_setfield(L, -2, "density");
+    lua_setfield(L, -2, "sparsity"); /* spec */
+  }
+  lua_newtable(L); /* spec opts */
+  if (a->opts && a->opts->tile_q) {
+    lua_pushinteger(L, a->opts->tile_q);
+    lua_setfield(L, -2, "tile_q");
+  }
+  if (a->opts && a->opts->tile_k) {
+    lua_pushinteger(L, a->opts->tile_k);
+    lua_setfield(L, -2, "tile_k");
+  }
+  if (a->opts && a->opts->fused_min_queries) {
+    lua_pushinteger(L, a->opts->fused_min_queries);
+    lua_setfield(L, -2, "fused_min_queries");
+  }
+  return 2;
+}
+
+/* Protected: look up generator.render and leave it on the stack. */
+static int push_render_fn(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "da_safe_G");
+  lua_getfield(L, -1, "require_module");
+  lua_pushstring(L, "generator");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "render");
+  return 1;
+}
+
+static int check_opts(const da_context *ctx, const da__render_opts *o) {
+  if (!o) return DA_OK;
+  DA_RETURN_IF(o->tile_q < 0 || o->tile_q > 256, DA_ERR_INVALID_ARGUMENT, "tile_q: %d is out of range (1 to 256)", o->tile_q);
+  DA_RETURN_IF(o->tile_k < 0 || o->tile_k > 1024, DA_ERR_INVALID_ARGUMENT, "tile_k: %d is out of range (1 to 1024)", o->tile_k);
+  DA_RETURN_IF(o->fused_min_queries < 0, DA_ERR_INVALID_ARGUMENT, "fused_min_queries: %d is negative", o->fused_min_queries);
+  return DA_OK;
+}
+
+/* Run the generator. text NULL: the target's kernel template. On success the returned
+ * strings are copied out: *src (malloc'ed, placeholder not yet replaced), *name, facts. */
+static da_status run_generator(da_context *ctx, const da_spec *spec, da_target target,
+                               const da__render_opts *opts, const char *text,
+                               const char *chunkname, long long budget, size_t mem,
+                               char **src_out, char **name_out, da__rendered *facts) {
+  char msg[512];
+  DA_RETURN_IF(!spec, DA_ERR_INVALID_ARGUMENT, "spec is NULL");
+  if (da_spec_validate(spec, msg, sizeof msg) != DA_OK)
+    return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
+  DA_TRY(check_opts(ctx, opts));
+  char *spec_json = da_spec_to_json(spec);
+  DA_RETURN_IF(!spec_json, DA_ERR_NO_MEMORY, "spec JSON: out of memory");
+  char spec_hash[65];
+  da__sha256_hex(spec_json, strlen(spec_json), spec_hash);
+
+  da__lua_limits lim = {mem, budget};
+  da__lua *S = NULL;
+  da_status st = da__lua_open(ctx, &lim, &S);
+  if (st != DA_OK) {
+    free(spec_json);
+    return st;
+  }
+  lua_State *L = da__lua_state(S);
+  /* stack: (empty) */
+  lua_pushcfunction(L, push_render_fn);
+  st = da__lua_pcall(S, 0, 1, "generator");                     /* render */
+  push_args pa = {spec, spec_hash, opts};
+  if (st == DA_OK) {
+    lua_pushcfunction(L, push_spec);
+    lua_pushlightuserdata(L, &pa);
+    st = da__lua_pcall(S, 1, 2, "generator: spec");             /* render spec opts */
+  }
+  if (st == DA_OK) {
+    lua_pushstring(L, target == DA_TARGET_CUDA ? "cuda" : "host"); /* render spec opts target */
+    lua_insert(L, -2);                                             /* render spec target opts */
+    lua_pushstring(L, spec_json);
+    lua_pushstring(L, DA_VERSION_STRING);
+    int nargs = 5;
+    if (text) {
+      lua_pushstring(L, text);
+      lua_pushstring(L, chunkname);
+      nargs = 7;
+    }
+    st = da__lua_pcall(S, nargs, 3, "generator");               /* src name facts */
+  }
+  free(spec_json);
+  if (st == DA_OK) {
+    /* Copy results out; only raw accesses on plain values (cannot raise). */
+    size_t len = 0;
+    const char *src = lua_type(L, -3) == LUA_TSTRING ? lua_tolstring(L, -3, &len) : NULL;
+    const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    if (!src || !name || !lua_istable(L, -1)) {
+      st = da__set_error(ctx, DA_ERR_GENERATOR, "generator: render returned no source");
+    } else {
+      *src_out = malloc(len + 1);
+      *name_out = strdup(name);
+      if (*src_out) memcpy(*src_out, src, len + 1);
+      if (facts) {
+        lua_pushstring(L, "strategy");
+        lua_rawget(L, -2);
+        const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+        snprintf(facts->strategy, sizeof facts->strategy, "%s", s);
+        lua_pop(L, 1);
+        static const char *const ints[] = {"ws_floats_per_token", "tile_q", "tile_k"};
+        int64_t vals[3] = {0, 0, 0};
+        for (int i = 0; i < 3; i++) {
+          lua_pushstring(L, ints[i]);
+          lua_rawget(L, -2);
+          vals[i] = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : 0;
+          lua_pop(L, 1);
+        }
+        facts->ws_floats_per_token = vals[0];
+        facts->tile_q = (int)vals[1];
+        facts->tile_k = (int)vals[2];
+      }
+      if (!*src_out || !*name_out) {
+        free(*src_out);
+        free(*name_out);
+        *src_out = *name_out = NULL;
+        st = da__set_error(ctx, DA_ERR_NO_MEMORY, "generator: out of memory copying the source");
+      }
+    }
+  }
+  da__lua_close(S);
+  return st;
+}
+
+/* Cache key: SHA-256 over everything that decides the compiled artifact. */
+static void compute_key(const char *src, da_target target, char key[65]) {
+  char head[256];
+  int n = snprintf(head, sizeof head, "dilattn-key schema=%d lib=%s target=%s\n",
+                   DA_CACHE_SCHEMA_VERSION, DA_VERSION_STRING,
+                   target == DA_TARGET_CUDA ? "cuda" : "host");
+  EVP_MD_CTX *c = EVP_MD_CTX_new();
+  unsigned char md[32];
+  unsigned int mdlen = 0;
+  if (c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, head, (size_t)n) &&
+      EVP_DigestUpdate(c, src, strlen(src)) && EVP_DigestFinal_ex(c, md, &mdlen)) {
+    for (int i = 0; i < 32; i++) snprintf(key + 2 * i, 3, "%02x", md[i]);
+  } else {
+    da__sha256_hex(src, strlen(src), key); /* EVP context allocation failed */
+  }
+  key[64] = '\0';
+  EVP_MD_CTX_free(c);
+}
+
+/* Replace the placeholder with the key. Returns a new string or NULL. */
+static char *stamp_key(const char *src, const char *key) {
+  const char *at = strstr(src, KEY_PLACEHOLDER);
+  size_t len = strlen(src), pl = strlen(KEY_PLACEHOLDER);
+  if (!at) return strdup(src);
+  char *out = malloc(len - pl + 64 + 1);
+  if (!out) return NULL;
+  size_t pre = (size_t)(at - src);
+  memcpy(out, src, pre);
+  memcpy(out + pre, key, 64);
+  memcpy(out + pre + 64, at + pl, len - pre - pl + 1);
+  return out;
+}
+
+da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
+                        const da__render_opts *opts, da__rendered *out) {
+  da__rendered r;
+  memset(&r, 0, sizeof r);
+  char *src = NULL;
+  DA_TRY(run_generator(ctx, spec, target, opts, NULL, NULL, 0, 0, &src, &r.kernel_name, &r));
+  compute_key(src, target, r.key);
+  r.source = stamp_key(src, r.key);
+  free(src);
+  if (!r.source) {
+    free(r.kernel_name);
+    return da__set_error(ctx, DA_ERR_NO_MEMORY, "render: out of memory");
+  }
+  *out = r;
+  return DA_OK;
+}
+
+void da__rendered_free(da__rendered *r) {
+  if (!r) return;
+  free(r->source);
+  free(r->kernel_name);
+  memset(r, 0, sizeof *r);
+}
+
+da_status da__render_template_text(da_context *ctx, const da_spec *spec, const char *text,
+                                   const char *chunkname, long long instr_budget,
+                                   size_t mem_limit, char **out) {
+  char *src = NULL, *name = NULL;
+  DA_RETURN_IF(!text || !chunkname || !out, DA_ERR_INVALID_ARGUMENT, "template text is NULL");
+  DA_TRY(run_generator(ctx, spec, DA_TARGET_HOST, NULL, text, chunkname, instr_budget, mem_limit,
+                       &src, &name, NULL));
+  free(name);
+  *out = src;
+  return DA_OK;
+}
+
+da_status da_render(da_context *ctx, const da_spec *spec, da_target target, char **source,
+                    char **kernel_name) {
+  DA_RETURN_IF(!source, DA_ERR_INVALID_ARGUMENT, "source is NULL");
+  DA_RETURN_IF(target != DA_TARGET_HOST && target != DA_TARGET_CUDA, DA_ERR_INVALID_ARGUMENT,
+               "target: %d is not host (0) or cuda (1)", (int)target);
+  DA_RETURN_IF(target == DA_TARGET_CUDA, DA_ERR_UNSUPPORTED,
+               "target cuda: the CUDA templates are not part of this build yet; use the host target");
+  da__rendered r;
+  DA_TRY(da__render_ex(ctx, spec, target, NULL, &r));
+  *source = r.source;
+  if (kernel_name) *kernel_name = r.kernel_name;
+  else free(r.kernel_name);
+  return DA_OK;
+}

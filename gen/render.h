@@ -1,0 +1,37 @@
+/* render.h - spec -> source: drives the Lua generator (planner + templates) and stamps
+ * the cache key into the banner. */
+#ifndef DA_RENDER_H
+#define DA_RENDER_H
+
+#include "runtime/internal.h"
+
+/* Tunable plan parameters (public, experimental); 0 = the planner's default. */
+typedef da_plan_options da__render_opts;
+
+typedef struct {
+  char *source;        /* whole source, banner with the key first */
+  char *kernel_name;   /* entry symbol; encodes the spec */
+  char key[65];        /* SHA-256 hex cache key */
+  char strategy[16];   /* fused | split | single */
+  int64_t ws_floats_per_token;
+  int tile_q, tile_k;
+} da__rendered;
+
+DA_HIDDEN da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
+                                  const da__render_opts *opts, da__rendered *out);
+DA_HIDDEN void da__rendered_free(da__rendered *r);
+
+/* Render an arbitrary template text (tests of the sandbox and the template engine):
+ * the text is rendered like a kernel template, with the plan of spec as `p`.
+ * *out is malloc'ed. */
+DA_HIDDEN da_status da__render_template_text(da_context *ctx, const da_spec *spec,
+                                             const char *text, const char *chunkname,
+                                             long long instr_budget, size_t mem_limit,
+                                             char **out);
+
+/* SHA-256 of data as 64 lowercase hex digits + NUL. */
+DA_HIDDEN void da__sha256_hex(const void *data, size_t len, char hex[65]);
+
+#define DA_CACHE_SCHEMA_VERSION 1
+
+#endif

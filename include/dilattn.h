@@ -1,0 +1,244 @@
+/* dilattn.h - the one public header of dilattn.
+ *
+ * dilattn turns a dilated-attention configuration (segment lengths, dilation rates,
+ * sparsity layout, head dim, dtype, causality, head mode) into a kernel specialized for
+ * exactly that configuration, compiles it, and runs it. What the kernels compute is
+ * fixed by spec/SEMANTICS.md.
+ *
+ * Tiers:
+ *   1. Simple path: da_spec_init -> fill fields -> da_context_create -> da_plan_create
+ *      -> da_args_init -> da_plan_execute -> da_plan_destroy -> da_context_destroy.
+ *   2. Advanced: config JSON parsing, source rendering, workspace control.
+ *   3. Experimental: may change between releases.
+ *
+ * Conventions: every function returning da_status writes nothing to its outputs on
+ * failure; the detail of a failure is in da_context_last_error() of the context the call
+ * was given (or in the msg buffer for calls without a context). destroy(NULL) is a no-op.
+ * Nothing in the library exits or aborts the process.
+ */
+#ifndef DILATTN_H
+#define DILATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define DA_API
+#else
+#define DA_API __attribute__((visibility("default")))
+#endif
+
+#define DA_VERSION_MAJOR 0
+#define DA_VERSION_MINOR 1
+#define DA_VERSION_PATCH 0
+#define DA_VERSION_STRING "0.1.0"
+
+/* ---------------------------------------------------------------------------------
+ * Status codes. X-macro: (NAME, CLI exit code class, message).
+ * --------------------------------------------------------------------------------- */
+#define DA_STATUS_MAP(X)                                                              \
+  X(OK, "success")                                                                    \
+  X(ERR_INVALID_ARGUMENT, "invalid argument")                                         \
+  X(ERR_INVALID_SPEC, "invalid dilated-attention spec")                               \
+  X(ERR_PARSE, "malformed input (config or array file)")                              \
+  X(ERR_GENERATOR, "kernel generator (Lua template) failed")                          \
+  X(ERR_COMPILE, "kernel compilation failed")                                         \
+  X(ERR_UNSUPPORTED, "not supported by this build or backend")                        \
+  X(ERR_DEVICE, "device or runtime failure")                                          \
+  X(ERR_NO_MEMORY, "out of memory")                                                   \
+  X(ERR_IO, "file input/output failed")                                               \
+  X(ERR_INTERNAL, "internal error")
+
+typedef enum {
+#define DA__STATUS_ENUM(name, msg) DA_##name,
+  DA_STATUS_MAP(DA__STATUS_ENUM)
+#undef DA__STATUS_ENUM
+  DA_STATUS_COUNT
+} da_status;
+
+/* Name ("DA_ERR_COMPILE") and one-line message of a status. Never NULL; thread-safe. */
+DA_API const char *da_status_name(da_status s);
+DA_API const char *da_status_message(da_status s);
+
+/* ---------------------------------------------------------------------------------
+ * The spec: a plain struct with a defaults initializer and a validator.
+ * --------------------------------------------------------------------------------- */
+#define DA_MAX_BRANCHES 16
+#define DA_MAX_STRIDES 16
+#define DA_MAX_HEAD_DIM 512
+#define DA_MAX_HEADS 4096
+
+typedef enum { DA_MODE_LONGNET = 0, DA_MODE_GROUPED = 1 } da_mode;
+typedef enum { DA_OFFSETS_MOD = 0, DA_OFFSETS_BLOCK = 1 } da_offsets;
+typedef enum { DA_DTYPE_FLOAT32 = 0, DA_DTYPE_FLOAT16 = 1, DA_DTYPE_BFLOAT16 = 2 } da_dtype;
+
+typedef enum {
+  DA_LAYOUT_NONE = 0,       /* no sparsity (the config has no "sparsity" object) */
+  DA_LAYOUT_DENSE,          /* every block pair allowed */
+  DA_LAYOUT_LOCAL_WINDOW,   /* |qb - kb| <= window */
+  DA_LAYOUT_GLOBAL_LOCAL,   /* |qb - kb| <= window or kb < global or qb < global */
+  DA_LAYOUT_DILATED_SPARSE, /* kb == qb or |qb - kb| in strides */
+  DA_LAYOUT_RANDOM,         /* qb == kb or splitmix64 test against density */
+  DA_LAYOUT_EXPLICIT        /* per-branch nb x nb byte masks given through the API */
+} da_layout;
+
+typedef struct {
+  da_layout layout;
+  int64_t block;  /* bs >= 1, in dilated coordinates */
+  int64_t window; /* local_window, global_local: >= 0 */
+  int64_t global; /* global_local: >= 0 */
+  int num_strides;
+  int64_t strides[DA_MAX_STRIDES]; /* dilated_sparse: each >= 1 */
+  uint64_t seed;                   /* random */
+  double density;                  /* random: in [0, 1] */
+  /* explicit: for branch i, nb_i * nb_i bytes, row-major [qb][kb], nonzero = allowed,
+   * nb_i = da_spec_explicit_blocks(spec, i). Borrowed: da_plan_create copies them. */
+  const uint8_t *explicit_masks[DA_MAX_BRANCHES];
+} da_sparsity;
+
+typedef struct {
+  int num_branches;
+  int64_t segment_lengths[DA_MAX_BRANCHES]; /* w_i >= 1 */
+  int64_t dilation_rates[DA_MAX_BRANCHES];  /* 1 <= r_i <= w_i */
+  da_mode mode;
+  da_offsets offsets;
+  int causal;     /* 0 or 1 */
+  int has_scale;  /* 0: scale = 1/sqrt(head_dim) */
+  double scale;   /* used when has_scale; finite */
+  int num_heads;  /* H >= 1 */
+  int num_kv_heads; /* Hkv >= 1, H % Hkv == 0 */
+  int head_dim;   /* 1 .. DA_MAX_HEAD_DIM */
+  da_dtype dtype;
+  da_sparsity sparsity;
+} da_spec;
+
+/* Fill *spec with the defaults: no branches, longnet, mod offsets, not causal, default
+ * scale, 1 head, 1 kv head, head_dim 64, float32, no sparsity. spec may not be NULL. */
+DA_API void da_spec_init(da_spec *spec);
+
+/* Check every rule of SEMANTICS.md. Returns DA_OK or DA_ERR_INVALID_SPEC; on error
+ * writes a message naming the field and its value ("dilation_rates[1]: 9 is larger than
+ * segment_lengths[1] = 4") into msg (NUL-terminated, truncated to msg_cap; msg may be
+ * NULL). Thread-safe. */
+DA_API da_status da_spec_validate(const da_spec *spec, char *msg, size_t msg_cap);
+
+/* Number of blocks per side of branch i's explicit mask: ceil(ceil(w_i / r_i) / block).
+ * Returns -1 for an out-of-range branch or a spec without a positive block. */
+DA_API int64_t da_spec_explicit_blocks(const da_spec *spec, int branch);
+
+/* Parse a config (the JSON of DESIGN.md) into *spec. Unknown fields, wrong types and
+ * invalid values are errors: DA_ERR_PARSE for malformed JSON and wrong types,
+ * DA_ERR_INVALID_SPEC for invalid values; msg says which field and where. On error
+ * *spec is untouched. */
+DA_API da_status da_spec_from_json(const char *text, size_t len, da_spec *spec, char *msg,
+                                   size_t msg_cap);
+
+/* ---------------------------------------------------------------------------------
+ * Context and plans.
+ * --------------------------------------------------------------------------------- */
+typedef struct da_context da_context;
+typedef struct da_plan da_plan;
+
+typedef enum { DA_BACKEND_AUTO = 0, DA_BACKEND_HOST = 1, DA_BACKEND_CUDA = 2 } da_backend;
+
+/* Create a context: it owns compiled kernels and the last-error text. Returns DA_OK or
+ * DA_ERR_NO_MEMORY. A context may be used from several threads; its last-error text is
+ * per thread. */
+DA_API da_status da_context_create(da_context **out);
+DA_API void da_context_destroy(da_context *ctx);
+
+/* The detail of the last failure of a call made with ctx on this thread ("" if none).
+ * Borrowed: valid until the next call on ctx from this thread. ctx NULL gives the text
+ * of calls made without a context. */
+DA_API const char *da_context_last_error(const da_context *ctx);
+
+/* Validate, plan, render, compile (or fetch a compiled kernel) for backend. AUTO picks
+ * CUDA when a driver and GPU are usable, else host (DILATTN_BACKEND=host forces host).
+ * Returns DA_OK, DA_ERR_INVALID_SPEC, DA_ERR_GENERATOR, DA_ERR_COMPILE,
+ * DA_ERR_UNSUPPORTED (backend not available), DA_ERR_NO_MEMORY. The plan borrows ctx,
+ * which must outlive it. Thread-safe. */
+DA_API da_status da_plan_create(da_context *ctx, const da_spec *spec, da_backend backend,
+                                da_plan **out);
+DA_API void da_plan_destroy(da_plan *plan);
+
+/* The backend a plan runs on (never AUTO). */
+DA_API da_backend da_plan_backend(const da_plan *plan);
+
+/* Kernel name (it encodes the spec) and cache key (64 hex digits). Borrowed from plan. */
+DA_API const char *da_plan_kernel_name(const da_plan *plan);
+DA_API const char *da_plan_cache_key(const da_plan *plan);
+
+/* Bytes of workspace an execution with this batch and sequence length needs when the
+ * caller supplies it (0 is possible). */
+DA_API da_status da_plan_workspace_size(const da_plan *plan, int64_t batch, int64_t seq_len,
+                                        size_t *bytes);
+
+/* Tensors of one execution. Strides are in elements, for the batch, sequence and head
+ * dimensions; the last (head_dim) dimension is contiguous. lse is [B, H, N] fp32,
+ * contiguous, optional (NULL). Data are in the spec's dtype (bf16 as raw uint16). */
+typedef struct {
+  const void *q, *k, *v;
+  void *out;
+  float *lse;
+  int64_t batch, seq_len;
+  int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3];
+  void *workspace;        /* NULL: the plan allocates what it needs */
+  size_t workspace_bytes; /* size of workspace when given */
+  void *stream;           /* CUDA stream (CUstream); ignored by the host backend */
+} da_args;
+
+/* Fill args for contiguous [B, N, H, D] q/out and [B, N, Hkv, D] k/v tensors. */
+DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int64_t seq_len,
+                         const void *q, const void *k, const void *v, void *out, float *lse);
+
+/* Run the plan. Returns DA_OK, DA_ERR_INVALID_ARGUMENT (NULL pointer, bad shape or
+ * stride, workspace too small), DA_ERR_NO_MEMORY, DA_ERR_DEVICE. On the host backend the
+ * call is synchronous and may be made from several threads on one plan at once. */
+DA_API da_status da_plan_execute(da_plan *plan, const da_args *args);
+
+/* ---------------------------------------------------------------------------------
+ * Advanced: source generation.
+ * --------------------------------------------------------------------------------- */
+typedef enum { DA_TARGET_HOST = 0, DA_TARGET_CUDA = 1 } da_target;
+
+/* Render the specialized source for spec and target. On success *source is a
+ * malloc'ed NUL-terminated string the caller frees with free(); *kernel_name (optional,
+ * may be NULL) likewise. Same spec -> byte-identical source. Returns DA_OK,
+ * DA_ERR_INVALID_SPEC, DA_ERR_GENERATOR, DA_ERR_NO_MEMORY. */
+DA_API da_status da_render(da_context *ctx, const da_spec *spec, da_target target,
+                           char **source, char **kernel_name);
+
+/* Canonical JSON of a spec (sorted, fixed format; what banners and keys hold).
+ * malloc'ed; NULL on out of memory. */
+DA_API char *da_spec_to_json(const da_spec *spec);
+
+/* ---------------------------------------------------------------------------------
+ * Experimental: plan tunables (the autotuner's knobs). May change between releases.
+ * --------------------------------------------------------------------------------- */
+typedef struct {
+  int tile_q;            /* queries per tile; 0 = default (host 32), 1..256 */
+  int tile_k;            /* keys per tile; 0 = default (host 64), 1..1024 */
+  int fused_min_queries; /* the fused tiling is used only when a tile can hold at least
+                            this many queries (gcd(w)/lcm(r)); 0 = default (16) */
+} da_plan_options;
+
+/* da_plan_create with tunables (opts may be NULL = defaults). Same contract. */
+DA_API da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
+                                   const da_plan_options *opts, da_plan **out);
+
+/* The tiling strategy the plan chose: "fused" (one online softmax across branches),
+ * "split" (per-branch tiles merged exactly through workspace) or "single" (one branch
+ * per head). Borrowed from plan. */
+DA_API const char *da_plan_strategy(const da_plan *plan);
+
+/* Library version string. */
+DA_API const char *da_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DILATTN_H */

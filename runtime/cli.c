@@ -1,0 +1,368 @@
+/* cli.c - the `dilattn` command: gen | run | info (DESIGN.md "Command line").
+ * Exit codes: 0 success, 2 bad input (arguments, config, NPY), 3 compile failure,
+ * 4 device or runtime failure, 1 internal error. Output files are written whole (temp
+ * file, then rename) or not at all. */
+#include "dilattn.h"
+#include "gen/render.h"
+#include "runtime/host_compiler.h"
+#include "runtime/npy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lua.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { EXIT_OK = 0, EXIT_INTERNAL = 1, EXIT_INPUT = 2, EXIT_COMPILE = 3, EXIT_RUNTIME = 4 };
+
+static int exit_code(da_status st) {
+  switch (st) {
+  case DA_OK: return EXIT_OK;
+  case DA_ERR_INVALID_ARGUMENT:
+  case DA_ERR_INVALID_SPEC:
+  case DA_ERR_PARSE:
+  case DA_ERR_IO: return EXIT_INPUT;
+  case DA_ERR_GENERATOR:
+  case DA_ERR_COMPILE: return EXIT_COMPILE;
+  case DA_ERR_UNSUPPORTED:
+  case DA_ERR_DEVICE:
+  case DA_ERR_NO_MEMORY: return EXIT_RUNTIME;
+  default: return EXIT_INTERNAL;
+  }
+}
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("dilattn: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return code;
+}
+
+static int usage(void) {
+  fputs("usage:\n"
+        "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
+        "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
+        "               [--backend auto|host|cuda]\n"
+        "  dilattn info\n"
+        "exit codes: 0 ok, 2 bad input, 3 compile failure, 4 device/runtime failure, 1 internal\n",
+        stderr);
+  return EXIT_INPUT;
+}
+
+/* Read a whole file; NULL with a message on failure. */
+static char *slurp(const char *path, size_t *len, char *msg, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(msg, cap, "%s: %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t size = 0, capb = 4096;
+  char *buf = malloc(capb);
+  while (buf) {
+    size_t n = fread(buf + size, 1, capb - size - 1, f);
+    size += n;
+    if (n == 0) break;
+    if (capb - size - 1 == 0) {
+      char *nb = capb > (64u << 20) ? NULL : realloc(buf, capb * 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        snprintf(msg, cap, "%s: larger than 128 MiB, not a config file", path);
+        fclose(f);
+        return NULL;
+      }
+      buf = nb;
+      capb *= 2;
+    }
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (!buf || err) {
+    free(buf);
+    snprintf(msg, cap, "%s: read error", path);
+    return NULL;
+  }
+  buf[size] = '\0';
+  *len = size;
+  return buf;
+}
+
+static int load_config(const char *path, da_spec *spec) {
+  char msg[1024];
+  size_t len;
+  char *text = slurp(path, &len, msg, sizeof msg);
+  if (!text) return fail(EXIT_INPUT, "config %s", msg);
+  char detail[1024];
+  da_status st = da_spec_from_json(text, len, spec, detail, sizeof detail);
+  free(text);
+  if (st != DA_OK) return fail(exit_code(st), "config %s: %s", path, detail);
+  return EXIT_OK;
+}
+
+/* Write text to path atomically (temp file in the same folder, fsync, rename). */
+static int write_atomic(const char *path, const char *text) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) return -1;
+  size_t len = strlen(text), done = 0;
+  while (done < len) {
+    ssize_t n = write(fd, text + done, len - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += (size_t)n;
+  }
+  int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+  ok = (close(fd) == 0) && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+static int cmd_gen(int argc, char **argv) {
+  const char *outdir = ".", *target = "host", *arch = NULL;
+  int report = 0, nconf = 0;
+  const char *configs[256];
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch")) {
+      if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
+      const char **dst = !strcmp(argv[i], "-o") ? &outdir : !strcmp(argv[i], "--target") ? &target : &arch;
+      *dst = argv[++i];
+    } else if (!strcmp(argv[i], "--report")) {
+      report = 1;
+    } else if (argv[i][0] == '-') {
+      return fail(EXIT_INPUT, "gen: unknown option %s", argv[i]);
+    } else if (nconf < 256) {
+      configs[nconf++] = argv[i];
+    } else {
+      return fail(EXIT_INPUT, "gen: more than 256 configs");
+    }
+  }
+  if (nconf == 0) return fail(EXIT_INPUT, "gen: no CONFIG.json given");
+  if (strcmp(target, "host") && strcmp(target, "cuda"))
+    return fail(EXIT_INPUT, "--target: '%s' is not host or cuda", target);
+  if (!strcmp(target, "cuda"))
+    return fail(EXIT_RUNTIME, "--target cuda: the CUDA templates are not part of this build yet "
+                              "(the host target works)");
+  if (arch && strcmp(arch, "host"))
+    return fail(EXIT_INPUT, "--arch %s: the host target has no arch (use --target cuda)", arch);
+  struct stat sb;
+  if (stat(outdir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return fail(EXIT_INPUT, "-o %s: not a folder", outdir);
+  /* Validate every config before writing anything. */
+  da_spec *specs = calloc((size_t)nconf, sizeof *specs);
+  if (!specs) return fail(EXIT_RUNTIME, "out of memory");
+  for (int i = 0; i < nconf; i++) {
+    int rc = load_config(configs[i], &specs[i]);
+    if (rc) {
+      free(specs);
+      return rc;
+    }
+  }
+  da_context *ctx = NULL;
+  if (da_context_create(&ctx) != DA_OK) {
+    free(specs);
+    return fail(EXIT_RUNTIME, "out of memory");
+  }
+  int rc = EXIT_OK;
+  for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
+    da__rendered r;
+    da_status st = da__render_ex(ctx, &specs[i], DA_TARGET_HOST, NULL, &r);
+    if (st != DA_OK) {
+      rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
+      break;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.c", outdir, r.kernel_name);
+    if (write_atomic(path, r.source) != 0) {
+      rc = fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
+    } else if (report) {
+      da__host_module m;
+      st = da__host_compile(ctx, r.source, r.kernel_name, &m);
+      if (st != DA_OK) {
+        rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
+      } else {
+        printf("{\"kernel\":\"%s\",\"arch\":\"host\",\"cc\":\"%s\",\"strategy\":\"%s\","
+               "\"cache_key\":\"%s\",\"source\":\"%s\",\"compile_ms\":%.1f}\n",
+               r.kernel_name, da__host_cc(), r.strategy, r.key, path, m.compile_ms);
+        da__host_module_unload(&m);
+      }
+    } else {
+      printf("%s\n", path);
+    }
+    da__rendered_free(&r);
+  }
+  da_context_destroy(ctx);
+  free(specs);
+  return rc;
+}
+
+static const char *dtype_name(da_dtype t) {
+  return t == DA_DTYPE_FLOAT16 ? "float16" : t == DA_DTYPE_BFLOAT16 ? "bfloat16" : "float32";
+}
+
+static da__npy_dtype npy_dtype_of(da_dtype t) {
+  return t == DA_DTYPE_FLOAT16 ? DA_NPY_F16 : t == DA_DTYPE_BFLOAT16 ? DA_NPY_BF16 : DA_NPY_F32;
+}
+
+static void shape_text(const da__npy_array *a, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "(");
+  for (int i = 0; i < a->ndim && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)a->shape[i]);
+  if (n < cap) snprintf(buf + n, cap - n, ")");
+}
+
+/* Check one input array against the config: dtype and [B, N, heads, D]. */
+static int check_array(const char *flag, const char *path, const da__npy_array *a,
+                       const da_spec *s, int64_t B, int64_t N, int heads, const char *heads_name) {
+  char shp[256];
+  shape_text(a, shp, sizeof shp);
+  if (a->dtype != npy_dtype_of(s->dtype))
+    return fail(EXIT_INPUT, "%s %s: dtype '%s' does not match the config's dtype %s (needs '%s')",
+                flag, path, da__npy_dtype_descr(a->dtype), dtype_name(s->dtype),
+                da__npy_dtype_descr(npy_dtype_of(s->dtype)));
+  if (a->ndim != 4)
+    return fail(EXIT_INPUT, "%s %s: shape %s has %d dimensions, needs 4: [batch, seq_len, %s, head_dim]",
+                flag, path, shp, a->ndim, heads_name);
+  if ((B >= 0 && a->shape[0] != B) || (N >= 0 && a->shape[1] != N) || a->shape[2] != heads ||
+      a->shape[3] != s->head_dim)
+    return fail(EXIT_INPUT,
+                "%s %s: shape %s does not match [batch, seq_len, %s = %d, head_dim = %d]%s", flag,
+                path, shp, heads_name, heads, s->head_dim,
+                B >= 0 ? " with batch and seq_len taken from --q" : "");
+  return EXIT_OK;
+}
+
+static int cmd_run(int argc, char **argv) {
+  const char *config = NULL, *qp = NULL, *kp = NULL, *vp = NULL, *outp = NULL, *lsep = NULL;
+  const char *backend_s = "auto";
+  for (int i = 0; i < argc; i++) {
+    const char **dst = NULL;
+    if (!strcmp(argv[i], "--q")) dst = &qp;
+    else if (!strcmp(argv[i], "--k")) dst = &kp;
+    else if (!strcmp(argv[i], "--v")) dst = &vp;
+    else if (!strcmp(argv[i], "-o")) dst = &outp;
+    else if (!strcmp(argv[i], "--lse")) dst = &lsep;
+    else if (!strcmp(argv[i], "--backend")) dst = &backend_s;
+    if (dst) {
+      if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
+      *dst = argv[++i];
+    } else if (argv[i][0] == '-') {
+      return fail(EXIT_INPUT, "run: unknown option %s", argv[i]);
+    } else if (!config) {
+      config = argv[i];
+    } else {
+      return fail(EXIT_INPUT, "run: one CONFIG.json only (got %s and %s)", config, argv[i]);
+    }
+  }
+  if (!config) return fail(EXIT_INPUT, "run: no CONFIG.json given");
+  if (!qp || !kp || !vp || !outp) return fail(EXIT_INPUT, "run: --q, --k, --v and -o are required");
+  da_backend backend;
+  if (!strcmp(backend_s, "auto")) backend = DA_BACKEND_AUTO;
+  else if (!strcmp(backend_s, "host")) backend = DA_BACKEND_HOST;
+  else if (!strcmp(backend_s, "cuda")) backend = DA_BACKEND_CUDA;
+  else return fail(EXIT_INPUT, "--backend: '%s' is not auto, host or cuda", backend_s);
+
+  da_spec spec;
+  int rc = load_config(config, &spec);
+  if (rc) return rc;
+  da__npy_array q = {0}, k = {0}, v = {0};
+  char msg[1024];
+  const char *paths[3] = {qp, kp, vp}, *flags[3] = {"--q", "--k", "--v"};
+  da__npy_array *arrs[3] = {&q, &k, &v};
+  for (int i = 0; i < 3 && rc == EXIT_OK; i++) {
+    da_status st = da__npy_load(paths[i], arrs[i], msg, sizeof msg);
+    if (st != DA_OK) rc = fail(EXIT_INPUT, "%s %s", flags[i], msg);
+  }
+  if (rc == EXIT_OK) rc = check_array("--q", qp, &q, &spec, -1, -1, spec.num_heads, "num_heads");
+  int64_t B = q.shape[0], N = q.shape[1];
+  if (rc == EXIT_OK) rc = check_array("--k", kp, &k, &spec, B, N, spec.num_kv_heads, "num_kv_heads");
+  if (rc == EXIT_OK) rc = check_array("--v", vp, &v, &spec, B, N, spec.num_kv_heads, "num_kv_heads");
+  da_context *ctx = NULL;
+  da_plan *plan = NULL;
+  void *out = NULL;
+  float *lse = NULL;
+  if (rc == EXIT_OK && da_context_create(&ctx) != DA_OK) rc = fail(EXIT_RUNTIME, "out of memory");
+  if (rc == EXIT_OK) {
+    da_status st = da_plan_create(ctx, &spec, backend, &plan);
+    if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", config, da_context_last_error(ctx));
+  }
+  if (rc == EXIT_OK) {
+    out = malloc(q.count * q.elem_size + 1);
+    lse = lsep ? malloc((size_t)(B * spec.num_heads * N) * sizeof(float) + 1) : NULL;
+    if (!out || (lsep && !lse)) rc = fail(EXIT_RUNTIME, "out of memory for the output");
+  }
+  if (rc == EXIT_OK) {
+    da_args a;
+    da_args_init(&a, &spec, B, N, q.data, k.data, v.data, out, lse);
+    da_status st = da_plan_execute(plan, &a);
+    if (st != DA_OK) rc = fail(exit_code(st), "run: %s", da_context_last_error(ctx));
+  }
+  if (rc == EXIT_OK) {
+    if (da__npy_save(outp, q.dtype, 4, q.shape, out, msg, sizeof msg) != DA_OK) {
+      rc = fail(EXIT_INPUT, "-o %s", msg);
+    } else if (lsep) {
+      int64_t shp[3] = {B, spec.num_heads, N};
+      if (da__npy_save(lsep, DA_NPY_F32, 3, shp, lse, msg, sizeof msg) != DA_OK) {
+        rc = fail(EXIT_INPUT, "--lse %s", msg);
+        unlink(outp); /* both outputs or neither */
+      }
+    }
+  }
+  da_plan_destroy(plan);
+  da_context_destroy(ctx);
+  da__npy_free(&q);
+  da__npy_free(&k);
+  da__npy_free(&v);
+  free(out);
+  free(lse);
+  return rc;
+}
+
+static int cmd_info(void) {
+  const char *cache = getenv("DILATTN_CACHE_DIR");
+  int cc_ok = 0;
+  {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "command -v '%s' >/dev/null 2>&1", da__host_cc());
+    cc_ok = strchr(da__host_cc(), '\'') == NULL && system(cmd) == 0;
+  }
+  printf("{\"version\":\"%s\",\"lua\":\"%s\",\"cache_schema\":%d,"
+         "\"backends\":{\"host\":{\"available\":%s,\"cc\":\"%s\"},"
+         "\"cuda\":{\"available\":false,\"reason\":\"the CUDA backend is not part of this build yet\"}},"
+         "\"template_dir\":%s%s%s,\"cache_dir\":%s%s%s}\n",
+         da_version(), LUA_RELEASE, DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false", da__host_cc(),
+         getenv("DILATTN_TEMPLATE_DIR") ? "\"" : "", getenv("DILATTN_TEMPLATE_DIR") ? getenv("DILATTN_TEMPLATE_DIR") : "null",
+         getenv("DILATTN_TEMPLATE_DIR") ? "\"" : "", cache ? "\"" : "", cache ? cache : "null", cache ? "\"" : "");
+  return EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage();
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "gen")) return cmd_gen(argc - 2, argv + 2);
+  if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(cmd, "info")) return cmd_info();
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    usage();
+    return EXIT_OK;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("dilattn %s\n", da_version());
+    return EXIT_OK;
+  }
+  fprintf(stderr, "dilattn: error: unknown command '%s'\n", cmd);
+  return usage();
+}

@@ -1,0 +1,141 @@
+/* host_compiler.c - compile a rendered host kernel with the system C compiler into a
+ * shared object (posix_spawn, no shell), dlopen it and resolve its entry point. The
+ * build happens in a private temporary folder that is removed afterwards; on a compile
+ * failure the folder (with the source and the compiler log) is kept and named in the
+ * error. */
+#define _GNU_SOURCE
+#include "runtime/host_compiler.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+const char *da__host_cc(void) {
+  const char *cc = getenv("CC");
+  return (cc && *cc) ? cc : "cc";
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int write_all(const char *path, const char *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = write(fd, data + done, len - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
+    done += (size_t)n;
+  }
+  return close(fd);
+}
+
+static void read_log(const char *path, char *buf, size_t cap) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+static void remove_dir(const char *dir, const char *const *names) {
+  char p[4200];
+  for (int i = 0; names[i]; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
+da_status da__host_compile(const da_context *ctx, const char *source, const char *symbol,
+                           da__host_module *out) {
+  double t0 = now_ms();
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/dilattn-build-XXXXXX", (tmp && *tmp) ? tmp : "/tmp");
+  DA_RETURN_IF(!mkdtemp(dir), DA_ERR_IO, "host compile: cannot create a build folder %s: %s", dir,
+               strerror(errno));
+  static const char *const names[] = {"kernel.c", "kernel.so", "compile.log", NULL};
+  char src[4200], so[4200], log[4200];
+  snprintf(src, sizeof src, "%s/kernel.c", dir);
+  snprintf(so, sizeof so, "%s/kernel.so", dir);
+  snprintf(log, sizeof log, "%s/compile.log", dir);
+  if (write_all(src, source, strlen(source)) != 0) {
+    int e = errno;
+    remove_dir(dir, names);
+    return da__set_error(ctx, DA_ERR_IO, "host compile: cannot write %s: %s", src, strerror(e));
+  }
+  const char *cc = da__host_cc();
+  /* -fno-math-errno lets expf/logf inline; no -ffast-math: infinities carry meaning. */
+  char *argv[] = {(char *)cc,          "-O2",        "-std=c11",  "-fPIC", "-shared",
+                  "-fno-math-errno",   "-w",         "-o",        so,      src,
+                  "-lm",               NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    remove_dir(dir, names);
+    return da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                         "host compile: cannot run the C compiler '%s': %s (set CC to a C compiler)",
+                         cc, strerror(rc));
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    char text[6000];
+    read_log(log, text, sizeof text);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+      return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: C compiler '%s' not found: %s", cc, text);
+    return da__set_error(ctx, DA_ERR_COMPILE,
+                         "host compile: %s failed (status %d) on %s (kept for inspection):\n%s", cc,
+                         WIFEXITED(status) ? WEXITSTATUS(status) : -1, src, text);
+  }
+  void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    const char *e = dlerror();
+    da_status st = da__set_error(ctx, DA_ERR_COMPILE, "host compile: cannot load %s: %s", so,
+                                 e ? e : "unknown error");
+    remove_dir(dir, names);
+    return st;
+  }
+  /* The loaded object stays mapped after its file is removed. */
+  remove_dir(dir, names);
+  void *fn = dlsym(dl, symbol);
+  if (!fn) {
+    dlclose(dl);
+    return da__set_error(ctx, DA_ERR_COMPILE, "host compile: symbol %s missing from the kernel", symbol);
+  }
+  out->dl = dl;
+  memcpy(&out->fn, &fn, sizeof fn);
+  out->compile_ms = now_ms() - t0;
+  return DA_OK;
+}
+
+void da__host_module_unload(da__host_module *m) {
+  if (m && m->dl) dlclose(m->dl);
+  if (m) memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,38 @@
+/* host_compiler.h - host target: build a rendered C source into a shared object with the
+ * system C compiler and load its entry point; the kernel ABI the runtime calls. */
+#ifndef DA_HOST_COMPILER_H
+#define DA_HOST_COMPILER_H
+
+#include "runtime/internal.h"
+
+/* Must match the struct in templates/host/prims.h. */
+typedef struct {
+  const void *q, *k, *v;
+  void *out;
+  float *lse;
+  int64_t batch, seq_len;
+  int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3];
+  const uint8_t *const *masks;
+} da__host_args;
+
+/* Entry point of a host kernel: (batch, head) pairs [bh_begin, bh_end). */
+typedef int (*da__host_kernel_fn)(const da__host_args *a, int64_t bh_begin, int64_t bh_end,
+                                  float *ws);
+
+typedef struct {
+  void *dl;               /* dlopen handle */
+  da__host_kernel_fn fn;
+  double compile_ms;
+} da__host_module;
+
+/* Compile source (C) and resolve symbol. The compiler is $CC or cc; on failure the
+ * status is DA_ERR_COMPILE and the detail holds the compiler's output and the path where
+ * the failing source was kept. DA_ERR_UNSUPPORTED when no C compiler can be run. */
+DA_HIDDEN da_status da__host_compile(const da_context *ctx, const char *source,
+                                     const char *symbol, da__host_module *out);
+DA_HIDDEN void da__host_module_unload(da__host_module *m);
+
+/* Name of the C compiler the host backend uses. */
+DA_HIDDEN const char *da__host_cc(void);
+
+#endif

@@ -1,0 +1,29 @@
+/* internal.h - what every part of the library shares and users never see: the error
+ * macros (DA_RETURN_IF, DA_TRY), the error sink, and hidden visibility for da__ names. */
+#ifndef DA_INTERNAL_H
+#define DA_INTERNAL_H
+
+#include "dilattn.h"
+
+#define DA_HIDDEN __attribute__((visibility("hidden")))
+#define DA_ERROR_MAX 8192
+
+/* Record the detail of a failure for ctx (may be NULL) on this thread; returns st. */
+DA_HIDDEN da_status da__set_error(const da_context *ctx, da_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+DA_HIDDEN void da__clear_error(const da_context *ctx);
+
+/* Return status st with a formatted detail when cond holds. Needs a `ctx` in scope. */
+#define DA_RETURN_IF(cond, st, ...)                  \
+  do {                                               \
+    if (cond) return da__set_error(ctx, (st), __VA_ARGS__); \
+  } while (0)
+
+/* Forward a failed status (its detail is already recorded). */
+#define DA_TRY(expr)                    \
+  do {                                  \
+    da_status da__st = (expr);          \
+    if (da__st != DA_OK) return da__st; \
+  } while (0)
+
+#endif

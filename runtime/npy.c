@@ -1,0 +1,593 @@
+/* npy.c - strict reader and atomic writer of NumPy .npy files (see npy.h).
+ *
+ * File layout (numpy/lib/format.py): the magic "\x93NUMPY", a major and a minor version
+ * byte, the header length (uint16 little-endian for 1.0, uint32 for 2.0 and 3.0), the
+ * header - a Python dict literal with exactly the keys 'descr', 'fortran_order' and
+ * 'shape', padded with whitespace - and then the raw array data, nothing after it.
+ *
+ * The header is parsed by a small recursive-descent parser over a bounded buffer; every
+ * read checks the position against the header length first. Dims and byte counts use
+ * checked arithmetic, and the data is copied only after its exact size is known to be in
+ * the buffer, so no input can make the reader read out of bounds or allocate more than
+ * the input holds.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "npy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "npy.c copies array data without byte swapping: little-endian hosts only"
+#endif
+
+#if defined(__GNUC__)
+#define DA__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DA__PRINTF(f, a)
+#endif
+
+static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+
+static const struct {
+  const char *descr;
+  size_t size;
+} dtype_table[] = {
+    [DA_NPY_F32] = {"<f4", 4},
+    [DA_NPY_F16] = {"<f2", 2},
+    [DA_NPY_BF16] = {"<u2", 2},
+    [DA_NPY_F64] = {"<f8", 8},
+};
+#define NUM_DTYPES ((int)(sizeof dtype_table / sizeof dtype_table[0]))
+
+DA__PRINTF(4, 5)
+static da_status fail(char *msg, size_t cap, da_status st, const char *fmt, ...) {
+  if (msg && cap > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+  }
+  return st;
+}
+
+/* a * b into *out; 0 on overflow of size_t. */
+static int mul_size(size_t a, size_t b, size_t *out) {
+  if (a != 0 && b > SIZE_MAX / a) return 0;
+  *out = a * b;
+  return 1;
+}
+
+/* Python repr of a shape tuple: "()", "(5,)", "(2, 3)". */
+static void format_shape(char *buf, size_t cap, const int64_t *shape, int ndim) {
+  size_t n = 0;
+  n += (size_t)snprintf(buf + n, cap - n, "(");
+  for (int i = 0; i < ndim && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (n < cap) snprintf(buf + n, cap - n, ndim == 1 ? ",)" : ")");
+}
+
+const char *da__npy_dtype_descr(da__npy_dtype t) {
+  if ((int)t < 0 || (int)t >= NUM_DTYPES) return "?";
+  return dtype_table[t].descr;
+}
+
+void da__npy_free(da__npy_array *a) {
+  if (!a) return;
+  free(a->data);
+  memset(a, 0, sizeof *a);
+}
+
+/* ---------------------------------------------------------------------------------
+ * Header dict parser.
+ * --------------------------------------------------------------------------------- */
+typedef struct {
+  const unsigned char *p; /* header bytes */
+  size_t n;               /* header length */
+  size_t i;               /* position in the header */
+  size_t base;            /* file offset of the header's first byte */
+  char *msg;
+  size_t cap;
+  /* results */
+  int have_descr, have_fortran, have_shape;
+  da__npy_dtype dtype;
+  int ndim;
+  int64_t shape[DA_NPY_MAX_DIMS];
+} hdr_parser;
+
+/* Formats "header, byte N: " + fmt; returns -1 so callers can `return herr(...)`. */
+DA__PRINTF(3, 4)
+static int herr(hdr_parser *h, size_t at, const char *fmt, ...) {
+  if (h->msg && h->cap > 0) {
+    int k = snprintf(h->msg, h->cap, "header, byte %zu: ", h->base + at);
+    if (k > 0 && (size_t)k < h->cap) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(h->msg + k, h->cap - (size_t)k, fmt, ap);
+      va_end(ap);
+    }
+  }
+  return -1;
+}
+
+/* What is at the current position, for "found ..." in messages. */
+static const char *found(const hdr_parser *h, char *buf, size_t cap) {
+  if (h->i >= h->n) return "the end of the header";
+  unsigned c = h->p[h->i];
+  if (c >= 0x20 && c < 0x7f)
+    snprintf(buf, cap, "'%c'", (char)c);
+  else
+    snprintf(buf, cap, "byte 0x%02x", c);
+  return buf;
+}
+
+static int peek(const hdr_parser *h) { return h->i < h->n ? h->p[h->i] : -1; }
+
+static void skip_ws(hdr_parser *h) {
+  while (h->i < h->n) {
+    unsigned char c = h->p[h->i];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v') break;
+    h->i++;
+  }
+}
+
+static int expect(hdr_parser *h, char c, const char *what) {
+  char b[16];
+  skip_ws(h);
+  if (peek(h) != (unsigned char)c)
+    return herr(h, h->i, "expected '%c' %s, found %s", c, what, found(h, b, sizeof b));
+  h->i++;
+  return 0;
+}
+
+/* A quoted string ('...' or "...") of printable ASCII without escapes. On success *s,
+ * *len point into the header (not NUL-terminated). */
+static int parse_string(hdr_parser *h, const char **s, size_t *len, const char *what) {
+  char b[16];
+  int q = peek(h);
+  if (q != '\'' && q != '"')
+    return herr(h, h->i, "expected a quoted string for %s, found %s", what, found(h, b, sizeof b));
+  size_t start = h->i++;
+  while (h->i < h->n && h->p[h->i] != q && h->p[h->i] != '\n') {
+    unsigned char c = h->p[h->i];
+    if (c == '\\') return herr(h, h->i, "escape sequences in %s are not supported", what);
+    if (c < 0x20 || c >= 0x7f)
+      return herr(h, h->i, "byte 0x%02x in %s: only printable ASCII is allowed", c, what);
+    h->i++;
+  }
+  if (h->i >= h->n || h->p[h->i] != q)
+    return herr(h, start, "the string for %s is not terminated", what);
+  *s = (const char *)h->p + start + 1;
+  *len = h->i - start - 1;
+  h->i++; /* closing quote */
+  return 0;
+}
+
+static int str_is(const char *s, size_t len, const char *lit) {
+  return strlen(lit) == len && memcmp(s, lit, len) == 0;
+}
+
+/* Length of s shown in messages: long strings are cut (printed with "..."). */
+#define SHOWN(len) ((int)((len) > 40 ? 40 : (len)))
+#define ELLIPSIS(len) ((len) > 40 ? "..." : "")
+
+static int parse_descr(hdr_parser *h) {
+  size_t at = h->i, len;
+  const char *s;
+  if (parse_string(h, &s, &len, "'descr'") < 0) return -1;
+  for (int t = 0; t < NUM_DTYPES; t++)
+    if (str_is(s, len, dtype_table[t].descr)) {
+      h->dtype = (da__npy_dtype)t;
+      return 0;
+    }
+  if (len > 0 && s[0] == '>')
+    return herr(h, at, "descr '%.*s%s' is big-endian; only little-endian ('<') arrays are "
+                "supported (convert with arr.astype(arr.dtype.newbyteorder('<')))",
+                SHOWN(len), s, ELLIPSIS(len));
+  return herr(h, at, "unsupported dtype descr '%.*s%s' (supported: '<f4', '<f2', '<u2' for "
+              "bfloat16, '<f8')", SHOWN(len), s, ELLIPSIS(len));
+}
+
+static int parse_fortran(hdr_parser *h) {
+  size_t at = h->i, end = h->i;
+  while (end < h->n && (h->p[end] == '_' || (h->p[end] >= 'a' && h->p[end] <= 'z') ||
+                        (h->p[end] >= 'A' && h->p[end] <= 'Z') ||
+                        (h->p[end] >= '0' && h->p[end] <= '9')))
+    end++;
+  const char *s = (const char *)h->p + at;
+  size_t len = end - at;
+  if (str_is(s, len, "False")) {
+    h->i = end;
+    return 0;
+  }
+  if (str_is(s, len, "True"))
+    return herr(h, at, "fortran_order is True; only C-order arrays are supported (save "
+                "np.ascontiguousarray(arr))");
+  char b[16];
+  if (len == 0)
+    return herr(h, at, "expected True or False for 'fortran_order', found %s",
+                found(h, b, sizeof b));
+  return herr(h, at, "expected True or False for 'fortran_order', found '%.*s%s'", SHOWN(len),
+              s, ELLIPSIS(len));
+}
+
+/* One non-negative decimal int as Python writes it (optional Python 2 'L' suffix). */
+static int parse_dim(hdr_parser *h, int64_t *out) {
+  char b[16];
+  size_t at = h->i;
+  int c = peek(h);
+  if (c == '-') return herr(h, at, "negative dimension in 'shape'");
+  if (c < '0' || c > '9')
+    return herr(h, at, "expected a dimension (non-negative integer) in 'shape', found %s",
+                found(h, b, sizeof b));
+  uint64_t v = 0;
+  while (h->i < h->n && h->p[h->i] >= '0' && h->p[h->i] <= '9') {
+    unsigned d = h->p[h->i] - '0';
+    if (v > ((uint64_t)INT64_MAX - d) / 10)
+      return herr(h, at, "dimension in 'shape' is too large (more than %lld)",
+                  (long long)INT64_MAX);
+    v = v * 10 + d;
+    h->i++;
+  }
+  if (h->i - at > 1 && h->p[at] == '0')
+    return herr(h, at, "dimension in 'shape' has a leading zero");
+  if (peek(h) == 'L' || peek(h) == 'l') h->i++;
+  *out = (int64_t)v;
+  return 0;
+}
+
+static int parse_shape(hdr_parser *h) {
+  char b[16];
+  size_t at = h->i;
+  if (peek(h) != '(')
+    return herr(h, at, "expected a tuple '(...)' for 'shape', found %s", found(h, b, sizeof b));
+  h->i++;
+  h->ndim = 0;
+  int commas = 0;
+  skip_ws(h);
+  while (peek(h) != ')') {
+    if (h->ndim == DA_NPY_MAX_DIMS)
+      return herr(h, h->i, "'shape' has more than %d dimensions", DA_NPY_MAX_DIMS);
+    if (parse_dim(h, &h->shape[h->ndim]) < 0) return -1;
+    h->ndim++;
+    skip_ws(h);
+    if (peek(h) == ',') {
+      h->i++;
+      commas++;
+      skip_ws(h);
+    } else if (peek(h) != ')') {
+      return herr(h, h->i, "expected ',' or ')' in 'shape', found %s", found(h, b, sizeof b));
+    }
+  }
+  h->i++; /* ')' */
+  if (h->ndim == 1 && commas == 0)
+    return herr(h, at, "'shape' (%lld) is not a tuple; a one-dimensional shape is written "
+                "(%lld,)", (long long)h->shape[0], (long long)h->shape[0]);
+  return 0;
+}
+
+static int parse_dict(hdr_parser *h) {
+  char b[16];
+  if (expect(h, '{', "at the start of the header dict") < 0) return -1;
+  for (;;) {
+    skip_ws(h);
+    if (peek(h) == '}') break; /* empty dict or trailing comma */
+    size_t at = h->i, len;
+    const char *key;
+    if (parse_string(h, &key, &len, "a dict key") < 0) return -1;
+    int *have;
+    int (*value)(hdr_parser *);
+    if (str_is(key, len, "descr")) {
+      have = &h->have_descr;
+      value = parse_descr;
+    } else if (str_is(key, len, "fortran_order")) {
+      have = &h->have_fortran;
+      value = parse_fortran;
+    } else if (str_is(key, len, "shape")) {
+      have = &h->have_shape;
+      value = parse_shape;
+    } else {
+      return herr(h, at, "unknown key '%.*s%s' (a .npy header has exactly 'descr', "
+                  "'fortran_order' and 'shape')", SHOWN(len), key, ELLIPSIS(len));
+    }
+    if (*have) return herr(h, at, "duplicate key '%.*s'", (int)len, key);
+    *have = 1;
+    if (expect(h, ':', "after a dict key") < 0) return -1;
+    skip_ws(h);
+    if (value(h) < 0) return -1;
+    skip_ws(h);
+    if (peek(h) == ',') {
+      h->i++;
+    } else if (peek(h) != '}') {
+      return herr(h, h->i, "expected ',' or '}' after a dict value, found %s",
+                  found(h, b, sizeof b));
+    }
+  }
+  h->i++; /* '}' */
+  skip_ws(h);
+  if (h->i < h->n)
+    return herr(h, h->i, "unexpected %s after the header dict (only whitespace may follow)",
+                found(h, b, sizeof b));
+  const char *missing = !h->have_descr     ? "descr"
+                        : !h->have_fortran ? "fortran_order"
+                        : !h->have_shape   ? "shape"
+                                           : NULL;
+  if (missing) return herr(h, h->n, "the header dict has no '%s' key", missing);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Reader.
+ * --------------------------------------------------------------------------------- */
+da_status da__npy_parse(const void *buf, size_t len, da__npy_array *out, char *msg,
+                        size_t msg_cap) {
+  if (msg && msg_cap > 0) msg[0] = '\0';
+  if (out) memset(out, 0, sizeof *out);
+  if (!out) return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: output array is NULL");
+  if (!buf && len > 0)
+    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: buffer is NULL");
+  const unsigned char *p = buf;
+
+  /* Preamble: magic, version, header length. */
+  if (len == 0) return fail(msg, msg_cap, DA_ERR_PARSE, "file is empty (not a .npy file)");
+  size_t mlen = len < sizeof npy_magic ? len : sizeof npy_magic;
+  if (memcmp(p, npy_magic, mlen) != 0)
+    return fail(msg, msg_cap, DA_ERR_PARSE,
+                "bytes 0-5: bad magic, not a .npy file (expected \\x93NUMPY)");
+  if (len < 8)
+    return fail(msg, msg_cap, DA_ERR_PARSE,
+                "truncated: the file has %zu bytes, the .npy preamble needs at least 10", len);
+  unsigned major = p[6], minor = p[7];
+  if (major < 1 || major > 3 || minor != 0)
+    return fail(msg, msg_cap, DA_ERR_PARSE,
+                "bytes 6-7: unsupported .npy format version %u.%u (supported: 1.0, 2.0, 3.0)",
+                major, minor);
+  size_t start = major == 1 ? 10 : 12;
+  if (len < start)
+    return fail(msg, msg_cap, DA_ERR_PARSE,
+                "truncated: the file has %zu bytes, the version %u.0 preamble needs %zu", len,
+                major, start);
+  size_t hlen = (size_t)p[8] | (size_t)p[9] << 8;
+  if (major > 1) hlen |= (size_t)p[10] << 16 | (size_t)p[11] << 24;
+  if (hlen > len - start)
+    return fail(msg, msg_cap, DA_ERR_PARSE,
+                "truncated: the header length at bytes 8-%zu is %zu, but only %zu bytes follow "
+                "the preamble", start - 1, hlen, len - start);
+
+  /* Header dict. */
+  hdr_parser h;
+  memset(&h, 0, sizeof h);
+  h.p = p + start;
+  h.n = hlen;
+  h.base = start;
+  h.msg = msg;
+  h.cap = msg_cap;
+  if (parse_dict(&h) < 0) return DA_ERR_PARSE;
+
+  /* Data: exactly count * elem_size bytes. */
+  char shp[256];
+  format_shape(shp, sizeof shp, h.shape, h.ndim);
+  size_t elem = dtype_table[h.dtype].size, count = 1, bytes;
+  for (int d = 0; d < h.ndim; d++) {
+    if ((uint64_t)h.shape[d] > SIZE_MAX || !mul_size(count, (size_t)h.shape[d], &count))
+      return fail(msg, msg_cap, DA_ERR_PARSE,
+                  "header: shape %s has more elements than this machine can address", shp);
+  }
+  if (!mul_size(count, elem, &bytes))
+    return fail(msg, msg_cap, DA_ERR_PARSE,
+                "header: shape %s of '%s' needs more bytes than this machine can address", shp,
+                dtype_table[h.dtype].descr);
+  size_t data_at = start + hlen, have = len - data_at;
+  if (have != bytes)
+    return fail(msg, msg_cap, DA_ERR_PARSE,
+                "data: shape %s of '%s' needs %zu bytes from byte %zu on, the file has %zu%s",
+                shp, dtype_table[h.dtype].descr, bytes, data_at, have,
+                have > bytes ? " (trailing bytes after the array)" : " (truncated)");
+
+  void *data = malloc(bytes ? bytes : 1);
+  if (!data)
+    return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "npy: out of memory for %zu bytes of data",
+                bytes);
+  if (bytes) memcpy(data, p + data_at, bytes);
+  out->dtype = h.dtype;
+  out->ndim = h.ndim;
+  memcpy(out->shape, h.shape, sizeof out->shape);
+  out->elem_size = elem;
+  out->count = count;
+  out->data = data;
+  return DA_OK;
+}
+
+da_status da__npy_load(const char *path, da__npy_array *out, char *msg, size_t msg_cap) {
+  if (msg && msg_cap > 0) msg[0] = '\0';
+  if (out) memset(out, 0, sizeof *out);
+  if (!path || !out)
+    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: path or output array is NULL");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(msg, msg_cap, DA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return fail(msg, msg_cap, DA_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return fail(msg, msg_cap, DA_ERR_IO, "%s: is a directory", path);
+  }
+  /* Read to EOF; st_size is only a first guess (pipes report 0). */
+  size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX
+                   ? (size_t)st.st_size + 1 : 65536;
+  size_t len = 0;
+  unsigned char *buf = malloc(cap);
+  if (!buf) {
+    close(fd);
+    return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "%s: out of memory for %zu bytes", path, cap);
+  }
+  for (;;) {
+    if (len == cap) {
+      size_t ncap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+      unsigned char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+      if (!nb) {
+        free(buf);
+        close(fd);
+        return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "%s: out of memory reading the file", path);
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      free(buf);
+      close(fd);
+      return fail(msg, msg_cap, DA_ERR_IO, "%s: cannot read: %s", path, strerror(e));
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  close(fd);
+  char inner[512];
+  da_status st2 = da__npy_parse(buf, len, out, inner, sizeof inner);
+  free(buf);
+  if (st2 != DA_OK) return fail(msg, msg_cap, st2, "%s: %s", path, inner);
+  return DA_OK;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Writer.
+ * --------------------------------------------------------------------------------- */
+static int write_all(int fd, const void *buf, size_t n) {
+  const unsigned char *p = buf;
+  while (n > 0) {
+    size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+    ssize_t w = write(fd, p, chunk);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    if (w == 0) {
+      errno = EIO;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* The process umask, read without changing it (umask(2) would race other threads). */
+static mode_t current_umask(void) {
+  mode_t mask = 022;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return mask;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "Umask:", 6) == 0) {
+      mask = (mode_t)(strtoul(line + 6, NULL, 8) & 0777);
+      break;
+    }
+  }
+  fclose(f);
+  return mask;
+}
+
+/* fsync the folder holding path so the rename survives a crash; best effort. */
+static void sync_parent_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  if (!dir) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
+da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const int64_t *shape,
+                       const void *data, char *msg, size_t msg_cap) {
+  if (msg && msg_cap > 0) msg[0] = '\0';
+  if (!path || !*path) return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: empty path");
+  if ((int)dtype < 0 || (int)dtype >= NUM_DTYPES)
+    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", path, (int)dtype);
+  if (ndim < 0 || ndim > DA_NPY_MAX_DIMS || (ndim > 0 && !shape))
+    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "%s: bad ndim %d (0..%d, shape not NULL)",
+                path, ndim, DA_NPY_MAX_DIMS);
+  size_t count = 1, bytes;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0)
+      return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "%s: shape[%d] = %lld is negative",
+                  path, d, (long long)shape[d]);
+    if ((uint64_t)shape[d] > SIZE_MAX || !mul_size(count, (size_t)shape[d], &count))
+      return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "%s: element count overflows", path);
+  }
+  if (!mul_size(count, dtype_table[dtype].size, &bytes))
+    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "%s: byte count overflows", path);
+  if (bytes > 0 && !data)
+    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "%s: data is NULL", path);
+
+  /* Preamble + header, padded with spaces so the data starts at a multiple of 64 and the
+   * header ends with '\n' (what numpy writes). ndim <= 8 keeps it far below 64 KiB. */
+  char shp[256], head[512];
+  format_shape(shp, sizeof shp, shape, ndim);
+  int hn = snprintf(head + 10, sizeof head - 10,
+                    "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                    dtype_table[dtype].descr, shp);
+  size_t total = 10 + (size_t)hn + 1;
+  total = (total + 63) / 64 * 64;
+  memcpy(head, npy_magic, sizeof npy_magic);
+  head[6] = 1;
+  head[7] = 0;
+  head[8] = (char)((total - 10) & 0xff);
+  head[9] = (char)((total - 10) >> 8);
+  memset(head + 10 + hn, ' ', total - 10 - (size_t)hn - 1);
+  head[total - 1] = '\n';
+
+  /* Permission bits: an existing file keeps its own, a new one gets 0666 & ~umask. */
+  struct stat st;
+  mode_t mode = stat(path, &st) == 0 ? (st.st_mode & 0777) : (0666 & ~current_umask());
+
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
+  if (!tmp) return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "%s: out of memory", path);
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    return fail(msg, msg_cap, DA_ERR_IO, "%s: cannot create a temporary file beside it: %s",
+                path, strerror(e));
+  }
+  const char *step = "cannot write";
+  if (fchmod(fd, mode) != 0) {
+    step = "cannot set permissions of the temporary file";
+  } else if (write_all(fd, head, total) == 0 && write_all(fd, data, bytes) == 0) {
+    step = "cannot sync";
+    if (fsync(fd) == 0) {
+      step = "cannot close";
+      int rc = close(fd);
+      fd = -1;
+      if (rc == 0) {
+        step = "cannot rename the temporary file over it";
+        if (rename(tmp, path) == 0) {
+          free(tmp);
+          sync_parent_dir(path);
+          return DA_OK;
+        }
+      }
+    }
+  }
+  int e = errno;
+  if (fd >= 0) close(fd);
+  unlink(tmp);
+  free(tmp);
+  return fail(msg, msg_cap, DA_ERR_IO, "%s: %s: %s", path, step, strerror(e));
+}

@@ -1,0 +1,251 @@
+/* plan.c - the context and the plan API (DESIGN.md decision 8): create a plan from a
+ * spec (validate, render, compile or fetch from the context's kernel cache), query its
+ * workspace size, execute on caller buffers with strides, destroy. The host backend
+ * runs the kernel over (batch, head) pairs split across threads. */
+#include "gen/render.h"
+#include "runtime/kernel_cache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DA_MAX_SEQ_LEN ((int64_t)1 << 40)
+
+struct da_context {
+  da__kernel_cache kernels;
+};
+
+struct da_plan {
+  da_context *ctx;
+  da_spec spec;
+  uint8_t *masks[DA_MAX_BRANCHES]; /* owned copies of explicit masks */
+  da_backend backend;
+  da__rendered r;
+  da__host_kernel_fn fn;
+};
+
+da_status da_context_create(da_context **out) {
+  const da_context *ctx = NULL;
+  DA_RETURN_IF(!out, DA_ERR_INVALID_ARGUMENT, "out is NULL");
+  da_context *c = calloc(1, sizeof *c);
+  DA_RETURN_IF(!c, DA_ERR_NO_MEMORY, "context: out of memory");
+  if (da__kernel_cache_init(&c->kernels)) {
+    free(c);
+    return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its locks");
+  }
+  *out = c;
+  return DA_OK;
+}
+
+void da_context_destroy(da_context *c) {
+  if (!c) return;
+  da__kernel_cache_destroy(&c->kernels);
+  free(c);
+}
+
+static da_status pick_backend(const da_context *ctx, da_backend want, da_backend *got) {
+  const char *env = getenv("DILATTN_BACKEND");
+  if (env && *env) {
+    if (!strcmp(env, "host")) want = DA_BACKEND_HOST;
+    else if (!strcmp(env, "cuda")) want = DA_BACKEND_CUDA;
+    else if (strcmp(env, "auto"))
+      return da__set_error(ctx, DA_ERR_INVALID_ARGUMENT,
+                           "DILATTN_BACKEND: '%s' is not auto, host or cuda", env);
+  }
+  if (want == DA_BACKEND_CUDA)
+    return da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                         "backend cuda: this build has no CUDA backend yet; use the host backend");
+  DA_RETURN_IF(want != DA_BACKEND_AUTO && want != DA_BACKEND_HOST, DA_ERR_INVALID_ARGUMENT,
+               "backend: %d is not auto, host or cuda", (int)want);
+  *got = DA_BACKEND_HOST;
+  return DA_OK;
+}
+
+da_status da_plan_create(da_context *ctx, const da_spec *spec, da_backend backend,
+                         da_plan **out) {
+  return da_plan_create_ex(ctx, spec, backend, NULL, out);
+}
+
+da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
+                            const da_plan_options *opts, da_plan **out) {
+  DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
+  da_backend be;
+  DA_TRY(pick_backend(ctx, backend, &be));
+  da_plan *p = calloc(1, sizeof *p);
+  DA_RETURN_IF(!p, DA_ERR_NO_MEMORY, "plan: out of memory");
+  p->ctx = ctx;
+  p->spec = *spec;
+  p->backend = be;
+  da_status st = da__render_ex(ctx, spec, DA_TARGET_HOST, opts, &p->r);
+  if (st != DA_OK) {
+    free(p);
+    return st;
+  }
+  if (spec->sparsity.layout == DA_LAYOUT_EXPLICIT) {
+    for (int i = 0; i < spec->num_branches; i++) {
+      int64_t nb = da_spec_explicit_blocks(spec, i);
+      size_t bytes = (size_t)nb * (size_t)nb;
+      if (nb > 0 && bytes / (size_t)nb != (size_t)nb) bytes = SIZE_MAX;
+      p->masks[i] = bytes == SIZE_MAX ? NULL : malloc(bytes ? bytes : 1);
+      if (!p->masks[i]) {
+        da_plan_destroy(p);
+        return da__set_error(ctx, DA_ERR_NO_MEMORY, "plan: explicit mask %d (%lld x %lld) does not fit in memory",
+                             i, (long long)nb, (long long)nb);
+      }
+      memcpy(p->masks[i], spec->sparsity.explicit_masks[i], bytes);
+      p->spec.sparsity.explicit_masks[i] = p->masks[i];
+    }
+  }
+  st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r.key, p->r.source, p->r.kernel_name, &p->fn);
+  if (st != DA_OK) {
+    da_plan_destroy(p);
+    return st;
+  }
+  *out = p;
+  return DA_OK;
+}
+
+void da_plan_destroy(da_plan *p) {
+  if (!p) return;
+  for (int i = 0; i < DA_MAX_BRANCHES; i++) free(p->masks[i]);
+  da__rendered_free(&p->r);
+  free(p);
+}
+
+da_backend da_plan_backend(const da_plan *p) { return p ? p->backend : DA_BACKEND_AUTO; }
+const char *da_plan_kernel_name(const da_plan *p) { return p ? p->r.kernel_name : ""; }
+const char *da_plan_cache_key(const da_plan *p) { return p ? p->r.key : ""; }
+const char *da_plan_strategy(const da_plan *p) { return p ? p->r.strategy : ""; }
+
+static int num_threads(int64_t work) {
+  const char *env = getenv("DILATTN_NUM_THREADS");
+  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  if (n > 256) n = 256;
+  if (n > work) n = (long)work;
+  return (int)(n < 1 ? 1 : n);
+}
+
+/* Workspace bytes for nthreads workers at seq_len, or SIZE_MAX on overflow. */
+static size_t ws_bytes(const da_plan *p, int64_t seq_len, int nthreads) {
+  int64_t per = p->r.ws_floats_per_token;
+  if (per == 0) return 0;
+  if (seq_len > (int64_t)(SIZE_MAX / 4 / (size_t)per / (size_t)nthreads)) return SIZE_MAX;
+  return (size_t)seq_len * (size_t)per * 4u * (size_t)nthreads;
+}
+
+da_status da_plan_workspace_size(const da_plan *p, int64_t batch, int64_t seq_len, size_t *bytes) {
+  const da_context *ctx = p ? p->ctx : NULL;
+  DA_RETURN_IF(!p || !bytes, DA_ERR_INVALID_ARGUMENT, "plan and bytes must not be NULL");
+  DA_RETURN_IF(batch < 0 || seq_len < 0 || seq_len > DA_MAX_SEQ_LEN, DA_ERR_INVALID_ARGUMENT,
+               "batch %lld / seq_len %lld out of range", (long long)batch, (long long)seq_len);
+  size_t b = ws_bytes(p, seq_len, num_threads(batch * p->spec.num_heads));
+  DA_RETURN_IF(b == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
+  *bytes = b;
+  return DA_OK;
+}
+
+void da_args_init(da_args *a, const da_spec *s, int64_t batch, int64_t seq_len, const void *q,
+                  const void *k, const void *v, void *out, float *lse) {
+  memset(a, 0, sizeof *a);
+  a->q = q;
+  a->k = k;
+  a->v = v;
+  a->out = out;
+  a->lse = lse;
+  a->batch = batch;
+  a->seq_len = seq_len;
+  int64_t H = s->num_heads, Hkv = s->num_kv_heads, D = s->head_dim;
+  int64_t qs[3] = {seq_len * H * D, H * D, D}, ks[3] = {seq_len * Hkv * D, Hkv * D, D};
+  memcpy(a->q_stride, qs, sizeof qs);
+  memcpy(a->out_stride, qs, sizeof qs);
+  memcpy(a->k_stride, ks, sizeof ks);
+  memcpy(a->v_stride, ks, sizeof ks);
+}
+
+typedef struct {
+  da__host_kernel_fn fn;
+  const da__host_args *ha;
+  int64_t begin, end;
+  float *ws;
+  int rc;
+} worker_t;
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  w->rc = w->fn(w->ha, w->begin, w->end, w->ws);
+  return NULL;
+}
+
+static int strides_ok(const int64_t *s) { return s[0] >= 0 && s[1] >= 0 && s[2] >= 0; }
+
+da_status da_plan_execute(da_plan *p, const da_args *a) {
+  const da_context *ctx = p ? p->ctx : NULL;
+  DA_RETURN_IF(!p || !a, DA_ERR_INVALID_ARGUMENT, "plan and args must not be NULL");
+  DA_RETURN_IF(a->batch < 0 || a->seq_len < 0 || a->seq_len > DA_MAX_SEQ_LEN, DA_ERR_INVALID_ARGUMENT,
+               "batch = %lld, seq_len = %lld: out of range (seq_len <= 2^40)", (long long)a->batch,
+               (long long)a->seq_len);
+  if (a->batch == 0 || a->seq_len == 0) return DA_OK;
+  DA_RETURN_IF(!a->q || !a->k || !a->v || !a->out, DA_ERR_INVALID_ARGUMENT,
+               "q, k, v and out must not be NULL");
+  DA_RETURN_IF(!strides_ok(a->q_stride) || !strides_ok(a->k_stride) || !strides_ok(a->v_stride) ||
+                   !strides_ok(a->out_stride),
+               DA_ERR_INVALID_ARGUMENT, "strides must not be negative");
+  int64_t work = a->batch * p->spec.num_heads;
+  int nt = num_threads(work);
+  size_t need = ws_bytes(p, a->seq_len, nt);
+  DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
+  float *ws = a->workspace;
+  void *owned = NULL;
+  if (need) {
+    if (ws) {
+      DA_RETURN_IF(a->workspace_bytes < need, DA_ERR_INVALID_ARGUMENT,
+                   "workspace: %zu bytes given, %zu needed (da_plan_workspace_size)",
+                   a->workspace_bytes, need);
+    } else {
+      owned = malloc(need);
+      DA_RETURN_IF(!owned, DA_ERR_NO_MEMORY, "workspace: cannot allocate %zu bytes", need);
+      ws = owned;
+    }
+  }
+  da__host_args ha;
+  ha.q = a->q;
+  ha.k = a->k;
+  ha.v = a->v;
+  ha.out = a->out;
+  ha.lse = a->lse;
+  ha.batch = a->batch;
+  ha.seq_len = a->seq_len;
+  memcpy(ha.q_stride, a->q_stride, sizeof ha.q_stride);
+  memcpy(ha.k_stride, a->k_stride, sizeof ha.k_stride);
+  memcpy(ha.v_stride, a->v_stride, sizeof ha.v_stride);
+  memcpy(ha.out_stride, a->out_stride, sizeof ha.out_stride);
+  ha.masks = (const uint8_t *const *)p->masks;
+
+  worker_t w[256];
+  pthread_t th[256];
+  int started[256] = {0};
+  size_t per_ws = need / (size_t)nt / sizeof(float);
+  for (int i = 0; i < nt; i++) {
+    w[i].fn = p->fn;
+    w[i].ha = &ha;
+    w[i].begin = work * i / nt;
+    w[i].end = work * (i + 1) / nt;
+    w[i].ws = ws ? ws + per_ws * (size_t)i : NULL;
+    w[i].rc = 0;
+  }
+  for (int i = 1; i < nt; i++) started[i] = pthread_create(&th[i], NULL, worker_main, &w[i]) == 0;
+  for (int i = 1; i < nt; i++)
+    if (!started[i]) worker_main(&w[i]); /* no thread: run it here */
+  worker_main(&w[0]);
+  int rc = w[0].rc;
+  for (int i = 1; i < nt; i++) {
+    if (started[i]) pthread_join(th[i], NULL);
+    rc |= w[i].rc;
+  }
+  free(owned);
+  DA_RETURN_IF(rc != 0, DA_ERR_NO_MEMORY, "host kernel %s: cannot allocate its tile buffer", p->r.kernel_name);
+  return DA_OK;
+}

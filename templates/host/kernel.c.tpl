@@ -1,0 +1,258 @@
+{# kernel.c.tpl - host target: the plan laid out as plain C. Every constant comes from
+   the plan (gen/lua/planner.lua); the algorithm's pieces live in host/prims.h.
+   Three strategies (plan.strategy): fused (one online softmax across all branches per
+   query tile), split (per-branch tiles merged exactly into a workspace), single (a head
+   has one branch). #}
+{{ banner }}
+{{ include("host/prims.h") }}
+
+/* ---- constants of this spec ---------------------------------------------------- */
+#define HD {{ p.D }}              /* head_dim */
+#define NUM_HEADS {{ p.H }}       /* query heads */
+#define NUM_KV_HEADS {{ p.Hkv }}  /* kv heads */
+#define HEADS_PER_KV {{ p.group }} /* query heads reading one kv head */
+#define TQ {{ p.tile_q }}         /* queries per tile */
+#define TK {{ p.tile_k }}         /* keys per tile */
+#define CAUSAL {{ p.causal }}     /* key t is attended only when t <= p */
+#define BLOCK {{ p.block }}       /* sparsity block, in dilated coordinates */
+{% if p.strategy == "fused" then %}
+#define WIN_G {{ p.window_g }}    /* gcd of segment lengths: every g-window lies in one segment of each branch */
+#define LCM_R {{ p.lcm_r }}       /* lcm of dilation rates: queries c, c+R, ... share key sets */
+{% end %}
+static const float SCALE = (float){{ f64(p.scale) }}; /* {{ p.scale_is_default and "1/sqrt(head_dim)" or "from the config" }} */
+static const float OUT_DIVISOR = {{ p.out_divisor }}.0f; /* grouped mode divides by the number of groups */
+{{ dtype_c }}
+/* (branch, offset) pairs of each query head */
+static const int32_t HEAD_NBR[NUM_HEADS] = { {{ head_counts }} };
+static const int32_t HEAD_BR[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_branches }} };
+static const int64_t HEAD_OFF[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_offsets }} };
+
+typedef struct {
+  int nq;                 /* queries in this tile */
+  int64_t pos[TQ];        /* their positions */
+  float q[TQ][HD];        /* their rows, in fp32 */
+  float m[TQ], l[TQ];     /* online softmax max and denominator */
+  float acc[TQ][HD];      /* unnormalised output */
+  float k[TK][HD], v[TK][HD], s[TQ][TK]; /* key tile, value tile, scores */
+} tile_t;
+
+static void tile_reset(tile_t *T) {
+  for (int j = 0; j < T->nq; j++) {
+    T->m[j] = -INFINITY;
+    T->l[j] = 0.0f;
+    for (int x = 0; x < HD; x++) T->acc[j][x] = 0.0f;
+  }
+}
+
+static void tile_load_q(tile_t *T, const da_host_args *A, int64_t b, int64_t h) {
+  for (int j = 0; j < T->nq; j++) {
+    int64_t base = b * A->q_stride[0] + T->pos[j] * A->q_stride[1] + h * A->q_stride[2];
+    for (int x = 0; x < HD; x++) T->q[j][x] = LD(A->q, base + x);
+  }
+}
+
+/* Finished tile row j: its (out, lse). */
+static void tile_row_result(const tile_t *T, int j, float *o, float *lse) {
+  if (T->l[j] == 0.0f) { /* attended nothing */
+    for (int x = 0; x < HD; x++) o[x] = 0.0f;
+    *lse = -INFINITY;
+    return;
+  }
+  float inv = 1.0f / T->l[j];
+  for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv;
+  *lse = T->m[j] + logf(T->l[j]);
+}
+
+static void store_row(const da_host_args *A, int64_t b, int64_t h, int64_t pos, const float *o, float lse) {
+  int64_t base = b * A->out_stride[0] + pos * A->out_stride[1] + h * A->out_stride[2];
+  for (int x = 0; x < HD; x++) ST(A->out, base + x, o[x] / OUT_DIVISOR);
+  if (A->lse) A->lse[(b * NUM_HEADS + h) * A->seq_len + pos] = lse;
+}
+{% for _, br in ipairs(p.branches) do %}
+
+/* ---- branch {{ br.index }}: segment length {{ br.w }}, dilation rate {{ br.r }} ---------------- */
+static inline int allowed_b{{ br.index }}(const da_host_args *A, int64_t qb, int64_t kb) {
+{% if p.layout == "none" or p.layout == "dense" then %}
+  (void)A; (void)qb; (void)kb;
+  return 1;
+{% elseif p.layout == "local_window" then %}
+  (void)A;
+  return da_abs64(qb - kb) <= {{ p.window }};
+{% elseif p.layout == "global_local" then %}
+  (void)A;
+  return da_abs64(qb - kb) <= {{ p.window }} || kb < {{ p.global }} || qb < {{ p.global }};
+{% elseif p.layout == "dilated_sparse" then %}
+  (void)A;
+  int64_t d = da_abs64(qb - kb);
+  return d == 0{% for _, st in ipairs(p.strides) do %} || d == {{ st }}{% end %};
+{% elseif p.layout == "random" then %}
+  (void)A;
+  if (qb == kb) return 1;
+  uint64_t x = (uint64_t){{ u64(p.seed) }} ^ (((uint64_t){{ br.index }} << 48) ^ ((uint64_t)qb << 24) ^ (uint64_t)kb);
+  return (da_splitmix64(x) >> 11) < {{ p.random_threshold }}ull; /* floor(density * 2^53) */
+{% else %}
+  return A->masks[{{ br.index }}][qb * {{ br.nblocks }} + kb] != 0; /* explicit {{ br.nblocks }} x {{ br.nblocks }} mask */
+{% end %}
+}
+
+/* Attend tile T to branch {{ br.index }}'s keys in the segment at s0, offset class o: keys
+ * t = s0 + o + c*{{ br.r }}, c in [0, L). Query j has dilated index a0 + j*astride. */
+static void attend_b{{ br.index }}(tile_t *T, const da_host_args *A, int64_t b, int64_t hkv, int64_t s0, int64_t o,
+                       int64_t a0, int64_t astride) {
+  const int64_t seg_len = da_min64({{ br.w }}, A->seq_len - s0);
+  const int64_t L = (seg_len - o + {{ br.r - 1 }}) / {{ br.r }};
+  const int64_t a_first = a0, a_last = a0 + (int64_t)(T->nq - 1) * astride;
+  const int64_t kend = CAUSAL ? da_min64(L, a_last + 1) : L;
+  for (int64_t c0 = 0; c0 < kend; c0 += TK) {
+    const int nk = (int)da_min64(TK, kend - c0);
+    /* Tile class: skip (no pair allowed), full (every pair allowed), partial. */
+    int full = !CAUSAL || c0 + nk - 1 <= a_first;
+{% if p.sparse then %}
+    {
+      int64_t qb0 = a_first / BLOCK, qb1 = a_last / BLOCK, kb0 = c0 / BLOCK, kb1 = (c0 + nk - 1) / BLOCK;
+      if ((qb1 - qb0 + 1) * (kb1 - kb0 + 1) <= (int64_t)T->nq * nk) {
+        int any = 0, all = 1;
+        for (int64_t qb = qb0; qb <= qb1; qb++)
+          for (int64_t kb = kb0; kb <= kb1; kb++) {
+            int ok = allowed_b{{ br.index }}(A, qb, kb);
+            any |= ok;
+            all &= ok;
+          }
+        if (!any) continue;
+        full &= all;
+      } else {
+        full = 0;
+      }
+    }
+{% end %}
+    for (int c = 0; c < nk; c++) {
+      int64_t t = s0 + o + (c0 + c) * {{ br.r }};
+      int64_t kbase = b * A->k_stride[0] + t * A->k_stride[1] + hkv * A->k_stride[2];
+      int64_t vbase = b * A->v_stride[0] + t * A->v_stride[1] + hkv * A->v_stride[2];
+      for (int x = 0; x < HD; x++) {
+        T->k[c][x] = LD(A->k, kbase + x);
+        T->v[c][x] = LD(A->v, vbase + x);
+      }
+    }
+    for (int j = 0; j < T->nq; j++) {
+      const int64_t a = a0 + j * astride;
+      for (int c = 0; c < nk; c++) {
+        float dot = 0.0f;
+        for (int x = 0; x < HD; x++) dot += T->q[j][x] * T->k[c][x];
+        T->s[j][c] = dot * SCALE;
+      }
+      if (!full)
+        for (int c = 0; c < nk; c++) {
+          int ok = !CAUSAL || c0 + c <= a;
+{% if p.sparse then %}
+          ok = ok && allowed_b{{ br.index }}(A, a / BLOCK, (c0 + c) / BLOCK);
+{% end %}
+          if (!ok) T->s[j][c] = -INFINITY;
+        }
+      da_row_update(&T->m[j], &T->l[j], T->acc[j], T->s[j], &T->v[0][0], nk, HD);
+    }
+  }
+}
+{% end %}
+
+/* Dispatch to the branch's specialised attend. */
+static void attend(int br, tile_t *T, const da_host_args *A, int64_t b, int64_t hkv, int64_t s0, int64_t o,
+                   int64_t a0, int64_t astride) {
+  switch (br) {
+{% for _, br in ipairs(p.branches) do %}
+  case {{ br.index }}: attend_b{{ br.index }}(T, A, b, hkv, s0, o, a0, astride); break;
+{% end %}
+  default: break;
+  }
+}
+
+static const int64_t BR_W[{{ p.num_branches }}] = { {{ branch_w }} };
+static const int64_t BR_R[{{ p.num_branches }}] = { {{ branch_r }} };
+
+{% if p.strategy == "fused" then %}
+/* Fused: for each g-window and residue c mod R, tiles of positions c, c+R, ... ; every
+ * branch that covers the residue contributes to one online softmax. */
+static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, float *ws) {
+  (void)ws;
+  const int64_t N = A->seq_len, hkv = h / HEADS_PER_KV;
+  float o[HD], lse;
+  for (int64_t gs = 0; gs < N; gs += WIN_G) {
+    const int64_t ge = da_min64(gs + WIN_G, N);
+    for (int64_t c = 0; c < LCM_R && gs + c < ge; c++) {
+      const int64_t first = gs + c, count = (ge - first + LCM_R - 1) / LCM_R;
+      for (int64_t j0 = 0; j0 < count; j0 += TQ) {
+        T->nq = (int)da_min64(TQ, count - j0);
+        for (int j = 0; j < T->nq; j++) T->pos[j] = first + (j0 + j) * LCM_R;
+        tile_reset(T);
+        tile_load_q(T, A, b, h);
+        for (int k = 0; k < HEAD_NBR[h]; k++) {
+          const int br = HEAD_BR[h][k];
+          const int64_t w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
+          const int64_t s0 = (gs / w) * w, rel = first - s0;
+          if (rel % r != off) continue; /* residue not covered by this branch */
+          attend(br, T, A, b, hkv, s0, off, (rel - off) / r + j0 * (LCM_R / r), LCM_R / r);
+        }
+        for (int j = 0; j < T->nq; j++) {
+          tile_row_result(T, j, o, &lse);
+          store_row(A, b, h, T->pos[j], o, lse);
+        }
+      }
+    }
+  }
+}
+{% else %}
+/* {{ p.strategy == "split" and "Split: per-branch tiles; partial results merged exactly into ws ([N][HD+1] per head)." or "Single: each head has one branch; per-branch tiles write out directly." }} */
+static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, float *ws) {
+  const int64_t N = A->seq_len, hkv = h / HEADS_PER_KV;
+  float o[HD], lse;
+{% if p.strategy == "split" then %}
+  for (int64_t p = 0; p < N; p++) {
+    for (int x = 0; x < HD; x++) ws[p * (HD + 1) + x] = 0.0f;
+    ws[p * (HD + 1) + HD] = -INFINITY;
+  }
+{% else %}
+  (void)ws;
+  for (int x = 0; x < HD; x++) o[x] = 0.0f;
+  for (int64_t p = 0; p < N; p++) store_row(A, b, h, p, o, -INFINITY); /* positions no branch covers */
+{% end %}
+  for (int k = 0; k < HEAD_NBR[h]; k++) {
+    const int br = HEAD_BR[h][k];
+    const int64_t w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
+    for (int64_t s0 = 0; s0 < N; s0 += w) {
+      const int64_t seg_len = da_min64(w, N - s0);
+      if (off >= seg_len) continue;
+      const int64_t L = (seg_len - off + r - 1) / r;
+      for (int64_t a0 = 0; a0 < L; a0 += TQ) {
+        T->nq = (int)da_min64(TQ, L - a0);
+        for (int j = 0; j < T->nq; j++) T->pos[j] = s0 + off + (a0 + j) * r;
+        tile_reset(T);
+        tile_load_q(T, A, b, h);
+        attend(br, T, A, b, hkv, s0, off, a0, 1);
+        for (int j = 0; j < T->nq; j++) {
+          tile_row_result(T, j, o, &lse);
+{% if p.strategy == "split" then %}
+          float *row = ws + T->pos[j] * (HD + 1);
+          da_merge_partial(row, row + HD, o, lse, HD);
+{% else %}
+          store_row(A, b, h, T->pos[j], o, lse);
+{% end %}
+        }
+      }
+    }
+  }
+{% if p.strategy == "split" then %}
+  for (int64_t p = 0; p < N; p++) store_row(A, b, h, p, ws + p * (HD + 1), ws[p * (HD + 1) + HD]);
+{% end %}
+}
+{% end %}
+
+/* Entry: (batch, head) pairs [bh_begin, bh_end). ws: {{ p.ws_floats_per_token }} floats per token (may be NULL when 0).
+ * Returns 0, or -1 when the tile buffer cannot be allocated. */
+int {{ p.name }}(const da_host_args *A, int64_t bh_begin, int64_t bh_end, float *ws) {
+  tile_t *T = (tile_t *)malloc(sizeof(tile_t));
+  if (!T) return -1;
+  for (int64_t bh = bh_begin; bh < bh_end; bh++)
+    run_head(T, A, bh / NUM_HEADS, bh % NUM_HEADS, ws);
+  free(T);
+  return 0;
+}
