@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Must match runtime/host_abi.h. */
+/* Must match da__host_args in runtime/host_compiler.h. */
 typedef struct {
   const void *q, *k, *v;
   void *out;
