@@ -58,8 +58,8 @@ static void count_hook(lua_State *L, lua_Debug *ar) {
   lua_getallocf(L, (void **)&S);
   S->spent += HOOK_EVERY;
   if (S->spent > S->budget)
-    luaL_error(L, "instruction budget exceeded (%lld VM instructions): a template or generator "
-                  "module does not terminate", S->budget);
+    luaL_error(L, "instruction budget exceeded (%I VM instructions): a template or generator "
+                  "module does not terminate", (lua_Integer)S->budget);
 }
 
 /* ---- resources: embedded, or from DILATTN_TEMPLATE_DIR --------------------------------- */

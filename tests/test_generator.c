@@ -1,0 +1,196 @@
+/* test_generator.c - the generator: byte-identical output for the same spec, the banner
+ * (spec and cache key), kernel names, template errors reported at the template's own
+ * line, and the sandbox refusing escapes (os.execute, io, load, string.dump, globals),
+ * runaway loops (instruction budget) and unbounded allocation (memory limit), also when
+ * the template comes from DILATTN_TEMPLATE_DIR.
+ * Run: build/tests/test_generator   (ctest -R generator) */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gen/render.h"
+#include "test_util.h"
+
+static da_spec base_spec(void) {
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 3;
+  int64_t w[3] = {16, 32, 64}, r[3] = {1, 2, 4};
+  memcpy(s.segment_lengths, w, sizeof w);
+  memcpy(s.dilation_rates, r, sizeof r);
+  s.num_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 32;
+  return s;
+}
+
+static void test_determinism(void) {
+  da_context *c1, *c2;
+  da_context_create(&c1);
+  da_context_create(&c2);
+  da_spec s = base_spec();
+  char *a = NULL, *b = NULL, *na = NULL, *nb = NULL;
+  TU_CHECK(da_render(c1, &s, DA_TARGET_HOST, &a, &na) == DA_OK, "render: %s", da_context_last_error(c1));
+  TU_CHECK(da_render(c2, &s, DA_TARGET_HOST, &b, &nb) == DA_OK, "render: %s", da_context_last_error(c2));
+  if (a && b) {
+    TU_CHECK(strcmp(a, b) == 0, "same spec rendered two different sources");
+    TU_CHECK(strcmp(na, nb) == 0, "same spec, two kernel names");
+    TU_CHECK(strncmp(a, "/* dilattn ", 11) == 0, "source does not open with the banner");
+    char *js = da_spec_to_json(&s);
+    const char *end_banner = strstr(a, "*/");
+    const char *spec_at = strstr(a, js);
+    TU_CHECK(spec_at && spec_at < end_banner, "banner lacks the spec JSON %s", js);
+    const char *key = strstr(a, "cache key: ");
+    TU_CHECK(key && key < end_banner, "banner lacks the cache key");
+    if (key) {
+      int hex = 1;
+      for (int i = 0; i < 64; i++) hex &= !!strchr("0123456789abcdef", key[11 + i]);
+      TU_CHECK(hex && key[75] == '\n', "cache key is not 64 hex digits");
+    }
+    TU_CHECK(strstr(na, "w16_32_64") && strstr(na, "r1_2_4") && strstr(na, "h4_2") && strstr(na, "d32"),
+             "kernel name %s does not encode the spec", na);
+    TU_CHECK(strstr(a, na) != NULL, "source lacks its entry point %s", na);
+    free(js);
+  }
+  /* any change of the spec changes the source, the key and the name */
+  da_spec t = s;
+  t.has_scale = 1;
+  t.scale = 0.125;
+  char *c = NULL, *nc = NULL;
+  TU_CHECK(da_render(c1, &t, DA_TARGET_HOST, &c, &nc) == DA_OK, "render");
+  if (a && c) {
+    TU_CHECK(strcmp(a, c) != 0, "scale change did not change the source");
+    TU_CHECK(strcmp(na, nc) != 0, "scale change did not change the kernel name");
+    TU_CHECK(strncmp(strstr(a, "cache key: "), strstr(c, "cache key: "), 75) != 0, "key unchanged");
+  }
+  free(a), free(b), free(c), free(na), free(nb), free(nc);
+  /* the cuda target is refused clearly in this build */
+  char *x = NULL;
+  TU_CHECK(da_render(c1, &s, DA_TARGET_CUDA, &x, NULL) == DA_ERR_UNSUPPORTED, "cuda target");
+  /* an invalid spec never reaches Lua */
+  t = s;
+  t.dilation_rates[1] = 99;
+  TU_CHECK(da_render(c1, &t, DA_TARGET_HOST, &x, NULL) == DA_ERR_INVALID_SPEC, "invalid spec rendered");
+  TU_CHECK(strstr(da_context_last_error(c1), "dilation_rates[1]") != NULL, "error lacks the field: %s",
+           da_context_last_error(c1));
+  da_context_destroy(c1);
+  da_context_destroy(c2);
+}
+
+/* Render text as a template; return status and keep the error text. */
+static da_status render_text(da_context *ctx, const char *text, long long budget, size_t mem, char **out) {
+  da_spec s = base_spec();
+  *out = NULL;
+  return da__render_template_text(ctx, &s, text, "t.tpl", budget, mem, out);
+}
+
+static void expect_error(da_context *ctx, const char *text, da_status want, const char *needle) {
+  char *out = NULL;
+  da_status st = render_text(ctx, text, 20000000, 32u << 20, &out);
+  const char *err = da_context_last_error(ctx);
+  TU_CHECK(want == DA_OK ? st != DA_OK : st == want, "template %.40s...: status %s, want %s (%s)", text, da_status_name(st),
+           da_status_name(want), err);
+  TU_CHECK(strstr(err, needle) != NULL, "template %.40s...: error '%s' lacks '%s'", text, err, needle);
+  free(out);
+}
+
+static void test_templates(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  char *out = NULL;
+  /* the engine: expressions, statements, comments, line layout */
+  const char *t = "a {{ p.D }} b\n{% for i = 1, 2 do %}\nx{{ i }}\n{% end %}\n{# gone #}\nend\n";
+  TU_CHECK(render_text(ctx, t, 0, 0, &out) == DA_OK, "engine: %s", da_context_last_error(ctx));
+  TU_CHECK(out && strcmp(out, "a 32 b\nx1\nx2\nend\n") == 0, "engine output: [%s]", out ? out : "(null)");
+  free(out);
+  /* errors point at the template's own line */
+  expect_error(ctx, "line 1\nline 2\n{{ p.nope.deeper }}\n", DA_ERR_GENERATOR, "t.tpl:3:");
+  expect_error(ctx, "1\n2\n3\n4\n{% if then %}\n", DA_ERR_GENERATOR, "t.tpl:5:");
+  expect_error(ctx, "ok\n{{ nil }}\n", DA_ERR_GENERATOR, "t.tpl:2");
+  expect_error(ctx, "{{ 1.5 }}", DA_ERR_GENERATOR, "explicit format");
+  expect_error(ctx, "a\n{% for i=1,2 do \n", DA_ERR_GENERATOR, "t.tpl:");
+  expect_error(ctx, "a\nb {{ p.D ", DA_ERR_GENERATOR, "t.tpl:2: unclosed");
+  /* sandbox escapes */
+  expect_error(ctx, "{% os.execute('touch /tmp/dilattn_pwned') %}", DA_ERR_GENERATOR, "os");
+  TU_CHECK(access("/tmp/dilattn_pwned", F_OK) != 0, "os.execute ran");
+  expect_error(ctx, "{{ io.open('/etc/passwd'):read('a') }}", DA_ERR_GENERATOR, "io");
+  expect_error(ctx, "{% load('return 1')() %}", DA_ERR_GENERATOR, "load");
+  expect_error(ctx, "{% dofile('/etc/passwd') %}", DA_ERR_GENERATOR, "dofile");
+  expect_error(ctx, "{% require('os') %}", DA_ERR_GENERATOR, "require");
+  expect_error(ctx, "{{ string.dump(function() end) }}", DA_ERR_GENERATOR, "dump");
+  expect_error(ctx, "{{ ('x'):dump() }}", DA_ERR_GENERATOR, "dump");
+  expect_error(ctx, "{% collectgarbage() %}", DA_ERR_GENERATOR, "collectgarbage");
+  expect_error(ctx, "{% debug.sethook() %}", DA_ERR_GENERATOR, "debug");
+  expect_error(ctx, "{% leaked = 1 %}", DA_ERR_GENERATOR, "global 'leaked'");
+  expect_error(ctx, "{% sandbox_load(string.char(27) .. 'Lua', 'x', {}) %}", DA_ERR_GENERATOR, "binary");
+  /* runaway loops and allocation stop with a clear error */
+  expect_error(ctx, "{% while true do end %}", DA_ERR_GENERATOR, "instruction budget exceeded");
+  expect_error(ctx, "{% local t = {} for i = 1, 1e12 do t[i] = string.rep('x', 4096) .. i end %}",
+               DA_ERR_NO_MEMORY, "memory limit");
+  expect_error(ctx, "{{ string.rep('x', 1 << 30) }}", DA_ERR_NO_MEMORY, "memory limit");
+  /* unbounded recursion: the Lua stack or the memory limit stops it, either way cleanly */
+  expect_error(ctx, "{% local function f() return f() + 1 end f() %}", DA_OK, "generator");
+  /* after all that, the same context still renders */
+  da_spec s = base_spec();
+  char *src = NULL;
+  TU_CHECK(da_render(ctx, &s, DA_TARGET_HOST, &src, NULL) == DA_OK, "render after sandbox errors");
+  free(src);
+  da_context_destroy(ctx);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+static void test_template_dir(void) {
+  char dir[] = "/tmp/dilattn-tpl-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  char sub[256], path[256];
+  snprintf(sub, sizeof sub, "%s/host", dir);
+  mkdir(sub, 0700);
+  snprintf(path, sizeof path, "%s/host/kernel.c.tpl", dir);
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_spec s = base_spec();
+  da_plan *plan = NULL;
+  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+  /* a template that tries to escape */
+  write_file(path, "/* hi */\n{% os.execute('id') %}\n");
+  da_status st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
+  TU_CHECK(st == DA_ERR_GENERATOR && strstr(da_context_last_error(ctx), "kernel.c.tpl:2:"),
+           "escaping template from DILATTN_TEMPLATE_DIR: %s / %s", da_status_name(st), da_context_last_error(ctx));
+  /* a template that never ends */
+  write_file(path, "{% local n = 0 while true do n = n + 1 end %}\n");
+  st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
+  TU_CHECK(st == DA_ERR_GENERATOR && strstr(da_context_last_error(ctx), "instruction budget"),
+           "looping template: %s", da_context_last_error(ctx));
+  /* a template that produces C that does not compile: compile error with the log */
+  write_file(path, "this is not C;\n");
+  st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
+  TU_CHECK(st == DA_ERR_COMPILE && strstr(da_context_last_error(ctx), "kernel.c"),
+           "bad C: %s / %s", da_status_name(st), da_context_last_error(ctx));
+  /* a missing template names the path */
+  unlink(path);
+  st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
+  TU_CHECK(st == DA_ERR_GENERATOR && strstr(da_context_last_error(ctx), path),
+           "missing template: %s", da_context_last_error(ctx));
+  unsetenv("DILATTN_TEMPLATE_DIR");
+  rmdir(sub);
+  rmdir(dir);
+  st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
+  TU_CHECK(st == DA_OK, "embedded templates after the env var is gone: %s", da_context_last_error(ctx));
+  da_plan_destroy(plan);
+  da_context_destroy(ctx);
+}
+
+int main(void) {
+  test_determinism();
+  test_templates();
+  test_template_dir();
+  return tu_report();
+}
