@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""test_cli.py - the `dilattn` command as a user drives it: gen/run/info, the golden
+cases through `run` (NPY in and out), bf16 through <u2, and bad input of every kind
+(malformed or unknown config fields, invalid values, arrays whose shape or dtype
+disagrees with the config, truncated or corrupt NPY) exiting 2 with a message saying
+what and where, and leaving no output file behind.
+
+Run: python3 tests/test_cli.py build/dilattn ../shared/golden   (ctest -R cli)
+Needs numpy.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+DILATTN = os.path.abspath(sys.argv[1])
+GOLDEN = os.path.abspath(sys.argv[2])
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([DILATTN, *args], capture_output=True, text=True, env=e)
+    return p.returncode, p.stdout, p.stderr
+
+
+def tol(dtype):
+    return {"float32": 2e-5, "float16": 1e-2, "bfloat16": 3e-2}[dtype]
+
+
+def test_info():
+    rc, out, err = run("info")
+    check(rc == 0, f"info exit {rc}: {err}")
+    try:
+        info = json.loads(out)
+        check(info["backends"]["host"]["available"] is True, "info: host backend not available")
+        check("version" in info, "info: no version")
+    except (ValueError, KeyError) as ex:
+        check(False, f"info output is not the expected JSON: {ex}: {out}")
+
+
+def test_gen(tmp):
+    cfgs = sorted(os.path.join(GOLDEN, d, "case.json") for d in os.listdir(GOLDEN))
+    d1, d2 = os.path.join(tmp, "g1"), os.path.join(tmp, "g2")
+    os.mkdir(d1)
+    os.mkdir(d2)
+    rc, out, err = run("gen", *cfgs, "-o", d1)
+    check(rc == 0, f"gen exit {rc}: {err}")
+    files = sorted(os.listdir(d1))
+    check(len(files) == len(cfgs), f"gen wrote {len(files)} files for {len(cfgs)} configs")
+    rc, out, err = run("gen", *cfgs, "-o", d2)
+    for f in files:
+        a = open(os.path.join(d1, f), "rb").read()
+        b = open(os.path.join(d2, f), "rb").read()
+        check(a == b, f"gen is not deterministic for {f}")
+        check(a.startswith(b"/* dilattn "), f"{f} does not open with the banner")
+    rc, out, err = run("gen", cfgs[0], "-o", d1, "--report")
+    check(rc == 0, f"gen --report exit {rc}: {err}")
+    try:
+        rep = json.loads(out.strip().splitlines()[0])
+        check(rep["kernel"] and rep["compile_ms"] > 0, f"report: {rep}")
+    except (ValueError, KeyError, IndexError) as ex:
+        check(False, f"gen --report output: {ex}: {out}")
+    rc, _, err = run("gen", cfgs[0], "-o", os.path.join(tmp, "nope"))
+    check(rc == 2 and "not a folder" in err, f"gen into missing folder: {rc} {err}")
+    rc, _, err = run("gen", cfgs[0], "--target", "cuda", "--arch", "sm_90", "-o", d1)
+    check(rc in (0, 3, 4), f"gen --target cuda: exit {rc} {err}")
+
+
+def test_run_golden(tmp):
+    for case in sorted(os.listdir(GOLDEN)):
+        d = os.path.join(GOLDEN, case)
+        cfg = json.load(open(os.path.join(d, "case.json")))
+        out, lse = os.path.join(tmp, case + "_out.npy"), os.path.join(tmp, case + "_lse.npy")
+        rc, _, err = run("run", os.path.join(d, "case.json"), "--q", os.path.join(d, "q.npy"),
+                         "--k", os.path.join(d, "k.npy"), "--v", os.path.join(d, "v.npy"),
+                         "-o", out, "--lse", lse, "--backend", "host")
+        check(rc == 0, f"run {case}: exit {rc}: {err}")
+        if rc:
+            continue
+        v = np.load(os.path.join(d, "v.npy")).astype(np.float64)
+        vmax = np.abs(v).max()
+        got, want = np.load(out), np.load(os.path.join(d, "out.npy"))
+        check(got.dtype == np.load(os.path.join(d, "q.npy")).dtype, f"{case}: out dtype {got.dtype}")
+        err_out = np.abs(got.astype(np.float64) - want).max()
+        check(err_out <= tol(cfg["dtype"]) * vmax, f"{case}: out error {err_out}")
+        gl, wl = np.load(lse), np.load(os.path.join(d, "lse.npy"))
+        check(gl.dtype == np.float32 and gl.shape == wl.shape, f"{case}: lse {gl.dtype} {gl.shape}")
+        fin = np.isfinite(wl)
+        check(np.array_equal(fin, np.isfinite(gl)), f"{case}: -inf lse pattern differs")
+        check(np.all(gl[~fin] == -np.inf), f"{case}: masked rows not -inf")
+        check(not np.isnan(got.astype(np.float64)).any(), f"{case}: NaN in out")
+        lt = 1e-4 if cfg["dtype"] == "float32" else 1e-2
+        check(np.abs(gl[fin] - wl[fin]).max(initial=0) <= lt, f"{case}: lse error")
+        leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
+        check(not leftovers, f"temp files left behind: {leftovers}")
+
+
+def f32_to_bf16_bits(x):
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_run_bf16(tmp):
+    """bf16 (as <u2) against float32 on the same bf16-rounded values."""
+    rng = np.random.default_rng(7)
+    cfg = {"segment_lengths": [16, 32], "dilation_rates": [1, 2], "num_heads": 4, "num_kv_heads": 2,
+           "head_dim": 16, "causal": True, "dtype": "bfloat16"}
+    shape_q, shape_k = (2, 50, 4, 16), (2, 50, 2, 16)
+    bits = {n: f32_to_bf16_bits(rng.uniform(-1, 1, s)) for n, s in (("q", shape_q), ("k", shape_k), ("v", shape_k))}
+    for n, b in bits.items():
+        np.save(os.path.join(tmp, f"bf_{n}.npy"), b)
+        np.save(os.path.join(tmp, f"f32_{n}.npy"), (b.astype(np.uint32) << 16).view(np.float32))
+    json.dump(cfg, open(os.path.join(tmp, "bf.json"), "w"))
+    json.dump(dict(cfg, dtype="float32"), open(os.path.join(tmp, "f32.json"), "w"))
+    for kind in ("bf", "f32"):
+        rc, _, err = run("run", os.path.join(tmp, f"{kind}.json"), *sum(
+            ([f"--{n}", os.path.join(tmp, f"{kind}_{n}.npy")] for n in "qkv"), []),
+            "-o", os.path.join(tmp, f"{kind}_out.npy"))
+        check(rc == 0, f"bf16 run ({kind}): exit {rc}: {err}")
+    if failed:
+        return
+    got = np.load(os.path.join(tmp, "bf_out.npy"))
+    check(got.dtype == np.uint16, f"bf16 out dtype {got.dtype}")
+    ref = np.load(os.path.join(tmp, "f32_out.npy")).astype(np.float64)
+    got_f = (got.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    check(np.abs(got_f - ref).max() <= 3e-2, "bf16 output differs from float32 on the same values")
+
+
+def test_bad_inputs(tmp):
+    g = os.path.join(GOLDEN, "gqa_4_to_1")
+    cfg = json.load(open(os.path.join(g, "case.json")))
+    q, k, v = (os.path.join(g, f"{n}.npy") for n in "qkv")
+    out = os.path.join(tmp, "bad_out.npy")
+    lse = os.path.join(tmp, "bad_lse.npy")
+
+    def write_cfg(name, obj_or_text):
+        p = os.path.join(tmp, name)
+        with open(p, "w") as f:
+            f.write(obj_or_text if isinstance(obj_or_text, str) else json.dumps(obj_or_text))
+        return p
+
+    def write_npy_bytes(name, data):
+        p = os.path.join(tmp, name)
+        open(p, "wb").write(data)
+        return p
+
+    good = write_cfg("good.json", cfg)
+    qa = np.load(q)
+    qbytes = open(q, "rb").read()
+    cases = [
+        ("malformed JSON", [write_cfg("m.json", '{"segment_lengths": [32, 64],'), "--q", q, "--k", k, "--v", v], "line"),
+        ("unknown field", [write_cfg("u.json", dict(cfg, colour="red")), "--q", q, "--k", k, "--v", v], "colour"),
+        ("invalid value", [write_cfg("i.json", dict(cfg, dilation_rates=[1, 65])), "--q", q, "--k", k, "--v", v], "dilation_rates[1]"),
+        ("wrong type", [write_cfg("t.json", dict(cfg, head_dim="32")), "--q", q, "--k", k, "--v", v], "head_dim"),
+        ("missing config", [os.path.join(tmp, "absent.json"), "--q", q, "--k", k, "--v", v], "absent.json"),
+        ("missing array", [good, "--q", os.path.join(tmp, "absent.npy"), "--k", k, "--v", v], "absent.npy"),
+        ("head_dim mismatch", [write_cfg("d.json", dict(cfg, head_dim=16)), "--q", q, "--k", k, "--v", v], "head_dim = 16"),
+        ("kv heads mismatch", [good, "--q", q, "--k", q, "--v", v], "num_kv_heads = 2"),
+        ("seq_len mismatch", [good, "--q", q, "--k", write_npy_bytes("k_short.npy", b""), "--v", v], "k_short.npy"),
+        ("dtype mismatch", [write_cfg("h.json", dict(cfg, dtype="float16")), "--q", q, "--k", k, "--v", v], "dtype"),
+        ("truncated npy", [good, "--q", write_npy_bytes("trunc.npy", qbytes[: len(qbytes) // 2]), "--k", k, "--v", v], "trunc.npy"),
+        ("corrupt magic", [good, "--q", write_npy_bytes("magic.npy", b"XNUMPY" + qbytes[6:]), "--k", k, "--v", v], "magic.npy"),
+        ("header garbage", [good, "--q", write_npy_bytes("hdr.npy", qbytes[:10] + b"{'descr': <f4 ???" + qbytes[27:]), "--k", k, "--v", v], "hdr.npy"),
+        ("3-d array", [good, "--q", q, "--k", k, "--v", v], None),  # placeholder replaced below
+        ("unknown option", [good, "--q", q, "--k", k, "--v", v, "--fast"], "--fast"),
+        ("missing --v", [good, "--q", q, "--k", k], "--v"),
+        ("bad backend", [good, "--q", q, "--k", k, "--v", v, "--backend", "tpu"], "tpu"),
+    ]
+    p3 = os.path.join(tmp, "q3.npy")
+    np.save(p3, qa[0])
+    cases[13] = ("3-d array", [good, "--q", p3, "--k", k, "--v", v], "4")
+    pshort = os.path.join(tmp, "k_short.npy")
+    np.save(pshort, np.load(k)[:, :10])
+    pf = os.path.join(tmp, "fortran.npy")
+    np.save(pf, np.asfortranarray(qa))
+    cases.append(("fortran order", [good, "--q", pf, "--k", k, "--v", v], "fortran"))
+    pbe = os.path.join(tmp, "bigend.npy")
+    np.save(pbe, qa.astype(">f4"))
+    cases.append(("big-endian", [good, "--q", pbe, "--k", k, "--v", v], "bigend.npy"))
+    p64 = os.path.join(tmp, "f64.npy")
+    np.save(p64, qa.astype(np.float64))
+    cases.append(("float64 for a float32 config", [good, "--q", p64, "--k", k, "--v", v], "<f8"))
+    for name, args, needle in cases:
+        for f in (out, lse):
+            if os.path.exists(f):
+                os.unlink(f)
+        rc, so, err = run("run", *args, "-o", out, "--lse", lse)
+        check(rc == 2, f"{name}: exit {rc}, want 2 ({err.strip()})")
+        check(needle is None or needle in err, f"{name}: message lacks '{needle}': {err.strip()}")
+        check(err.startswith("dilattn: error: "), f"{name}: message format: {err.strip()}")
+        check(not os.path.exists(out) and not os.path.exists(lse), f"{name}: left an output file")
+    # an existing output is untouched by a failing run
+    open(out, "wb").write(b"keep me")
+    rc, _, _ = run("run", cases[2][1][0], "--q", q, "--k", k, "--v", v, "-o", out)
+    check(rc == 2 and open(out, "rb").read() == b"keep me", "failing run modified an existing output")
+    os.unlink(out)
+    # output into a folder that does not exist: exit 2, nothing written
+    rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", os.path.join(tmp, "no", "o.npy"))
+    check(rc == 2 and "o.npy" in err, f"unwritable output: {rc} {err}")
+    # unknown command and no command
+    rc, _, _ = run("frobnicate")
+    check(rc == 2, "unknown command")
+    rc, _, _ = run()
+    check(rc == 2, "no command")
+    leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
+    check(not leftovers, f"temp files left behind: {leftovers}")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="dilattn-cli-")
+    try:
+        test_info()
+        test_gen(tmp)
+        test_run_golden(tmp)
+        test_run_bf16(tmp)
+        test_bad_inputs(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
