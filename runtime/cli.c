@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { EXIT_OK = 0, EXIT_INTERNAL = 1, EXIT_INPUT = 2, EXIT_COMPILE = 3, EXIT_RUNTIME = 4 };
@@ -110,7 +111,7 @@ static int load_config(const char *path, da_spec *spec) {
 /* Write text to path atomically (temp file in the same folder, fsync, rename). */
 static int write_atomic(const char *path, const char *text) {
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
+  if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) return -1;
   int fd = mkstemp(tmp);
   if (fd < 0) return -1;
   size_t len = strlen(text), done = 0;
@@ -294,6 +295,7 @@ static int cmd_run(int argc, char **argv) {
   da_plan *plan = NULL;
   void *out = NULL;
   float *lse = NULL;
+  double exec_ms = 0;
   if (rc == EXIT_OK && da_context_create(&ctx) != DA_OK) rc = fail(EXIT_RUNTIME, "out of memory");
   if (rc == EXIT_OK) {
     da_status st = da_plan_create(ctx, &spec, backend, &plan);
@@ -307,7 +309,11 @@ static int cmd_run(int argc, char **argv) {
   if (rc == EXIT_OK) {
     da_args a;
     da_args_init(&a, &spec, B, N, q.data, k.data, v.data, out, lse);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     da_status st = da_plan_execute(plan, &a);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    exec_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (st != DA_OK) rc = fail(exit_code(st), "run: %s", da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) {
@@ -321,6 +327,13 @@ static int cmd_run(int argc, char **argv) {
       }
     }
   }
+  if (rc == EXIT_OK)
+    printf("{\"kernel\":\"%s\",\"backend\":\"%s\",\"strategy\":\"%s\",\"batch\":%lld,"
+           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"execute_ms\":%.2f,"
+           "\"out\":\"%s\",\"lse\":%s%s%s}\n",
+           da_plan_kernel_name(plan), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",
+           da_plan_strategy(plan), (long long)B, (long long)N, spec.num_heads, spec.head_dim,
+           dtype_name(spec.dtype), exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
   da_plan_destroy(plan);
   da_context_destroy(ctx);
   da__npy_free(&q);
