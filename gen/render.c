@@ -122,6 +122,53 @@ static int check_opts(const da_context *ctx, const da__render_opts *o) {
   return DA_OK;
 }
 
+/* Raw reads of the facts table on top of the stack (plain values; cannot raise). */
+static int64_t fact_int(lua_State *L, const char *key) {
+  lua_pushstring(L, key);
+  lua_rawget(L, -2);
+  int64_t v = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 1);
+  return v;
+}
+
+static void fact_str(lua_State *L, const char *key, char *dst, size_t cap) {
+  lua_pushstring(L, key);
+  lua_rawget(L, -2);
+  snprintf(dst, cap, "%s", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "");
+  lua_pop(L, 1);
+}
+
+static int fact_int_list(lua_State *L, const char *key, int64_t *dst, int cap) {
+  lua_pushstring(L, key);
+  lua_rawget(L, -2);
+  int n = 0;
+  if (lua_istable(L, -1)) {
+    for (; n < cap; n++) {
+      lua_rawgeti(L, -1, n + 1);
+      int ok = lua_isinteger(L, -1);
+      if (ok) dst[n] = (int64_t)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+      if (!ok) break;
+    }
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+static void copy_facts(lua_State *L, da__rendered *f) {
+  fact_str(L, "strategy", f->strategy, sizeof f->strategy);
+  fact_str(L, "cuda_path", f->cuda_path, sizeof f->cuda_path);
+  f->ws_floats_per_token = fact_int(L, "ws_floats_per_token");
+  f->tile_q = (int)fact_int(L, "tile_q");
+  f->tile_k = (int)fact_int(L, "tile_k");
+  f->threads = (int)fact_int(L, "threads");
+  f->smem_bytes = (int)fact_int(L, "smem_bytes");
+  f->tiles_per_window = fact_int(L, "tiles_per_window");
+  f->window_g = fact_int(L, "window_g");
+  f->num_branches = fact_int_list(L, "branch_w", f->branch_w, DA_MAX_BRANCHES);
+  fact_int_list(L, "branch_tiles", f->branch_tiles, DA_MAX_BRANCHES);
+}
+
 /* Run the generator. text NULL: the target's kernel template. On success the returned
  * strings are copied out: *src (malloc'ed, placeholder not yet replaced), *name, facts. */
 static da_status run_generator(da_context *ctx, const da_spec *spec, da_target target,
@@ -180,24 +227,7 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
       *src_out = malloc(len + 1);
       *name_out = strdup(name);
       if (*src_out) memcpy(*src_out, src, len + 1);
-      if (facts) {
-        lua_pushstring(L, "strategy");
-        lua_rawget(L, -2);
-        const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-        snprintf(facts->strategy, sizeof facts->strategy, "%s", s);
-        lua_pop(L, 1);
-        static const char *const ints[] = {"ws_floats_per_token", "tile_q", "tile_k"};
-        int64_t vals[3] = {0, 0, 0};
-        for (int i = 0; i < 3; i++) {
-          lua_pushstring(L, ints[i]);
-          lua_rawget(L, -2);
-          vals[i] = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : 0;
-          lua_pop(L, 1);
-        }
-        facts->ws_floats_per_token = vals[0];
-        facts->tile_q = (int)vals[1];
-        facts->tile_k = (int)vals[2];
-      }
+      if (facts) copy_facts(L, facts);
       if (!*src_out || !*name_out) {
         free(*src_out);
         free(*name_out);
@@ -284,8 +314,6 @@ da_status da_render(da_context *ctx, const da_spec *spec, da_target target, char
   DA_RETURN_IF(!source, DA_ERR_INVALID_ARGUMENT, "source is NULL");
   DA_RETURN_IF(target != DA_TARGET_HOST && target != DA_TARGET_CUDA, DA_ERR_INVALID_ARGUMENT,
                "target: %d is not host (0) or cuda (1)", (int)target);
-  DA_RETURN_IF(target == DA_TARGET_CUDA, DA_ERR_UNSUPPORTED,
-               "target cuda: the CUDA templates are not part of this build yet; use the host target");
   da__rendered r;
   DA_TRY(da__render_ex(ctx, spec, target, NULL, &r));
   *source = r.source;

@@ -15,6 +15,13 @@ typedef struct {
   char strategy[16];   /* fused | split | single */
   int64_t ws_floats_per_token;
   int tile_q, tile_k;
+  /* CUDA target */
+  char cuda_path[8];   /* mma | simt */
+  int threads;         /* threads per CTA */
+  int smem_bytes;      /* dynamic shared memory per CTA */
+  int64_t tiles_per_window, window_g;  /* fused grid: ceil(N / g) * tiles_per_window */
+  int num_branches;
+  int64_t branch_w[DA_MAX_BRANCHES], branch_tiles[DA_MAX_BRANCHES]; /* branch grid: ceil(N / w) * tiles */
 } da__rendered;
 
 DA_HIDDEN da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,

@@ -57,6 +57,11 @@ local function make_env(p, target, spec_json, version)
   }, "\n")
   env.dtype_c = string.format("#define LD(p, i) %s((p), (i)) /* %s in, fp32 compute */\n#define ST(p, i, x) %s((p), (i), (x))",
     p.dtype.load, p.dtype_name, p.dtype.store)
+  if target == "cuda" and p.cuda_path == "mma" then
+    local bf = p.dtype_name == "bfloat16"
+    env.dtype_c = env.dtype_c .. string.format("\n#define DA_MMA %s\n#define DA_PACK %s",
+      bf and "da_mma_bf16" or "da_mma_f16", bf and "da_pack_bf16x2" or "da_pack_f16x2")
+  end
   env.head_counts, env.head_branches, env.head_offsets = head_tables(p)
   env.branch_w = join(p.branches, function(b) return tostring(b.w) end)
   env.branch_r = join(p.branches, function(b) return tostring(b.r) end)
@@ -81,7 +86,18 @@ function M.render(spec, target, opts, spec_json, version, text, chunkname)
     ws_floats_per_token = p.ws_floats_per_token,
     tile_q = p.tile_q,
     tile_k = p.tile_k,
+    threads = p.threads or 0,
+    smem_bytes = p.smem_bytes or 0,
+    tiles_per_window = p.tiles_per_window or 0,
+    window_g = p.window_g,
+    cuda_path = p.cuda_path or "",
+    branch_w = {},
+    branch_tiles = {},
   }
+  for i, b in ipairs(p.branches) do
+    facts.branch_w[i] = b.w
+    facts.branch_tiles[i] = b.tiles_per_segment or 0
+  end
   return src, p.name, facts
 end
 

@@ -137,6 +137,7 @@ function M.plan(spec, target, opts)
   -- Workspace floats per token per concurrently processed (batch, head): the split
   -- strategy keeps a running (out[D], lse) per position.
   p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
+  if target == "cuda" then M.plan_cuda(p, opts) end
 
   -- Kernel name: encodes the spec; the spec hash makes it unique for fields the
   -- readable part leaves out (scale, seed, density).
@@ -147,6 +148,58 @@ function M.plan(spec, target, opts)
     table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
     layout_tag(sp), spec.spec_hash:sub(1, 12))
   return p
+end
+
+-- CUDA specifics (DESIGN.md decision 4). Two compute paths share the control structure:
+--   mma:  fp16/bf16 with D % 16 == 0 and D <= 128: 4 warps x 16 query rows, mma.sync
+--         m16n8k16 (fp32 accumulate), ldmatrix, cp.async double buffering; smem rows
+--         padded by 8 halves so ldmatrix is free of bank conflicts.
+--   simt: everything else (float32 inputs, odd head dims): TPR threads per query row,
+--         fp32 FMAs, K/V tiles converted to fp32 in shared memory.
+-- The grid is (query tiles, heads, batch); the runtime sizes x from N with the facts here.
+function M.plan_cuda(p, opts)
+  local D = p.D
+  if (p.dtype_name ~= "float32") and D % 16 == 0 and D <= 128 then
+    p.cuda_path = "mma"
+    p.threads = 128
+    p.tile_q = opts.tile_q or 64 -- 16 rows per warp
+    p.tile_k = opts.tile_k or 64
+    if p.tile_q ~= 64 then error("cuda mma path: tile_q must be 64 (4 warps x 16 rows)", 0) end
+    if p.tile_k % 16 ~= 0 or p.tile_k < 16 or p.tile_k > 128 then
+      error("cuda mma path: tile_k must be a multiple of 16 in [16, 128]", 0)
+    end
+    p.smem_row = D + 8 -- halves per shared-memory row (padding breaks bank conflicts)
+    p.smem_bytes = (p.tile_q + 4 * p.tile_k) * p.smem_row * 2 -- Q + 2 stages of K and V
+  else
+    p.cuda_path = "simt"
+    local tpr = 1
+    while tpr * 32 < D and tpr < 16 do tpr = tpr * 2 end
+    p.tpr = tpr -- threads per query row
+    p.dpt = (D + tpr - 1) // tpr -- head dims per thread
+    p.threads = 128
+    p.tile_q = 128 // tpr
+    local tk = 64
+    while tk > 8 and 2 * tk * D * 4 > 48 * 1024 do tk = tk // 2 end
+    p.tile_k = opts.tile_k or tk
+    p.smem_bytes = 2 * p.tile_k * D * 4 -- K and V tiles in fp32
+  end
+  -- fused grid: tiles of one g-window; residue c has ceil((g - c) / R) queries.
+  if p.strategy == "fused" then
+    if p.lcm_r > 4096 then p.strategy = "split" end
+  end
+  if p.strategy == "fused" then
+    local start, acc = {}, 0
+    for c = 0, p.lcm_r - 1 do
+      start[c + 1] = acc
+      local count = (p.window_g - c + p.lcm_r - 1) // p.lcm_r
+      acc = acc + (count + p.tile_q - 1) // p.tile_q
+    end
+    start[p.lcm_r + 1] = acc
+    p.residue_tile_start = start -- first tile of each residue within a window
+    p.tiles_per_window = acc
+  end
+  p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
+  for _, b in ipairs(p.branches) do b.tiles_per_segment = (b.lmax + p.tile_q - 1) // p.tile_q end
 end
 
 return M

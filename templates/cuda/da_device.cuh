@@ -1,0 +1,192 @@
+/* da_device.cuh - the warp-level surface of every CUDA kernel dilattn generates, kept
+ * small (DESIGN.md decision 4): cp.async, ldmatrix, mma.sync m16n8k16 (f16 and bf16,
+ * fp32 accumulate), conversions and the splitmix64 finaliser. Kernels call only these.
+ *
+ * The lane -> element maps of the PTX ISA ("Matrix fragments for mma.m16n8k16",
+ * "ldmatrix") are written once as DA_HD functions used by the kernels to compute
+ * addresses, and a plain C++ reference of each instruction's documented semantics sits
+ * beside it (below, outside NVRTC), so tests/test_device_ref.cpp checks on the host that
+ * the addresses the kernels use produce the fragments mma expects, and a GPU session can
+ * check each primitive once against its reference.
+ *
+ * Self-contained for NVRTC: no includes; fp16/bf16 are raw 16-bit patterns. */
+#ifndef DA_DEVICE_CUH
+#define DA_DEVICE_CUH
+
+typedef unsigned short da_u16;
+typedef unsigned int da_u32;
+typedef long long da_i64;
+typedef unsigned long long da_u64;
+
+#if defined(__CUDACC__)
+#define DA_HD __host__ __device__ __forceinline__
+#else
+#define DA_HD static inline
+#endif
+
+/* ---- fragment maps (PTX ISA, mma.m16n8k16 with .f16/.bf16 operands) ------------------
+ * groupID = lane >> 2, tig = lane & 3.
+ * A (16x16, row): reg i in 0..3, half e in 0..1:
+ *   row = groupID + 8 * (i & 1), col = 2 * tig + e + 8 * (i >> 1)
+ * B (16x8, col):  reg i in 0..1: k = 2 * tig + e + 8 * i, n = groupID
+ * C (16x8 f32):   idx j in 0..3: row = groupID + 8 * (j >> 1), col = 2 * tig + (j & 1) */
+DA_HD int da_frag_a_row(int lane, int i) { return (lane >> 2) + 8 * (i & 1); }
+DA_HD int da_frag_a_col(int lane, int i, int e) { return 2 * (lane & 3) + e + 8 * (i >> 1); }
+DA_HD int da_frag_b_k(int lane, int i, int e) { return 2 * (lane & 3) + e + 8 * i; }
+DA_HD int da_frag_b_n(int lane) { return lane >> 2; }
+DA_HD int da_frag_c_row(int lane, int j) { return (lane >> 2) + 8 * (j >> 1); }
+DA_HD int da_frag_c_col(int lane, int j) { return 2 * (lane & 3) + (j & 1); }
+
+/* ---- ldmatrix row addresses ------------------------------------------------------------
+ * ldmatrix .x4: lanes 8m .. 8m+7 give the row addresses of 8x8 matrix m; matrix m lands
+ * in register m. Without .trans lane l receives row l/4, cols 2(l%4), 2(l%4)+1 of each
+ * matrix; with .trans it receives rows 2(l%4), 2(l%4)+1 of col l/4.
+ *
+ * A operand from a row-major [row][col] tile at (r0, c0): matrices (rows 0-7, cols 0-7),
+ * (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) = a0..a3. */
+DA_HD int da_ldsm_a_row(int lane) { return lane & 15; }
+DA_HD int da_ldsm_a_col(int lane) { return (lane >> 4) * 8; }
+/* B operand of S = Q K^T from K stored [key][d]: one x4 covers two n8 tiles (keys
+ * n0..n0+15) of one k16 step: matrices (keys 0-7, d 0-7) = b0 of tile 0, (keys 0-7,
+ * d 8-15) = b1 of tile 0, (keys 8-15, d 0-7) = b0 of tile 1, (keys 8-15, d 8-15) = b1. */
+DA_HD int da_ldsm_k_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
+DA_HD int da_ldsm_k_col(int lane) { return ((lane >> 3) & 1) * 8; }
+/* B operand of O = P V from V stored [key][d] with .trans: one x4 covers one k16 step
+ * (keys k0..k0+15) of two n8 tiles (d n0..n0+15): matrices (keys 0-7, d 0-7) = b0 of
+ * tile 0, (keys 8-15, d 0-7) = b1 of tile 0, (keys 0-7, d 8-15) = b0 of tile 1, (keys
+ * 8-15, d 8-15) = b1 of tile 1. */
+DA_HD int da_ldsm_v_row(int lane) { return (lane & 7) + (((lane >> 3) & 1) << 3); }
+DA_HD int da_ldsm_v_col(int lane) { return (lane >> 4) * 8; }
+
+DA_HD da_u64 da_splitmix64(da_u64 x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+#if defined(__CUDACC__)
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+/* ---- device primitives ----------------------------------------------------------------- */
+__device__ __forceinline__ da_u32 da_smem_addr(const void *p) {
+  return (da_u32)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy global -> shared; when !valid the 16 bytes are zero-filled and
+ * nothing is read (src-size 0). */
+__device__ __forceinline__ void da_cp_async16(void *smem, const void *gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(da_smem_addr(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void da_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void da_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void da_ldmatrix_x4(da_u32 r[4], const void *smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(da_smem_addr(smem)));
+}
+__device__ __forceinline__ void da_ldmatrix_x4_trans(da_u32 r[4], const void *smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(da_smem_addr(smem)));
+}
+
+/* d = a * b + d, m16n8k16, fp32 accumulate. */
+__device__ __forceinline__ void da_mma_f16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void da_mma_bf16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats -> packed pair, lo in the low 16 bits (the lower column), round to nearest. */
+__device__ __forceinline__ da_u32 da_pack_f16x2(float lo, float hi) {
+  da_u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ da_u32 da_pack_bf16x2(float lo, float hi) {
+  da_u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float da_f16_to_f32(da_u16 h) {
+  float f;
+  asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }\n" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ float da_bf16_to_f32(da_u16 h) { return __uint_as_float(((da_u32)h) << 16); }
+__device__ __forceinline__ da_u16 da_f32_to_f16(float f) {
+  da_u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
+  da_u16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float da_ld_f32(const void *p, da_i64 i) { return ((const float *)p)[i]; }
+__device__ __forceinline__ float da_ld_f16(const void *p, da_i64 i) { return da_f16_to_f32(((const da_u16 *)p)[i]); }
+__device__ __forceinline__ float da_ld_bf16(const void *p, da_i64 i) { return da_bf16_to_f32(((const da_u16 *)p)[i]); }
+__device__ __forceinline__ void da_st_f32(void *p, da_i64 i, float x) { ((float *)p)[i] = x; }
+__device__ __forceinline__ void da_st_f16(void *p, da_i64 i, float x) { ((da_u16 *)p)[i] = da_f32_to_f16(x); }
+__device__ __forceinline__ void da_st_bf16(void *p, da_i64 i, float x) { ((da_u16 *)p)[i] = da_f32_to_bf16(x); }
+
+__device__ __forceinline__ float da_warp_max4(float x) { /* over the 4 lanes of a group */
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float da_warp_sum4(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+#else
+/* ---- plain C++ references of the documented PTX semantics (host only) ----------------
+ * A warp's registers are modelled as arrays indexed by lane. smem is a byte array;
+ * addr[lane] is the byte offset that lane passes. */
+#include <cstring>
+/* ldmatrix.m8n8.x4(.trans).b16 */
+static inline void da_ref_ldmatrix_x4(const unsigned char *smem, const da_u32 addr[32], bool trans,
+                                      da_u32 out[32][4]) {
+  for (int lane = 0; lane < 32; lane++)
+    for (int m = 0; m < 4; m++) {
+      da_u16 e[2];
+      for (int k = 0; k < 2; k++) {
+        int row = trans ? 2 * (lane & 3) + k : lane >> 2, col = trans ? lane >> 2 : 2 * (lane & 3) + k;
+        std::memcpy(&e[k], smem + addr[8 * m + row] + 2 * col, 2);
+      }
+      out[lane][m] = (da_u32)e[0] | ((da_u32)e[1] << 16);
+    }
+}
+/* mma.m16n8k16 with operands already converted to float: a[lane][i][e], b[lane][i][e],
+ * c[lane][j]; d = A B + C using the fragment maps above. */
+static inline void da_ref_mma(const float a[32][4][2], const float b[32][2][2], float c[32][4]) {
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; l++) {
+    for (int i = 0; i < 4; i++)
+      for (int e = 0; e < 2; e++) A[da_frag_a_row(l, i)][da_frag_a_col(l, i, e)] = a[l][i][e];
+    for (int i = 0; i < 2; i++)
+      for (int e = 0; e < 2; e++) B[da_frag_b_k(l, i, e)][da_frag_b_n(l)] = b[l][i][e];
+  }
+  for (int l = 0; l < 32; l++)
+    for (int j = 0; j < 4; j++) {
+      float s = 0;
+      for (int k = 0; k < 16; k++) s += A[da_frag_c_row(l, j)][k] * B[k][da_frag_c_col(l, j)];
+      c[l][j] += s;
+    }
+}
+#endif
+#endif

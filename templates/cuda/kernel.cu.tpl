@@ -1,0 +1,512 @@
+{# kernel.cu.tpl - CUDA target: the plan laid out as one module. Same control structure
+   as host/kernel.c.tpl (strategies fused / split / single, per-branch attend with the
+   layout predicate, skip / full / partial tiles); the warp-level work goes through
+   cuda/da_device.cuh. Kernels in the module:
+     <name>_fused                    (strategy fused)   one launch
+     <name>_branch(branch)           (split, single)    one launch per branch
+     <name>_init / <name>_finish     (split)            workspace set-up and final write
+     <name>_clear                    (single)           positions no branch covers #}
+{{ banner }}
+{{ include("cuda/da_device.cuh") }}
+
+/* ---- constants of this spec ---------------------------------------------------- */
+#define HD {{ p.D }}
+#define NUM_HEADS {{ p.H }}
+#define HEADS_PER_KV {{ p.group }}
+#define TQ {{ p.tile_q }}         /* queries per CTA tile */
+#define TK {{ p.tile_k }}         /* keys per tile */
+#define NTHREADS {{ p.threads }}
+#define CAUSAL {{ p.causal }}
+#define BLOCK {{ p.block }}
+#define SCALE_LOG2 ((float)({{ f64(p.scale) }} * 1.4426950408889634)) /* scale * log2(e): softmax in base 2 */
+#define OUT_DIVISOR {{ p.out_divisor }}.0f
+#define LN2 0.69314718055994531f
+{{ dtype_c }}
+{% if p.strategy == "fused" then %}
+#define WIN_G {{ p.window_g }}
+#define LCM_R {{ p.lcm_r }}
+#define TILES_PER_WINDOW {{ p.tiles_per_window }}
+__constant__ int RES_TILE_START[{{ p.lcm_r + 1 }}] = { {{ join(p.residue_tile_start) }} };
+{% end %}
+__constant__ int HEAD_NBR[NUM_HEADS] = { {{ head_counts }} };
+__constant__ int HEAD_BR[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_branches }} };
+__constant__ int HEAD_OFF[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_offsets }} };
+__constant__ da_i64 BR_W[{{ p.num_branches }}] = { {{ branch_w }} };
+__constant__ da_i64 BR_R[{{ p.num_branches }}] = { {{ branch_r }} };
+__constant__ da_i64 BR_TILES_PER_SEG[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.tiles_per_segment) end) }} };
+
+/* Must match da__cuda_args in runtime/cuda_backend.c. */
+struct da_cuda_args {
+  const void *q, *k, *v;
+  void *out;
+  float *lse;
+  da_i64 batch, seq_len;
+  da_i64 q_stride[3], k_stride[3], v_stride[3], out_stride[3];
+  const unsigned char *const *masks; /* device array of per-branch device masks */
+  float *ws;                         /* split: [B][H][N][HD + 1] */
+  int branch;                        /* branch launches */
+};
+
+/* The query tile of one CTA. */
+struct da_qtile {
+  int nq;              /* valid rows */
+  da_i64 pos0, pstep;  /* row j is position pos0 + j * pstep */
+};
+{% for _, br in ipairs(p.branches) do %}
+
+/* ---- branch {{ br.index }}: segment length {{ br.w }}, dilation rate {{ br.r }} ------------------ */
+__device__ __forceinline__ bool allowed_b{{ br.index }}(const da_cuda_args &A, da_i64 qb, da_i64 kb) {
+{% if p.layout == "none" or p.layout == "dense" then %}
+  return true;
+{% elseif p.layout == "local_window" then %}
+  return llabs(qb - kb) <= {{ p.window }};
+{% elseif p.layout == "global_local" then %}
+  return llabs(qb - kb) <= {{ p.window }} || kb < {{ p.global }} || qb < {{ p.global }};
+{% elseif p.layout == "dilated_sparse" then %}
+  da_i64 d = llabs(qb - kb);
+  return d == 0{% for _, st in ipairs(p.strides) do %} || d == {{ st }}{% end %};
+{% elseif p.layout == "random" then %}
+  if (qb == kb) return true;
+  da_u64 x = (da_u64){{ u64(p.seed) }} ^ (((da_u64){{ br.index }} << 48) ^ ((da_u64)qb << 24) ^ (da_u64)kb);
+  return (da_splitmix64(x) >> 11) < {{ p.random_threshold }}ull;
+{% else %}
+  return A.masks[{{ br.index }}][qb * {{ br.nblocks }} + kb] != 0;
+{% end %}
+}
+{% end %}
+
+__device__ __forceinline__ bool allowed(int br, const da_cuda_args &A, da_i64 qb, da_i64 kb) {
+  switch (br) {
+{% for _, br in ipairs(p.branches) do %}
+  case {{ br.index }}: return allowed_b{{ br.index }}(A, qb, kb);
+{% end %}
+  default: return false;
+  }
+}
+
+/* Tile class of keys [c0, c0 + TK) for queries with dilated indices a_first..a_last:
+ * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Block-uniform. */
+__device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
+  bool full = (!CAUSAL || c0 + TK - 1 <= a_first) && c0 + TK <= kend;
+{% if p.sparse then %}
+  da_i64 qb0 = a_first / BLOCK, qb1 = a_last / BLOCK;
+  da_i64 kb0 = c0 / BLOCK, kb1 = (min(c0 + TK, kend) - 1) / BLOCK;
+  da_i64 pairs = (qb1 - qb0 + 1) * (kb1 - kb0 + 1);
+  if (pairs <= (da_i64)TQ * TK) {
+    int any = 0, all = 1;
+    for (da_i64 i = threadIdx.x; i < pairs; i += NTHREADS) {
+      bool ok = allowed(br, A, qb0 + i / (kb1 - kb0 + 1), kb0 + i % (kb1 - kb0 + 1));
+      any |= ok;
+      all &= ok;
+    }
+    any = __syncthreads_or(any);
+    all = __syncthreads_and(all);
+    if (!any) return 0;
+    full = full && all;
+  } else {
+    full = false;
+  }
+{% end %}
+  return full ? 1 : 2;
+}
+
+{% if p.cuda_path == "mma" then %}
+/* ======================= tensor-core path (mma.sync m16n8k16) ======================= */
+#define DP {{ p.smem_row }}  /* padded smem row, halves */
+#define NT_S (TK / 8)        /* n8 tiles of the score block */
+#define NT_O (HD / 8)        /* n8 tiles of the output block */
+#define KS_D (HD / 16)       /* k16 steps over head_dim */
+
+struct da_state {        /* per thread: 2 rows (g, g + 8) of its warp's 16 */
+  float o[NT_O][4];
+  float m[2], l[2];
+  da_u32 qf[KS_D][4];
+};
+
+/* Copy rows of a [rows][HD] tile into smem (row stride DP) with cp.async; row i is at
+ * element offset row_off(i) of base; rows >= nrows are zero-filled. */
+template <typename F>
+__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int rows, int nrows, F row_off) {
+  const int chunks = HD / 8;
+  for (int i = threadIdx.x; i < rows * chunks; i += NTHREADS) {
+    int r = i / chunks, c = i % chunks;
+    bool ok = r < nrows;
+    const da_u16 *src = (const da_u16 *)base + (ok ? row_off(r) + c * 8 : 0);
+    da_cp_async16(smem + r * DP + c * 8, src, ok);
+  }
+}
+
+__device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+                       da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+  const da_i64 w = BR_W[br], r = BR_R[br];
+  const da_i64 seg_len = min(w, A.seq_len - s0);
+  const da_i64 L = (seg_len - off + r - 1) / r;
+  const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
+  const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const da_i64 kb_ = b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2];
+  const da_i64 vb_ = b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2];
+  const da_i64 kstep = r * A.k_stride[1], vstep = r * A.v_stride[1];
+  /* find the first tile that is not skipped */
+  da_i64 c0 = 0;
+  int cls = 0;
+  while (c0 < kend && (cls = classify(br, A, c0, kend, a_first, a_last)) == 0) c0 += TK;
+  if (c0 >= kend) return;
+  int stage = 0;
+  {
+    int nk = (int)min((da_i64)TK, kend - c0);
+    da_i64 cc = c0;
+    load_rows(Ks, A.k, TK, nk, [&](int i) { return kb_ + (cc + i) * kstep; });
+    load_rows(Vs, A.v, TK, nk, [&](int i) { return vb_ + (cc + i) * vstep; });
+    da_cp_async_commit();
+  }
+  while (c0 < kend) {
+    /* prefetch the next tile that is not skipped into the other stage */
+    da_i64 n0 = c0 + TK;
+    int ncls = 0;
+    while (n0 < kend && (ncls = classify(br, A, n0, kend, a_first, a_last)) == 0) n0 += TK;
+    if (n0 < kend) {
+      int nk = (int)min((da_i64)TK, kend - n0);
+      da_u16 *kn = Ks + (stage ^ 1) * TK * DP, *vn = Vs + (stage ^ 1) * TK * DP;
+      load_rows(kn, A.k, TK, nk, [&](int i) { return kb_ + (n0 + i) * kstep; });
+      load_rows(vn, A.v, TK, nk, [&](int i) { return vb_ + (n0 + i) * vstep; });
+    }
+    da_cp_async_commit();
+    da_cp_async_wait<1>();
+    __syncthreads();
+    const da_u16 *kt = Ks + stage * TK * DP, *vt = Vs + stage * TK * DP;
+    /* S = Q K^T for this warp's 16 rows */
+    float s[NT_S][4];
+#pragma unroll
+    for (int nt = 0; nt < NT_S; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS_D; kk++)
+#pragma unroll
+      for (int np = 0; np < NT_S / 2; np++) {
+        da_u32 kf[4];
+        da_ldmatrix_x4(kf, kt + (np * 16 + da_ldsm_k_row(lane)) * DP + kk * 16 + da_ldsm_k_col(lane));
+        DA_MMA(s[2 * np], S.qf[kk], kf[0], kf[1]);
+        DA_MMA(s[2 * np + 1], S.qf[kk], kf[2], kf[3]);
+      }
+    /* scale, mask partial tiles, online softmax (base 2) */
+#pragma unroll
+    for (int nt = 0; nt < NT_S; nt++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        float x = s[nt][j] * SCALE_LOG2;
+        if (cls == 2) {
+          int row = warp * 16 + da_frag_c_row(lane, j);
+          da_i64 c = c0 + nt * 8 + da_frag_c_col(lane, j), a = a0 + (da_i64)row * astride;
+          bool ok = row < nq && c < kend && (!CAUSAL || c <= a);
+{% if p.sparse then %}
+          ok = ok && allowed(br, A, a / BLOCK, c / BLOCK);
+{% end %}
+          if (!ok) x = -INFINITY;
+        }
+        s[nt][j] = x;
+      }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) { /* the thread's two rows */
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hr], s[nt][2 * hr + 1]));
+      mx = da_warp_max4(mx);
+      float m_new = fmaxf(S.m[hr], mx);
+      float m_use = m_new == -INFINITY ? 0.f : m_new;
+      float corr = exp2f(S.m[hr] - m_use);
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++) {
+        s[nt][2 * hr] = exp2f(s[nt][2 * hr] - m_use);
+        s[nt][2 * hr + 1] = exp2f(s[nt][2 * hr + 1] - m_use);
+        sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
+      }
+      S.l[hr] = S.l[hr] * corr + sum;
+      S.m[hr] = m_new;
+#pragma unroll
+      for (int dt = 0; dt < NT_O; dt++) {
+        S.o[dt][2 * hr] *= corr;
+        S.o[dt][2 * hr + 1] *= corr;
+      }
+    }
+    /* O += P V: P reuses the score fragments as the A operand */
+#pragma unroll
+    for (int kk = 0; kk < TK / 16; kk++) {
+      da_u32 pa[4] = {DA_PACK(s[2 * kk][0], s[2 * kk][1]), DA_PACK(s[2 * kk][2], s[2 * kk][3]),
+                      DA_PACK(s[2 * kk + 1][0], s[2 * kk + 1][1]), DA_PACK(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < NT_O / 2; dp++) {
+        da_u32 vf[4];
+        da_ldmatrix_x4_trans(vf, vt + (kk * 16 + da_ldsm_v_row(lane)) * DP + dp * 16 + da_ldsm_v_col(lane));
+        DA_MMA(S.o[2 * dp], pa, vf[0], vf[1]);
+        DA_MMA(S.o[2 * dp + 1], pa, vf[2], vf[3]);
+      }
+    }
+    __syncthreads(); /* this stage is overwritten by the next prefetch */
+    c0 = n0;
+    cls = ncls;
+    stage ^= 1;
+  }
+  da_cp_async_wait<0>();
+}
+
+/* Load the query tile into smem and registers; reset the softmax state. */
+__device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const da_i64 base = b * A.q_stride[0] + T.pos0 * A.q_stride[1] + h * A.q_stride[2];
+  const da_i64 step = T.pstep * A.q_stride[1];
+  load_rows(Qs, A.q, TQ, T.nq, [&](int i) { return base + i * step; });
+  da_cp_async_commit();
+  da_cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int kk = 0; kk < KS_D; kk++)
+    da_ldmatrix_x4(S.qf[kk], Qs + (warp * 16 + da_ldsm_a_row(lane)) * DP + kk * 16 + da_ldsm_a_col(lane));
+#pragma unroll
+  for (int dt = 0; dt < NT_O; dt++) S.o[dt][0] = S.o[dt][1] = S.o[dt][2] = S.o[dt][3] = 0.f;
+  S.m[0] = S.m[1] = -INFINITY;
+  S.l[0] = S.l[1] = 0.f;
+  __syncthreads();
+}
+
+/* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace. */
+__device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    int row = warp * 16 + (lane >> 2) + 8 * hr;
+    float l = da_warp_sum4(S.l[hr]);
+    float inv = l > 0.f ? 1.f / l : 0.f;
+    float lse = l > 0.f ? (S.m[hr] + log2f(l)) * LN2 : -INFINITY;
+    if (row >= T.nq) continue;
+    da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
+    if (mode == 0) {
+      da_i64 ob = b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2];
+#pragma unroll
+      for (int dt = 0; dt < NT_O; dt++) {
+        int col = dt * 8 + 2 * (lane & 3);
+        ST(A.out, ob + col, S.o[dt][2 * hr] * inv / OUT_DIVISOR);
+        ST(A.out, ob + col + 1, S.o[dt][2 * hr + 1] * inv / OUT_DIVISOR);
+      }
+      if (A.lse && (lane & 3) == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
+    } else {
+      float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
+      float old = row_ws[HD];
+      float mx = fmaxf(old, lse);
+      float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
+      float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
+#pragma unroll
+      for (int dt = 0; dt < NT_O; dt++) {
+        int col = dt * 8 + 2 * (lane & 3);
+        row_ws[col] = (row_ws[col] * wa + S.o[dt][2 * hr] * inv * wb) * norm;
+        row_ws[col + 1] = (row_ws[col + 1] * wa + S.o[dt][2 * hr + 1] * inv * wb) * norm;
+      }
+      __syncwarp();
+      if ((lane & 3) == 0 && mx != -INFINITY) row_ws[HD] = mx + __logf(wa + wb);
+    }
+  }
+}
+
+#define DA_SMEM_DECL                                   \
+  extern __shared__ __align__(16) da_u16 smem[];       \
+  da_u16 *Qs = smem, *Ks = smem + TQ * DP, *Vs = Ks + 2 * TK * DP;
+{% else %}
+/* ============================ SIMT path (fp32 FMAs) ================================= */
+#define TPR {{ p.tpr }} /* threads per query row */
+#define DPT {{ p.dpt }} /* head dims per thread: d = sub + TPR * x */
+
+struct da_state {
+  float q[DPT], o[DPT];
+  float m, l;
+};
+
+__device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+                       da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+  const da_i64 w = BR_W[br], r = BR_R[br];
+  const da_i64 seg_len = min(w, A.seq_len - s0);
+  const da_i64 L = (seg_len - off + r - 1) / r;
+  const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
+  const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
+  const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+  const da_i64 a = a0 + (da_i64)row * astride;
+  for (da_i64 c0 = 0; c0 < kend; c0 += TK) {
+    int cls = classify(br, A, c0, kend, a_first, a_last);
+    if (cls == 0) continue;
+    int nk = (int)min((da_i64)TK, kend - c0);
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk * HD; i += NTHREADS) {
+      da_i64 t = s0 + off + (c0 + i / HD) * r;
+      Ks[i] = LD(A.k, b * A.k_stride[0] + t * A.k_stride[1] + hkv * A.k_stride[2] + i % HD);
+      Vs[i] = LD(A.v, b * A.v_stride[0] + t * A.v_stride[1] + hkv * A.v_stride[2] + i % HD);
+    }
+    __syncthreads();
+    for (int c = 0; c < nk; c++) {
+      float dot = 0.f;
+#pragma unroll
+      for (int x = 0; x < DPT; x++) {
+        int d = sub + TPR * x;
+        if (d < HD) dot += S.q[x] * Ks[c * HD + d];
+      }
+#pragma unroll
+      for (int o = TPR / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      float xs = dot * SCALE_LOG2;
+      bool ok = row < nq && (cls == 1 || ((!CAUSAL || c0 + c <= a)
+{% if p.sparse then %}
+                                          && allowed(br, A, a / BLOCK, (c0 + c) / BLOCK)
+{% end %}
+                                          ));
+      if (!ok) continue;
+      if (xs > S.m) {
+        float corr = exp2f(S.m - xs);
+        S.l *= corr;
+#pragma unroll
+        for (int x = 0; x < DPT; x++) S.o[x] *= corr;
+        S.m = xs;
+      }
+      float pr = exp2f(xs - S.m);
+      S.l += pr;
+#pragma unroll
+      for (int x = 0; x < DPT; x++) {
+        int d = sub + TPR * x;
+        if (d < HD) S.o[x] += pr * Vs[c * HD + d];
+      }
+    }
+  }
+}
+
+__device__ void tile_begin(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
+  (void)Qs;
+  const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+  da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
+  da_i64 base = b * A.q_stride[0] + pos * A.q_stride[1] + h * A.q_stride[2];
+#pragma unroll
+  for (int x = 0; x < DPT; x++) {
+    int d = sub + TPR * x;
+    S.q[x] = (row < T.nq && d < HD) ? LD(A.q, base + d) : 0.f;
+    S.o[x] = 0.f;
+  }
+  S.m = -INFINITY;
+  S.l = 0.f;
+}
+
+__device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
+  const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
+  if (row >= T.nq) return;
+  da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
+  float inv = S.l > 0.f ? 1.f / S.l : 0.f;
+  float lse = S.l > 0.f ? (S.m + log2f(S.l)) * LN2 : -INFINITY;
+  if (mode == 0) {
+    da_i64 ob = b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2];
+    for (int x = 0; x < DPT; x++) {
+      int d = sub + TPR * x;
+      if (d < HD) ST(A.out, ob + d, S.o[x] * inv / OUT_DIVISOR);
+    }
+    if (A.lse && sub == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
+  } else {
+    float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
+    float old = row_ws[HD];
+    float mx = fmaxf(old, lse);
+    float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
+    float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
+    for (int x = 0; x < DPT; x++) {
+      int d = sub + TPR * x;
+      if (d < HD) row_ws[d] = (row_ws[d] * wa + S.o[x] * inv * wb) * norm;
+    }
+    __syncwarp();
+    if (sub == 0 && mx != -INFINITY) row_ws[HD] = mx + __logf(wa + wb);
+  }
+}
+
+#define DA_SMEM_DECL                               \
+  extern __shared__ __align__(16) float smem[];    \
+  float *Qs = nullptr, *Ks = smem, *Vs = smem + TK * HD;
+{% end %}
+
+/* ============================== kernels =============================================== */
+{% if p.strategy == "fused" then %}
+/* grid (ceil(N / WIN_G) * TILES_PER_WINDOW, H, B) */
+extern "C" __global__ void __launch_bounds__(NTHREADS) {{ p.name }}_fused(const da_cuda_args A) {
+  DA_SMEM_DECL
+  const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
+  const da_i64 win = blockIdx.x / TILES_PER_WINDOW, tt = blockIdx.x % TILES_PER_WINDOW;
+  int c = 0;
+  while (c + 1 < LCM_R && RES_TILE_START[c + 1] <= tt) c++;
+  const da_i64 gs = win * WIN_G, ge = min(gs + WIN_G, A.seq_len), first = gs + c;
+  if (first >= ge) return;
+  const da_i64 count = (ge - first + LCM_R - 1) / LCM_R, j0 = (tt - RES_TILE_START[c]) * (da_i64)TQ;
+  if (j0 >= count) return;
+  da_qtile T;
+  T.nq = (int)min((da_i64)TQ, count - j0);
+  T.pos0 = first + j0 * LCM_R;
+  T.pstep = LCM_R;
+  da_state S;
+  tile_begin(S, Qs, A, b, h, T);
+  for (int k = 0; k < HEAD_NBR[h]; k++) {
+    const int br = HEAD_BR[h][k];
+    const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
+    const da_i64 s0 = (gs / w) * w, rel = first - s0;
+    if (rel % r != off) continue; /* residue not covered by this branch */
+    attend(br, S, Ks, Vs, A, b, hkv, s0, off, (rel - off) / r + j0 * (LCM_R / r), LCM_R / r, T.nq);
+  }
+  tile_end(S, A, b, h, T, 0);
+}
+{% else %}
+/* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
+extern "C" __global__ void __launch_bounds__(NTHREADS) {{ p.name }}_branch(const da_cuda_args A) {
+  DA_SMEM_DECL
+  const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
+  const int br = A.branch;
+  int k = 0;
+  while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
+  if (k == HEAD_NBR[h]) return; /* this head does not use the branch (grouped mode) */
+  const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
+  const da_i64 seg = blockIdx.x / BR_TILES_PER_SEG[br], a0 = (blockIdx.x % BR_TILES_PER_SEG[br]) * (da_i64)TQ;
+  const da_i64 s0 = seg * w;
+  if (s0 >= A.seq_len) return;
+  const da_i64 seg_len = min(w, A.seq_len - s0);
+  if (off >= seg_len) return;
+  const da_i64 L = (seg_len - off + r - 1) / r;
+  if (a0 >= L) return;
+  da_qtile T;
+  T.nq = (int)min((da_i64)TQ, L - a0);
+  T.pos0 = s0 + off + a0 * r;
+  T.pstep = r;
+  da_state S;
+  tile_begin(S, Qs, A, b, h, T);
+  attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, 1, T.nq);
+  tile_end(S, A, b, h, T, {{ p.strategy == "split" and 1 or 0 }});
+}
+{% end %}
+{% if p.strategy == "split" then %}
+
+/* workspace rows: acc = 0, lse = -inf.  grid-stride over B * H * N rows */
+extern "C" __global__ void {{ p.name }}_init(const da_cuda_args A) {
+  const da_i64 rows = A.batch * NUM_HEADS * A.seq_len;
+  for (da_i64 i = blockIdx.x * (da_i64)blockDim.x + threadIdx.x; i < rows * (HD + 1); i += (da_i64)gridDim.x * blockDim.x)
+    A.ws[i] = (i % (HD + 1)) == HD ? -INFINITY : 0.f;
+}
+
+/* out = merged workspace (grouped divisor applied), lse = merged lse */
+extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
+  const da_i64 rows = A.batch * NUM_HEADS * A.seq_len;
+  for (da_i64 i = blockIdx.x * (da_i64)blockDim.x + threadIdx.x; i < rows * HD; i += (da_i64)gridDim.x * blockDim.x) {
+    da_i64 row = i / HD, d = i % HD, pos = row % A.seq_len, bh = row / A.seq_len;
+    da_i64 b = bh / NUM_HEADS, h = bh % NUM_HEADS;
+    const float *ws = A.ws + row * (HD + 1);
+    ST(A.out, b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2] + d, ws[d] / OUT_DIVISOR);
+    if (d == 0 && A.lse) A.lse[row] = ws[HD];
+  }
+}
+{% elseif p.strategy == "single" then %}
+
+/* every position: out = 0, lse = -inf; the branch launches then write covered ones */
+extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
+  const da_i64 rows = A.batch * NUM_HEADS * A.seq_len;
+  for (da_i64 i = blockIdx.x * (da_i64)blockDim.x + threadIdx.x; i < rows * HD; i += (da_i64)gridDim.x * blockDim.x) {
+    da_i64 row = i / HD, d = i % HD, pos = row % A.seq_len, bh = row / A.seq_len;
+    da_i64 b = bh / NUM_HEADS, h = bh % NUM_HEADS;
+    ST(A.out, b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2] + d, 0.f);
+    if (d == 0 && A.lse) A.lse[row] = -INFINITY;
+  }
+}
+{% end %}
