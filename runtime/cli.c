@@ -6,6 +6,8 @@
 #include "gen/render.h"
 #include "runtime/host_compiler.h"
 #include "runtime/npy.h"
+#include "runtime/nvrtc.h"
+#include "runtime/cuda_driver.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +52,7 @@ static int fail(int code, const char *fmt, ...) {
 static int usage(void) {
   fputs("usage:\n"
         "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
+        "               [--compile]\n"
         "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "               [--backend auto|host|cuda]\n"
         "  dilattn info\n"
@@ -108,15 +111,32 @@ static int load_config(const char *path, da_spec *spec) {
   return EXIT_OK;
 }
 
-/* Write text to path atomically (temp file in the same folder, fsync, rename). */
-static int write_atomic(const char *path, const char *text) {
+/* Split "sm_80,sm_90" into archs[]; each must look like sm_NN or sm_NNa. */
+static int parse_archs(const char *list, char archs[][16], int cap) {
+  int n = 0;
+  const char *p = list;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (n >= cap || len < 4 || len > 15 || strncmp(p, "sm_", 3)) return -1;
+    for (size_t i = 3; i < len; i++)
+      if (!((p[i] >= '0' && p[i] <= '9') || (i == len - 1 && i > 3 && p[i] == 'a'))) return -1;
+    memcpy(archs[n], p, len);
+    archs[n++][len] = '\0';
+    p = e ? e + 1 : p + len;
+  }
+  return n;
+}
+
+/* Write bytes to path atomically. */
+static int write_atomic_bytes(const char *path, const void *data, size_t len) {
   char tmp[4200];
   if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) return -1;
   int fd = mkstemp(tmp);
   if (fd < 0) return -1;
-  size_t len = strlen(text), done = 0;
+  size_t done = 0;
   while (done < len) {
-    ssize_t n = write(fd, text + done, len - done);
+    ssize_t n = write(fd, (const char *)data + done, len - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     done += (size_t)n;
@@ -132,9 +152,13 @@ static int write_atomic(const char *path, const char *text) {
   return 0;
 }
 
+static int write_atomic(const char *path, const char *text) {
+  return write_atomic_bytes(path, text, strlen(text));
+}
+
 static int cmd_gen(int argc, char **argv) {
   const char *outdir = ".", *target = "host", *arch = NULL;
-  int report = 0, nconf = 0;
+  int report = 0, compile = 0, nconf = 0;
   const char *configs[256];
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch")) {
@@ -143,6 +167,8 @@ static int cmd_gen(int argc, char **argv) {
       *dst = argv[++i];
     } else if (!strcmp(argv[i], "--report")) {
       report = 1;
+    } else if (!strcmp(argv[i], "--compile")) {
+      compile = 1;
     } else if (argv[i][0] == '-') {
       return fail(EXIT_INPUT, "gen: unknown option %s", argv[i]);
     } else if (nconf < 256) {
@@ -154,11 +180,15 @@ static int cmd_gen(int argc, char **argv) {
   if (nconf == 0) return fail(EXIT_INPUT, "gen: no CONFIG.json given");
   if (strcmp(target, "host") && strcmp(target, "cuda"))
     return fail(EXIT_INPUT, "--target: '%s' is not host or cuda", target);
-  if (!strcmp(target, "cuda"))
-    return fail(EXIT_RUNTIME, "--target cuda: the CUDA templates are not part of this build yet "
-                              "(the host target works)");
-  if (arch && strcmp(arch, "host"))
+  int cuda = !strcmp(target, "cuda");
+  char archs[16][16];
+  int narch = 0;
+  if (cuda) {
+    narch = parse_archs(arch ? arch : "sm_80,sm_90", archs, 16);
+    if (narch <= 0) return fail(EXIT_INPUT, "--arch %s: expected a comma-separated list like sm_80,sm_90", arch);
+  } else if (arch && strcmp(arch, "host")) {
     return fail(EXIT_INPUT, "--arch %s: the host target has no arch (use --target cuda)", arch);
+  }
   struct stat sb;
   if (stat(outdir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return fail(EXIT_INPUT, "-o %s: not a folder", outdir);
@@ -180,16 +210,18 @@ static int cmd_gen(int argc, char **argv) {
   int rc = EXIT_OK;
   for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
     da__rendered r;
-    da_status st = da__render_ex(ctx, &specs[i], DA_TARGET_HOST, NULL, &r);
+    da_status st = da__render_ex(ctx, &specs[i], cuda ? DA_TARGET_CUDA : DA_TARGET_HOST, NULL, &r);
     if (st != DA_OK) {
       rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
       break;
     }
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s.c", outdir, r.kernel_name);
+    snprintf(path, sizeof path, "%s/%s.%s", outdir, r.kernel_name, cuda ? "cu" : "c");
     if (write_atomic(path, r.source) != 0) {
       rc = fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
-    } else if (report) {
+    } else if (!report && !compile) {
+      printf("%s\n", path);
+    } else if (!cuda) {
       da__host_module m;
       st = da__host_compile(ctx, r.source, r.kernel_name, &m);
       if (st != DA_OK) {
@@ -201,7 +233,30 @@ static int cmd_gen(int argc, char **argv) {
         da__host_module_unload(&m);
       }
     } else {
-      printf("%s\n", path);
+      for (int a = 0; a < narch && rc == EXIT_OK; a++) {
+        char file[300];
+        snprintf(file, sizeof file, "%s.cu", r.kernel_name);
+        da__nvrtc_result res;
+        st = da__nvrtc_compile(ctx, r.source, file, archs[a], NULL, 0, &res);
+        if (st != DA_OK) {
+          rc = fail(exit_code(st), "%s (%s): %s", configs[i], archs[a], da_context_last_error(ctx));
+          break;
+        }
+        char bin[4200];
+        snprintf(bin, sizeof bin, "%s/%s.%s.cubin", outdir, r.kernel_name, archs[a]);
+        if (compile && write_atomic_bytes(bin, res.cubin, res.cubin_size) != 0)
+          rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
+        else if (report)
+          printf("{\"kernel\":\"%s\",\"arch\":\"%s\",\"registers\":%d,\"spill_bytes\":%d,"
+                 "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"compile_ms\":%.1f,"
+                 "\"strategy\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"cache_key\":\"%s\"}\n",
+                 r.kernel_name, archs[a], res.registers, res.spill_bytes,
+                 r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0), res.shared_bytes,
+                 res.stack_bytes, res.compile_ms, r.strategy, r.cuda_path, r.threads, r.key);
+        else
+          printf("%s\n", bin);
+        da__nvrtc_result_free(&res);
+      }
     }
     da__rendered_free(&r);
   }

@@ -1,5 +1,6 @@
 /* kernel_cache.c - in-memory kernel cache: a mutex-protected list of entries keyed by
- * the SHA-256 cache key, with in-flight de-duplication through a condition variable.
+ * the SHA-256 cache key (host modules and cubins alike), with in-flight de-duplication
+ * through a condition variable.
  * A failed compile is not remembered: the next request tries again. */
 #include "runtime/kernel_cache.h"
 
@@ -11,7 +12,7 @@ enum { ENTRY_COMPILING, ENTRY_READY };
 struct da__kentry {
   char key[65];
   int state;
-  da__host_module mod;
+  da__kpayload payload;
   da__kentry *next;
 };
 
@@ -29,7 +30,8 @@ void da__kernel_cache_destroy(da__kernel_cache *c) {
   da__kentry *e = c->head;
   while (e) {
     da__kentry *n = e->next;
-    da__host_module_unload(&e->mod);
+    da__host_module_unload(&e->payload.host);
+    free(e->payload.blob);
     free(e);
     e = n;
   }
@@ -52,20 +54,19 @@ static void unlink_entry(da__kernel_cache *c, da__kentry *dead) {
     }
 }
 
-da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, const char *key,
-                                    const char *source, const char *symbol,
-                                    da__host_kernel_fn *fn) {
+da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const char *key,
+                               da__kproduce produce, void *arg, const da__kpayload **out) {
   pthread_mutex_lock(&c->mu);
   for (;;) {
     da__kentry *e = find(c, key);
     if (!e) break;
     if (e->state == ENTRY_READY) {
       c->hits++;
-      *fn = e->mod.fn;
+      *out = &e->payload;
       pthread_mutex_unlock(&c->mu);
       return DA_OK;
     }
-    pthread_cond_wait(&c->cv, &c->mu); /* someone is compiling this key */
+    pthread_cond_wait(&c->cv, &c->mu); /* someone is producing this key */
   }
   da__kentry *e = calloc(1, sizeof *e);
   if (!e) {
@@ -79,16 +80,16 @@ da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, 
   c->misses++;
   pthread_mutex_unlock(&c->mu);
 
-  da__host_module mod;
-  memset(&mod, 0, sizeof mod);
-  da_status st = da__host_compile(ctx, source, symbol, &mod);
+  da__kpayload pl;
+  memset(&pl, 0, sizeof pl);
+  da_status st = produce(ctx, arg, &pl);
 
   pthread_mutex_lock(&c->mu);
   if (st == DA_OK) {
-    e->mod = mod;
+    e->payload = pl;
     e->state = ENTRY_READY;
     c->compiles++;
-    *fn = mod.fn;
+    *out = &e->payload;
   } else {
     unlink_entry(c, e);
     free(e);
@@ -96,4 +97,23 @@ da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, 
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
   return st;
+}
+
+typedef struct {
+  const char *source, *symbol;
+} host_job;
+
+static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *out) {
+  const host_job *j = arg;
+  return da__host_compile(ctx, j->source, j->symbol, &out->host);
+}
+
+da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, const char *key,
+                                    const char *source, const char *symbol,
+                                    da__host_kernel_fn *fn) {
+  host_job j = {source, symbol};
+  const da__kpayload *pl;
+  DA_TRY(da__kernel_cache_get(ctx, c, key, produce_host, &j, &pl));
+  *fn = pl->host.fn;
+  return DA_OK;
 }

@@ -17,11 +17,26 @@ typedef struct {
   long long hits, misses, compiles;
 } da__kernel_cache;
 
-DA_HIDDEN int da__kernel_cache_init(da__kernel_cache *c);
-DA_HIDDEN void da__kernel_cache_destroy(da__kernel_cache *c); /* unloads every module */
+/* What an entry holds: a loaded host module, or an artifact (a cubin) as bytes. */
+typedef struct {
+  da__host_module host;
+  void *blob;
+  size_t blob_size;
+} da__kpayload;
 
-/* The kernel for key: from memory, or compiled from source now. The module is owned by
- * the cache and lives as long as it. */
+/* Builds the payload of a missing key (a compile). */
+typedef da_status (*da__kproduce)(const da_context *ctx, void *arg, da__kpayload *out);
+
+DA_HIDDEN int da__kernel_cache_init(da__kernel_cache *c);
+DA_HIDDEN void da__kernel_cache_destroy(da__kernel_cache *c); /* unloads and frees all */
+
+/* The payload for key: from memory, or produced now (once, however many threads ask at
+ * the same time). *out is owned by the cache and lives as long as it. */
+DA_HIDDEN da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c,
+                                         const char *key, da__kproduce produce, void *arg,
+                                         const da__kpayload **out);
+
+/* Host kernels: compile source and resolve symbol on a miss. */
 DA_HIDDEN da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c,
                                               const char *key, const char *source,
                                               const char *symbol, da__host_kernel_fn *fn);

@@ -3,6 +3,7 @@
  * workspace size, execute on caller buffers with strides, destroy. The host backend
  * runs the kernel over (batch, head) pairs split across threads. */
 #include "gen/render.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/kernel_cache.h"
 
 #include <errno.h>
@@ -23,7 +24,8 @@ struct da_plan {
   uint8_t *masks[DA_MAX_BRANCHES]; /* owned copies of explicit masks */
   da_backend backend;
   da__rendered r;
-  da__host_kernel_fn fn;
+  da__host_kernel_fn fn;  /* host backend */
+  da__cuda_plan *cuda;    /* CUDA backend */
 };
 
 da_status da_context_create(da_context **out) {
@@ -54,11 +56,19 @@ static da_status pick_backend(const da_context *ctx, da_backend want, da_backend
       return da__set_error(ctx, DA_ERR_INVALID_ARGUMENT,
                            "DILATTN_BACKEND: '%s' is not auto, host or cuda", env);
   }
-  if (want == DA_BACKEND_CUDA)
-    return da__set_error(ctx, DA_ERR_UNSUPPORTED,
-                         "backend cuda: this build has no CUDA backend yet; use the host backend");
-  DA_RETURN_IF(want != DA_BACKEND_AUTO && want != DA_BACKEND_HOST, DA_ERR_INVALID_ARGUMENT,
-               "backend: %d is not auto, host or cuda", (int)want);
+  DA_RETURN_IF(want != DA_BACKEND_AUTO && want != DA_BACKEND_HOST && want != DA_BACKEND_CUDA,
+               DA_ERR_INVALID_ARGUMENT, "backend: %d is not auto, host or cuda", (int)want);
+  if (want == DA_BACKEND_HOST) {
+    *got = DA_BACKEND_HOST;
+    return DA_OK;
+  }
+  da_status st = da__cuda_backend_available(ctx);
+  if (st == DA_OK) {
+    *got = DA_BACKEND_CUDA;
+    return DA_OK;
+  }
+  if (want == DA_BACKEND_CUDA) return st; /* the reason is recorded */
+  da__clear_error(ctx);
   *got = DA_BACKEND_HOST;
   return DA_OK;
 }
@@ -78,7 +88,8 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   p->ctx = ctx;
   p->spec = *spec;
   p->backend = be;
-  da_status st = da__render_ex(ctx, spec, DA_TARGET_HOST, opts, &p->r);
+  da_status st = da__render_ex(ctx, spec, be == DA_BACKEND_CUDA ? DA_TARGET_CUDA : DA_TARGET_HOST,
+                               opts, &p->r);
   if (st != DA_OK) {
     free(p);
     return st;
@@ -98,7 +109,10 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
       p->spec.sparsity.explicit_masks[i] = p->masks[i];
     }
   }
-  st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r.key, p->r.source, p->r.kernel_name, &p->fn);
+  if (be == DA_BACKEND_CUDA)
+    st = da__cuda_plan_create(ctx, &ctx->kernels, &p->r, &p->spec, &p->cuda);
+  else
+    st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r.key, p->r.source, p->r.kernel_name, &p->fn);
   if (st != DA_OK) {
     da_plan_destroy(p);
     return st;
@@ -109,6 +123,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
 
 void da_plan_destroy(da_plan *p) {
   if (!p) return;
+  da__cuda_plan_destroy(p->cuda);
   for (int i = 0; i < DA_MAX_BRANCHES; i++) free(p->masks[i]);
   da__rendered_free(&p->r);
   free(p);
@@ -141,7 +156,8 @@ da_status da_plan_workspace_size(const da_plan *p, int64_t batch, int64_t seq_le
   DA_RETURN_IF(!p || !bytes, DA_ERR_INVALID_ARGUMENT, "plan and bytes must not be NULL");
   DA_RETURN_IF(batch < 0 || seq_len < 0 || seq_len > DA_MAX_SEQ_LEN, DA_ERR_INVALID_ARGUMENT,
                "batch %lld / seq_len %lld out of range", (long long)batch, (long long)seq_len);
-  size_t b = ws_bytes(p, seq_len, num_threads(batch * p->spec.num_heads));
+  size_t b = p->cuda ? da__cuda_plan_workspace(p->cuda, batch, seq_len)
+                    : ws_bytes(p, seq_len, num_threads(batch * p->spec.num_heads));
   DA_RETURN_IF(b == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   *bytes = b;
   return DA_OK;
@@ -193,6 +209,7 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
   DA_RETURN_IF(!strides_ok(a->q_stride) || !strides_ok(a->k_stride) || !strides_ok(a->v_stride) ||
                    !strides_ok(a->out_stride),
                DA_ERR_INVALID_ARGUMENT, "strides must not be negative");
+  if (p->cuda) return da__cuda_plan_execute(ctx, p->cuda, a);
   int64_t work = a->batch * p->spec.num_heads;
   int nt = num_threads(work);
   size_t need = ws_bytes(p, a->seq_len, nt);

@@ -1,0 +1,221 @@
+/* cuda_backend.c - CUDA plans: NVRTC compile for the device's exact arch through the
+ * context's kernel cache (artifact key = source key + arch + NVRTC version + options),
+ * module load, explicit masks copied to the device, and the launch sequence of each
+ * strategy (DESIGN.md decision 4):
+ *   fused:  <name>_fused                         grid (ceil(N/g) * tiles_per_window, H, B)
+ *   split:  _init, _branch per branch, _finish   workspace [B][H][N][D+1] fp32
+ *   single: _clear, _branch per branch
+ * Everything is asynchronous on the caller's stream except when the plan has to
+ * allocate the split workspace itself (then it synchronizes before freeing it). */
+#include "runtime/cuda_backend.h"
+
+#include "runtime/cuda_driver.h"
+#include "runtime/nvrtc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Must match struct da_cuda_args in templates/cuda/kernel.cu.tpl. */
+typedef struct {
+  const void *q, *k, *v;
+  void *out;
+  float *lse;
+  int64_t batch, seq_len;
+  int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3];
+  const unsigned char *const *masks;
+  float *ws;
+  int branch;
+} da__cuda_args;
+
+enum { K_MAIN, K_AUX1, K_AUX2, K_COUNT };
+
+struct da__cuda_plan {
+  da__cuda *dev;
+  da__rendered r; /* facts (the strings are not kept) */
+  int heads, head_dim, mma;
+  da__cuda_kernel k[K_COUNT];
+  void *dmasks;     /* device: pointer table followed by the masks */
+};
+
+da_status da__cuda_backend_available(const da_context *ctx) {
+  da__cuda *c;
+  DA_TRY(da__cuda_get(ctx, &c));
+  int maj, min;
+  return da__nvrtc_version(ctx, &maj, &min);
+}
+
+static const char *const NVRTC_OPTS[] = {"-lineinfo"};
+
+void da__cuda_artifact_key(const char *source_key, const char *arch, int maj, int min, char key[65]) {
+  char text[512];
+  snprintf(text, sizeof text, "dilattn-cubin schema=%d source=%s arch=%s nvrtc=%d.%d opts=%s", DA_CACHE_SCHEMA_VERSION,
+           source_key, arch, maj, min, NVRTC_OPTS[0]);
+  da__sha256_hex(text, strlen(text), key);
+}
+
+typedef struct {
+  const char *source, *name, *arch;
+} nvrtc_job;
+
+static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *out) {
+  const nvrtc_job *j = arg;
+  char file[300];
+  snprintf(file, sizeof file, "%s.cu", j->name);
+  da__nvrtc_result res;
+  DA_TRY(da__nvrtc_compile(ctx, j->source, file, j->arch, NVRTC_OPTS, 1, &res));
+  out->blob = res.cubin;
+  out->blob_size = res.cubin_size;
+  res.cubin = NULL;
+  da__nvrtc_result_free(&res);
+  return DA_OK;
+}
+
+static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_spec *spec) {
+  if (spec->sparsity.layout != DA_LAYOUT_EXPLICIT) return DA_OK;
+  int nb = spec->num_branches;
+  size_t total = (size_t)nb * sizeof(void *), offs[DA_MAX_BRANCHES];
+  for (int i = 0; i < nb; i++) {
+    int64_t n = da_spec_explicit_blocks(spec, i);
+    offs[i] = total;
+    total += (size_t)(n * n + 15) & ~(size_t)15;
+  }
+  unsigned char *host = calloc(1, total);
+  DA_RETURN_IF(!host, DA_ERR_NO_MEMORY, "explicit masks: out of memory");
+  da_status st = da__cuda_malloc(ctx, p->dev, total, &p->dmasks);
+  if (st == DA_OK) {
+    for (int i = 0; i < nb; i++) {
+      int64_t n = da_spec_explicit_blocks(spec, i);
+      void *dptr = (unsigned char *)p->dmasks + offs[i];
+      memcpy(host + (size_t)i * sizeof(void *), &dptr, sizeof dptr);
+      memcpy(host + offs[i], spec->sparsity.explicit_masks[i], (size_t)(n * n));
+    }
+    st = da__cuda_memcpy_htod(ctx, p->dev, p->dmasks, host, total);
+  }
+  free(host);
+  return st;
+}
+
+da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, const da__rendered *r,
+                               const da_spec *spec, da__cuda_plan **out) {
+  da__cuda *dev;
+  DA_TRY(da__cuda_get(ctx, &dev));
+  int maj, min;
+  DA_TRY(da__nvrtc_version(ctx, &maj, &min));
+  char key[65];
+  da__cuda_artifact_key(r->key, da__cuda_arch(dev), maj, min, key);
+  nvrtc_job job = {r->source, r->kernel_name, da__cuda_arch(dev)};
+  const da__kpayload *pl;
+  DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
+  da__cuda_plan *p = calloc(1, sizeof *p);
+  DA_RETURN_IF(!p, DA_ERR_NO_MEMORY, "cuda plan: out of memory");
+  p->dev = dev;
+  p->r = *r;
+  p->r.source = p->r.kernel_name = NULL;
+  p->heads = spec->num_heads;
+  p->head_dim = spec->head_dim;
+  p->mma = !strcmp(r->cuda_path, "mma");
+  static const char *const suffix[3][K_COUNT] = {
+      {"_fused", NULL, NULL}, {"_branch", "_init", "_finish"}, {"_branch", "_clear", NULL}};
+  int which = !strcmp(r->strategy, "fused") ? 0 : !strcmp(r->strategy, "split") ? 1 : 2;
+  da_status st = DA_OK;
+  for (int i = 0; i < K_COUNT && st == DA_OK; i++) {
+    if (!suffix[which][i]) continue;
+    char fn[300];
+    snprintf(fn, sizeof fn, "%s%s", r->kernel_name, suffix[which][i]);
+    st = da__cuda_load(ctx, dev, pl->blob, fn, i == K_MAIN ? r->smem_bytes : 0, &p->k[i]);
+  }
+  if (st == DA_OK) st = load_masks(ctx, p, spec);
+  if (st != DA_OK) {
+    da__cuda_plan_destroy(p);
+    return st;
+  }
+  *out = p;
+  return DA_OK;
+}
+
+void da__cuda_plan_destroy(da__cuda_plan *p) {
+  if (!p) return;
+  for (int i = 0; i < K_COUNT; i++)
+    if (p->k[i].module) da__cuda_unload(p->dev, &p->k[i]);
+  da__cuda_free(p->dev, p->dmasks);
+  free(p);
+}
+
+size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len) {
+  if (p->r.ws_floats_per_token == 0) return 0;
+  double bytes = (double)batch * p->heads * (double)seq_len * (double)p->r.ws_floats_per_token * 4.0;
+  if (bytes > (double)SIZE_MAX / 2) return SIZE_MAX;
+  return (size_t)batch * (size_t)p->heads * (size_t)seq_len * (size_t)p->r.ws_floats_per_token * 4u;
+}
+
+static int aligned16(const void *ptr, const int64_t *stride) {
+  return ((uintptr_t)ptr % 16) == 0 && stride[0] % 8 == 0 && stride[1] % 8 == 0 && stride[2] % 8 == 0;
+}
+
+static da_status launch_stride(const da_context *ctx, da__cuda_plan *p, int which, da__cuda_args *a,
+                               void *stream) {
+  int64_t rows = a->batch * p->heads * a->seq_len * (p->head_dim + 1);
+  int64_t blocks = (rows + 255) / 256;
+  if (blocks > 65536) blocks = 65536;
+  if (blocks < 1) blocks = 1;
+  void *params[] = {a};
+  return da__cuda_launch(ctx, p->dev, &p->k[which], (unsigned)blocks, 1, 1, 256, 1, 1, 0, stream, params);
+}
+
+da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args) {
+  DA_RETURN_IF(args->batch > 65535, DA_ERR_INVALID_ARGUMENT,
+               "batch %lld: the CUDA backend takes at most 65535 per call", (long long)args->batch);
+  if (p->mma)
+    DA_RETURN_IF(!aligned16(args->q, args->q_stride) || !aligned16(args->k, args->k_stride) ||
+                     !aligned16(args->v, args->v_stride),
+                 DA_ERR_INVALID_ARGUMENT,
+                 "q, k, v must be 16-byte aligned with strides that are multiples of 8 elements "
+                 "on the tensor-core path (cp.async)");
+  da__cuda_args a;
+  memset(&a, 0, sizeof a);
+  a.q = args->q, a.k = args->k, a.v = args->v, a.out = args->out, a.lse = args->lse;
+  a.batch = args->batch, a.seq_len = args->seq_len;
+  memcpy(a.q_stride, args->q_stride, sizeof a.q_stride);
+  memcpy(a.k_stride, args->k_stride, sizeof a.k_stride);
+  memcpy(a.v_stride, args->v_stride, sizeof a.v_stride);
+  memcpy(a.out_stride, args->out_stride, sizeof a.out_stride);
+  a.masks = p->dmasks;
+  void *stream = args->stream, *owned = NULL;
+  size_t need = da__cuda_plan_workspace(p, args->batch, args->seq_len);
+  DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
+  if (need) {
+    if (args->workspace) {
+      DA_RETURN_IF(args->workspace_bytes < need, DA_ERR_INVALID_ARGUMENT,
+                   "workspace: %zu bytes given, %zu needed", args->workspace_bytes, need);
+      a.ws = args->workspace;
+    } else {
+      DA_TRY(da__cuda_malloc(ctx, p->dev, need, &owned));
+      a.ws = owned;
+    }
+  }
+  const int H = p->heads;
+  void *params[] = {&a};
+  da_status st = DA_OK;
+  unsigned threads = (unsigned)p->r.threads, smem = (unsigned)p->r.smem_bytes;
+  if (!strcmp(p->r.strategy, "fused")) {
+    int64_t gx = (args->seq_len + p->r.window_g - 1) / p->r.window_g * p->r.tiles_per_window;
+    if (gx > 0x7fffffff) st = da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)args->seq_len);
+    else st = da__cuda_launch(ctx, p->dev, &p->k[K_MAIN], (unsigned)gx, (unsigned)H, (unsigned)args->batch, threads, 1, 1, smem, stream, params);
+  } else {
+    st = launch_stride(ctx, p, K_AUX1, &a, stream); /* _init or _clear */
+    for (int br = 0; br < p->r.num_branches && st == DA_OK; br++) {
+      a.branch = br;
+      int64_t gx = (args->seq_len + p->r.branch_w[br] - 1) / p->r.branch_w[br] * p->r.branch_tiles[br];
+      if (gx > 0x7fffffff) st = da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)args->seq_len);
+      else st = da__cuda_launch(ctx, p->dev, &p->k[K_MAIN], (unsigned)gx, (unsigned)H, (unsigned)args->batch, threads, 1, 1, smem, stream, params);
+    }
+    if (st == DA_OK && p->k[K_AUX2].module) st = launch_stride(ctx, p, K_AUX2, &a, stream); /* _finish */
+  }
+  if (owned) {
+    da_status s2 = da__cuda_sync(ctx, p->dev, stream);
+    da__cuda_free(p->dev, owned);
+    if (st == DA_OK) st = s2;
+  }
+  return st;
+}

@@ -1,0 +1,30 @@
+/* cuda_backend.h - the CUDA side of a plan: compile (NVRTC, through the context's kernel
+ * cache) the module a rendered CUDA source makes, load it, and launch its kernels for
+ * the plan's strategy on the caller's stream. */
+#ifndef DA_CUDA_BACKEND_H
+#define DA_CUDA_BACKEND_H
+
+#include "gen/render.h"
+#include "runtime/kernel_cache.h"
+
+typedef struct da__cuda_plan da__cuda_plan;
+
+/* Is a CUDA device usable? DA_OK or DA_ERR_UNSUPPORTED with the reason. */
+DA_HIDDEN da_status da__cuda_backend_available(const da_context *ctx);
+
+/* Artifact key of a CUDA source for arch: SHA-256 over the source key, the arch, the
+ * NVRTC version and the compile options. */
+DA_HIDDEN void da__cuda_artifact_key(const char *source_key, const char *arch, int nvrtc_major,
+                                     int nvrtc_minor, char key[65]);
+
+/* Compile (or fetch) r's module for the current device and load it. spec supplies the
+ * explicit masks, copied to the device. */
+DA_HIDDEN da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache,
+                                         const da__rendered *r, const da_spec *spec,
+                                         da__cuda_plan **out);
+DA_HIDDEN void da__cuda_plan_destroy(da__cuda_plan *p);
+DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len);
+/* Launch on args->stream. Device pointers. */
+DA_HIDDEN da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args);
+
+#endif

@@ -1,0 +1,388 @@
+/* cuda_driver.c - the CUDA driver API through dlopen. cuda.h is never included and
+ * nothing is linked: the handful of types and entry points used are declared here and
+ * resolved by their real (versioned) symbol names, as cuda.h would map them
+ * (cuMemAlloc -> cuMemAlloc_v2, cuCtxPushCurrent -> cuCtxPushCurrent_v2, ...). One
+ * process-wide state is set up once (pthread_once): driver, device 0, its arch string,
+ * SM count and retained primary context. Every operation makes the primary context
+ * current on the calling thread first: set when the thread has none, pushed and popped
+ * again when the caller has another context current. A missing driver or GPU is
+ * DA_ERR_UNSUPPORTED; every driver error is DA_ERR_DEVICE with the call and the driver's
+ * error name and text. */
+#define _GNU_SOURCE
+#include "runtime/cuda_driver.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The subset of cuda.h we use (64-bit ABI). */
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_NO_DEVICE = 100,
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+
+#define DA__DEFAULT_DYN_SMEM (48 * 1024)
+
+struct da__cuda {
+  void *dl;
+  CUdevice device;
+  CUcontext primary;
+  char arch[16];
+  char name[256];
+  int driver_version;
+  int sm_count;
+  int smem_optin;
+  CUresult (*Init)(unsigned);
+  CUresult (*DriverGetVersion)(int *);
+  CUresult (*GetErrorName)(CUresult, const char **);
+  CUresult (*GetErrorString)(CUresult, const char **);
+  CUresult (*DeviceGet)(CUdevice *, int);
+  CUresult (*DeviceGetName)(char *, int, CUdevice);
+  CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*CtxGetCurrent)(CUcontext *);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*CtxPushCurrent)(CUcontext);  /* cuCtxPushCurrent_v2 */
+  CUresult (*CtxPopCurrent)(CUcontext *); /* cuCtxPopCurrent_v2 */
+  CUresult (*CtxSynchronize)(void);
+  CUresult (*ModuleLoadData)(CUmodule *, const void *);
+  CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*ModuleUnload)(CUmodule);
+  CUresult (*FuncSetAttribute)(CUfunction, int, int);
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, unsigned, CUstream, void **, void **);
+  CUresult (*MemAlloc)(CUdeviceptr *, size_t);                  /* cuMemAlloc_v2 */
+  CUresult (*MemFree)(CUdeviceptr);                             /* cuMemFree_v2 */
+  CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);    /* cuMemcpyHtoD_v2 */
+  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);          /* cuMemcpyDtoH_v2 */
+  CUresult (*StreamSynchronize)(CUstream);
+};
+
+static da__cuda g_cuda;
+static da_status g_status = DA_ERR_INTERNAL; /* DA_OK once set up */
+static char g_error[1024];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Names of the results init can meet, for drivers (the stub) that cannot name them. */
+static const char *fallback_name(CUresult r) {
+  switch (r) {
+  case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+  case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+  case 34: return "CUDA_ERROR_STUB_LIBRARY";
+  case 35: return "CUDA_ERROR_INSUFFICIENT_DRIVER";
+  case 46: return "CUDA_ERROR_DEVICES_UNAVAILABLE";
+  case 100: return "CUDA_ERROR_NO_DEVICE";
+  case 101: return "CUDA_ERROR_INVALID_DEVICE";
+  case 803: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
+  case 804: return "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE";
+  default: return "unknown CUresult";
+  }
+}
+
+static void error_text(const da__cuda *c, CUresult r, const char **name, const char **text) {
+  *name = NULL;
+  *text = NULL;
+  if (c->GetErrorName && c->GetErrorName(r, name) != CUDA_SUCCESS) *name = NULL;
+  if (c->GetErrorString && c->GetErrorString(r, text) != CUDA_SUCCESS) *text = NULL;
+  if (!*name) *name = fallback_name(r);
+  if (!*text) *text = "no description from the driver";
+}
+
+static da_status cu_fail(const da_context *ctx, const da__cuda *c, CUresult r, const char *call) {
+  const char *name, *text;
+  error_text(c, r, &name, &text);
+  return da__set_error(ctx, DA_ERR_DEVICE, "CUDA: %s failed: %d (%s: %s)", call, r, name, text);
+}
+
+/* Record an init failure. */
+static void init_fail(da_status st, const char *call, CUresult r) {
+  const char *name, *text;
+  error_text(&g_cuda, r, &name, &text);
+  g_status = st;
+  snprintf(g_error, sizeof g_error, "CUDA device 0 not usable: %s returned %d (%s: %s)", call, r,
+           name, text);
+}
+
+static int load_sym(void *dl, const char *name, void *slot, char *missing, size_t cap) {
+  void *p = dlsym(dl, name);
+  memcpy(slot, &p, sizeof p);
+  if (p) return 1;
+  size_t n = strlen(missing);
+  snprintf(missing + n, cap - n, "%s%s", n ? ", " : "", name);
+  return 0;
+}
+
+static void cuda_init(void) {
+  da__cuda *c = &g_cuda;
+  const char *env = getenv("DILATTN_CUDA_LIB");
+  const char *lib = (env && *env) ? env : "libcuda.so.1";
+  c->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!c->dl) {
+    const char *e = dlerror();
+    g_status = DA_ERR_UNSUPPORTED;
+    if (env && *env)
+      snprintf(g_error, sizeof g_error, "no CUDA driver: %s (from DILATTN_CUDA_LIB) not loaded: %s",
+               lib, e ? e : "unknown error");
+    else
+      snprintf(g_error, sizeof g_error,
+               "no CUDA driver: libcuda.so.1 not found (%s); the CUDA backend needs an NVIDIA "
+               "driver and GPU", e ? e : "unknown error");
+    return;
+  }
+  char missing[768] = "";
+  int ok = 1;
+#define SYM(field, name) ok &= load_sym(c->dl, name, &c->field, missing, sizeof missing)
+  SYM(Init, "cuInit");
+  SYM(DriverGetVersion, "cuDriverGetVersion");
+  SYM(GetErrorName, "cuGetErrorName");
+  SYM(GetErrorString, "cuGetErrorString");
+  SYM(DeviceGet, "cuDeviceGet");
+  SYM(DeviceGetName, "cuDeviceGetName");
+  SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
+  SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  SYM(CtxGetCurrent, "cuCtxGetCurrent");
+  SYM(CtxSetCurrent, "cuCtxSetCurrent");
+  SYM(CtxPushCurrent, "cuCtxPushCurrent_v2");
+  SYM(CtxPopCurrent, "cuCtxPopCurrent_v2");
+  SYM(CtxSynchronize, "cuCtxSynchronize");
+  SYM(ModuleLoadData, "cuModuleLoadData");
+  SYM(ModuleGetFunction, "cuModuleGetFunction");
+  SYM(ModuleUnload, "cuModuleUnload");
+  SYM(FuncSetAttribute, "cuFuncSetAttribute");
+  SYM(LaunchKernel, "cuLaunchKernel");
+  SYM(MemAlloc, "cuMemAlloc_v2");
+  SYM(MemFree, "cuMemFree_v2");
+  SYM(MemcpyHtoD, "cuMemcpyHtoD_v2");
+  SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
+  SYM(StreamSynchronize, "cuStreamSynchronize");
+#undef SYM
+  if (!ok) {
+    g_status = DA_ERR_UNSUPPORTED;
+    snprintf(g_error, sizeof g_error, "CUDA driver %s too old: it lacks %s", lib, missing);
+    return;
+  }
+  if (c->DriverGetVersion(&c->driver_version) != CUDA_SUCCESS) c->driver_version = 0;
+  CUresult r = c->Init(0);
+  if (r != CUDA_SUCCESS) {
+    const char *name, *text;
+    error_text(c, r, &name, &text);
+    g_status = DA_ERR_UNSUPPORTED;
+    snprintf(g_error, sizeof g_error,
+             "CUDA driver found but no %sGPU: cuInit returned %d (%s: %s)",
+             r == CUDA_ERROR_NO_DEVICE ? "" : "usable ", r, name, text);
+    return;
+  }
+  if ((r = c->DeviceGet(&c->device, 0)) != CUDA_SUCCESS) {
+    init_fail(r == CUDA_ERROR_NO_DEVICE ? DA_ERR_UNSUPPORTED : DA_ERR_DEVICE, "cuDeviceGet", r);
+    return;
+  }
+  int major = 0, minor = 0;
+  if ((r = c->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->device)) ||
+      (r = c->DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->device)) ||
+      (r = c->DeviceGetAttribute(&c->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->device))) {
+    init_fail(DA_ERR_DEVICE, "cuDeviceGetAttribute", r);
+    return;
+  }
+  if (c->DeviceGetAttribute(&c->smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                            c->device) != CUDA_SUCCESS)
+    c->smem_optin = DA__DEFAULT_DYN_SMEM;
+  snprintf(c->arch, sizeof c->arch, "sm_%d%d", major, minor);
+  if (c->DeviceGetName(c->name, (int)sizeof c->name, c->device) != CUDA_SUCCESS)
+    snprintf(c->name, sizeof c->name, "CUDA device 0");
+  c->name[sizeof c->name - 1] = '\0';
+  if ((r = c->DevicePrimaryCtxRetain(&c->primary, c->device)) != CUDA_SUCCESS) {
+    init_fail(DA_ERR_DEVICE, "cuDevicePrimaryCtxRetain", r);
+    return;
+  }
+  /* The retained primary context and the library stay until the process ends. */
+  g_status = DA_OK;
+}
+
+da_status da__cuda_get(const da_context *ctx, da__cuda **out) {
+  DA_RETURN_IF(!out, DA_ERR_INVALID_ARGUMENT, "cuda: NULL output");
+  pthread_once(&g_once, cuda_init);
+  DA_RETURN_IF(g_status != DA_OK, g_status, "%s", g_error);
+  *out = &g_cuda;
+  return DA_OK;
+}
+
+const char *da__cuda_arch(const da__cuda *c) { return c->arch; }
+const char *da__cuda_device_name(const da__cuda *c) { return c->name; }
+int da__cuda_driver_version(const da__cuda *c) { return c->driver_version; }
+int da__cuda_sm_count(const da__cuda *c) { return c->sm_count; }
+int da__cuda_max_smem_optin(const da__cuda *c) { return c->smem_optin; }
+
+/* Make the primary context current on this thread. *pushed says whether leave() must pop
+ * it again (another context was current). On failure *call names the failing call. */
+static CUresult enter_raw(da__cuda *c, int *pushed, const char **call) {
+  *pushed = 0;
+  CUcontext cur = NULL;
+  CUresult r = c->CtxGetCurrent(&cur);
+  *call = "cuCtxGetCurrent";
+  if (r != CUDA_SUCCESS || cur == c->primary) return r;
+  if (!cur) {
+    *call = "cuCtxSetCurrent";
+    return c->CtxSetCurrent(c->primary);
+  }
+  *call = "cuCtxPushCurrent";
+  r = c->CtxPushCurrent(c->primary);
+  *pushed = r == CUDA_SUCCESS;
+  return r;
+}
+
+static da_status enter(const da_context *ctx, da__cuda *c, int *pushed) {
+  const char *call;
+  CUresult r = enter_raw(c, pushed, &call);
+  return r == CUDA_SUCCESS ? DA_OK : cu_fail(ctx, c, r, call);
+}
+
+static void leave(da__cuda *c, int pushed) {
+  CUcontext popped;
+  if (pushed) c->CtxPopCurrent(&popped);
+}
+
+static CUdeviceptr dptr_of(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
+
+da_status da__cuda_load(const da_context *ctx, da__cuda *c, const void *cubin,
+                        const char *function_name, int dyn_smem, da__cuda_kernel *out) {
+  DA_RETURN_IF(!c || !cubin || !function_name || !out || dyn_smem < 0, DA_ERR_INVALID_ARGUMENT,
+               "cuda: bad argument to load (NULL or negative shared memory)");
+  DA_RETURN_IF(dyn_smem > c->smem_optin, DA_ERR_UNSUPPORTED,
+               "cuda: %s needs %d bytes of dynamic shared memory; %s allows at most %d per block",
+               function_name, dyn_smem, c->name, c->smem_optin);
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUmodule mod = NULL;
+  CUfunction fn = NULL;
+  da_status st = DA_OK;
+  CUresult r = c->ModuleLoadData(&mod, cubin);
+  if (r != CUDA_SUCCESS) {
+    st = cu_fail(ctx, c, r, "cuModuleLoadData");
+  } else if ((r = c->ModuleGetFunction(&fn, mod, function_name)) != CUDA_SUCCESS) {
+    const char *name, *text;
+    error_text(c, r, &name, &text);
+    st = da__set_error(ctx, DA_ERR_DEVICE, "CUDA: cuModuleGetFunction(%s) failed: %d (%s: %s)",
+                       function_name, r, name, text);
+  } else if (dyn_smem > DA__DEFAULT_DYN_SMEM &&
+             (r = c->FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      dyn_smem)) != CUDA_SUCCESS) {
+    st = cu_fail(ctx, c, r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  }
+  if (st != DA_OK && mod) c->ModuleUnload(mod);
+  leave(c, pushed);
+  if (st == DA_OK) {
+    out->module = mod;
+    out->function = fn;
+  }
+  return st;
+}
+
+void da__cuda_unload(da__cuda *c, da__cuda_kernel *k) {
+  if (!c || !k) return;
+  int pushed;
+  const char *call;
+  if (k->module && enter_raw(c, &pushed, &call) == CUDA_SUCCESS) {
+    c->ModuleUnload(k->module);
+    leave(c, pushed);
+  }
+  k->module = NULL;
+  k->function = NULL;
+}
+
+da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k,
+                          unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned dyn_smem, void *stream, void **params) {
+  DA_RETURN_IF(!c || !k || !k->function, DA_ERR_INVALID_ARGUMENT, "cuda: launch of no kernel");
+  DA_RETURN_IF(!gx || !gy || !gz || !bx || !by || !bz, DA_ERR_INVALID_ARGUMENT,
+               "cuda: empty launch grid %ux%ux%u block %ux%ux%u", gx, gy, gz, bx, by, bz);
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUresult r = c->LaunchKernel(k->function, gx, gy, gz, bx, by, bz, dyn_smem, stream, params, NULL);
+  leave(c, pushed);
+  if (r == CUDA_SUCCESS) return DA_OK;
+  const char *name, *text;
+  error_text(c, r, &name, &text);
+  return da__set_error(ctx, DA_ERR_DEVICE,
+                       "CUDA: cuLaunchKernel(grid %ux%ux%u, block %ux%ux%u, %u bytes smem) failed: "
+                       "%d (%s: %s)", gx, gy, gz, bx, by, bz, dyn_smem, r, name, text);
+}
+
+da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void **dptr) {
+  DA_RETURN_IF(!c || !dptr, DA_ERR_INVALID_ARGUMENT, "cuda: NULL argument to malloc");
+  if (!bytes) {
+    *dptr = NULL;
+    return DA_OK;
+  }
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUdeviceptr d = 0;
+  CUresult r = c->MemAlloc(&d, bytes);
+  leave(c, pushed);
+  if (r != CUDA_SUCCESS) {
+    const char *name, *text;
+    error_text(c, r, &name, &text);
+    return da__set_error(ctx, DA_ERR_DEVICE, "CUDA: cuMemAlloc(%zu bytes) failed: %d (%s: %s)",
+                         bytes, r, name, text);
+  }
+  *dptr = (void *)(uintptr_t)d;
+  return DA_OK;
+}
+
+void da__cuda_free(da__cuda *c, void *dptr) {
+  if (!c || !dptr) return;
+  int pushed;
+  const char *call;
+  if (enter_raw(c, &pushed, &call) != CUDA_SUCCESS) return;
+  c->MemFree(dptr_of(dptr));
+  leave(c, pushed);
+}
+
+da_status da__cuda_memcpy_htod(const da_context *ctx, da__cuda *c, void *dst, const void *src,
+                               size_t bytes) {
+  DA_RETURN_IF(!c || ((!dst || !src) && bytes), DA_ERR_INVALID_ARGUMENT,
+               "cuda: NULL argument to memcpy host to device");
+  if (!bytes) return DA_OK;
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUresult r = c->MemcpyHtoD(dptr_of(dst), src, bytes);
+  leave(c, pushed);
+  return r == CUDA_SUCCESS ? DA_OK : cu_fail(ctx, c, r, "cuMemcpyHtoD");
+}
+
+da_status da__cuda_memcpy_dtoh(const da_context *ctx, da__cuda *c, void *dst, const void *src,
+                               size_t bytes) {
+  DA_RETURN_IF(!c || ((!dst || !src) && bytes), DA_ERR_INVALID_ARGUMENT,
+               "cuda: NULL argument to memcpy device to host");
+  if (!bytes) return DA_OK;
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUresult r = c->MemcpyDtoH(dst, dptr_of(src), bytes);
+  leave(c, pushed);
+  return r == CUDA_SUCCESS ? DA_OK : cu_fail(ctx, c, r, "cuMemcpyDtoH");
+}
+
+da_status da__cuda_sync(const da_context *ctx, da__cuda *c, void *stream) {
+  DA_RETURN_IF(!c, DA_ERR_INVALID_ARGUMENT, "cuda: NULL driver state");
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUresult r = stream ? c->StreamSynchronize(stream) : c->CtxSynchronize();
+  leave(c, pushed);
+  if (r == CUDA_SUCCESS) return DA_OK;
+  return cu_fail(ctx, c, r, stream ? "cuStreamSynchronize" : "cuCtxSynchronize");
+}

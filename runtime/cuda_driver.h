@@ -1,0 +1,59 @@
+/* cuda_driver.h - a thin layer over the CUDA driver API, opened at run time with dlopen
+ * (no link-time CUDA dependency, DESIGN.md decision 1): device 0 and its primary context,
+ * cubin loading, kernel launch, device memory, copies and synchronization. Every driver
+ * error becomes DA_ERR_DEVICE naming the call and the driver's error name and text. */
+#ifndef DA_CUDA_DRIVER_H
+#define DA_CUDA_DRIVER_H
+
+#include <stddef.h>
+
+#include "runtime/internal.h"
+
+typedef struct da__cuda da__cuda; /* process-wide singleton, never freed */
+
+/* Open the driver once per process (thread-safe): $DILATTN_CUDA_LIB when set (and only
+ * that), else libcuda.so.1; cuInit(0), device 0, its compute capability, SM count and
+ * retained primary context. DA_ERR_UNSUPPORTED when unusable ("no CUDA driver:
+ * libcuda.so.1 not found", "CUDA driver found but no GPU: cuInit returned 100
+ * (CUDA_ERROR_NO_DEVICE: ...)"); the same answer on every call. */
+DA_HIDDEN da_status da__cuda_get(const da_context *ctx, da__cuda **out);
+
+DA_HIDDEN const char *da__cuda_arch(const da__cuda *c);        /* "sm_90" */
+DA_HIDDEN const char *da__cuda_device_name(const da__cuda *c); /* "NVIDIA H100 80GB HBM3" */
+DA_HIDDEN int da__cuda_driver_version(const da__cuda *c);      /* 13000 for 13.0 */
+DA_HIDDEN int da__cuda_sm_count(const da__cuda *c);
+DA_HIDDEN int da__cuda_max_smem_optin(const da__cuda *c); /* bytes of dynamic smem a block may opt into */
+
+typedef struct {
+  void *module;   /* CUmodule */
+  void *function; /* CUfunction */
+} da__cuda_kernel;
+
+/* Load cubin (cuModuleLoadData) and get function_name; when dyn_smem > 48 KiB, raise the
+ * function's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to dyn_smem (more than the
+ * device allows is DA_ERR_UNSUPPORTED). */
+DA_HIDDEN da_status da__cuda_load(const da_context *ctx, da__cuda *c, const void *cubin,
+                                  const char *function_name, int dyn_smem, da__cuda_kernel *out);
+DA_HIDDEN void da__cuda_unload(da__cuda *c, da__cuda_kernel *k);
+
+/* cuLaunchKernel on stream (NULL: the default stream); params as cuLaunchKernel takes
+ * them. Asynchronous: launch errors are reported here, execution errors at the next
+ * synchronizing call. */
+DA_HIDDEN da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k,
+                                    unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                    unsigned by, unsigned bz, unsigned dyn_smem, void *stream,
+                                    void **params);
+
+/* Device memory; the device pointer (CUdeviceptr) is carried as void*. 0 bytes gives
+ * NULL and DA_OK; freeing NULL does nothing. */
+DA_HIDDEN da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void **dptr);
+DA_HIDDEN void da__cuda_free(da__cuda *c, void *dptr);
+DA_HIDDEN da_status da__cuda_memcpy_htod(const da_context *ctx, da__cuda *c, void *dst,
+                                         const void *src, size_t bytes);
+DA_HIDDEN da_status da__cuda_memcpy_dtoh(const da_context *ctx, da__cuda *c, void *dst,
+                                         const void *src, size_t bytes);
+
+/* Wait for stream (NULL: the whole context, cuCtxSynchronize). */
+DA_HIDDEN da_status da__cuda_sync(const da_context *ctx, da__cuda *c, void *stream);
+
+#endif
