@@ -301,6 +301,53 @@ static int check_array(const char *flag, const char *path, const da__npy_array *
   return EXIT_OK;
 }
 
+static double elapsed_ms(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* Run plan on host arrays: directly on the host backend; through device copies on CUDA
+ * (exec_ms then counts the kernels, not the copies). */
+static da_status execute_plan(da_context *ctx, da_plan *plan, const da_spec *spec, int64_t B, int64_t N,
+                              const da__npy_array *q, const da__npy_array *k, const da__npy_array *v,
+                              void *out, float *lse, double *exec_ms) {
+  da_args a;
+  struct timespec t0;
+  if (da_plan_backend(plan) != DA_BACKEND_CUDA) {
+    da_args_init(&a, spec, B, N, q->data, k->data, v->data, out, lse);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    da_status st = da_plan_execute(plan, &a);
+    *exec_ms = elapsed_ms(&t0);
+    return st;
+  }
+  da__cuda *dev;
+  da_status st = da__cuda_get(ctx, &dev);
+  if (st != DA_OK) return st;
+  size_t qb = q->count * q->elem_size, kb = k->count * k->elem_size, lb = (size_t)(B * spec->num_heads * N) * 4;
+  void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+  if ((st = da__cuda_malloc(ctx, dev, qb, &dq)) == DA_OK && (st = da__cuda_malloc(ctx, dev, kb, &dk)) == DA_OK &&
+      (st = da__cuda_malloc(ctx, dev, kb, &dv)) == DA_OK && (st = da__cuda_malloc(ctx, dev, qb, &dout)) == DA_OK &&
+      (!lse || (st = da__cuda_malloc(ctx, dev, lb, &dlse)) == DA_OK) &&
+      (st = da__cuda_memcpy_htod(ctx, dev, dq, q->data, qb)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, dk, k->data, kb)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, dv, v->data, kb)) == DA_OK) {
+    da_args_init(&a, spec, B, N, dq, dk, dv, dout, dlse);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = da_plan_execute(plan, &a);
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+    *exec_ms = elapsed_ms(&t0);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, out, dout, qb);
+    if (st == DA_OK && lse) st = da__cuda_memcpy_dtoh(ctx, dev, lse, dlse, lb);
+  }
+  da__cuda_free(dev, dq);
+  da__cuda_free(dev, dk);
+  da__cuda_free(dev, dv);
+  da__cuda_free(dev, dout);
+  da__cuda_free(dev, dlse);
+  return st;
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *config = NULL, *qp = NULL, *kp = NULL, *vp = NULL, *outp = NULL, *lsep = NULL;
   const char *backend_s = "auto";
@@ -362,13 +409,7 @@ static int cmd_run(int argc, char **argv) {
     if (!out || (lsep && !lse)) rc = fail(EXIT_RUNTIME, "out of memory for the output");
   }
   if (rc == EXIT_OK) {
-    da_args a;
-    da_args_init(&a, &spec, B, N, q.data, k.data, v.data, out, lse);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    da_status st = da_plan_execute(plan, &a);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    exec_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    da_status st = execute_plan(ctx, plan, &spec, B, N, &q, &k, &v, out, lse, &exec_ms);
     if (st != DA_OK) rc = fail(exit_code(st), "run: %s", da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) {
@@ -399,21 +440,49 @@ static int cmd_run(int argc, char **argv) {
   return rc;
 }
 
-static int cmd_info(void) {
-  const char *cache = getenv("DILATTN_CACHE_DIR");
-  int cc_ok = 0;
-  {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "command -v '%s' >/dev/null 2>&1", da__host_cc());
-    cc_ok = strchr(da__host_cc(), '\'') == NULL && system(cmd) == 0;
+/* JSON string literal of s (or null), escaped; static buffer per slot. */
+static const char *jstr(const char *s, int slot) {
+  static char buf[4][1200];
+  if (!s) return "null";
+  char *o = buf[slot];
+  size_t n = 0;
+  o[n++] = '"';
+  for (; *s && n < sizeof buf[slot] - 8; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') o[n++] = '\\', o[n++] = (char)c;
+    else if (c < 0x20) n += (size_t)snprintf(o + n, 8, "\\u%04x", c);
+    else o[n++] = (char)c;
   }
+  o[n++] = '"';
+  o[n] = '\0';
+  return o;
+}
+
+static int cmd_info(void) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "command -v '%s' >/dev/null 2>&1", da__host_cc());
+  int cc_ok = strchr(da__host_cc(), '\'') == NULL && system(cmd) == 0;
+  da_context *ctx = NULL;
+  da_context_create(&ctx);
+  int maj = 0, min = 0;
+  char nvrtc[1200], cuda[1200];
+  if (da__nvrtc_version(ctx, &maj, &min) == DA_OK)
+    snprintf(nvrtc, sizeof nvrtc, "{\"available\":true,\"version\":\"%d.%d\"}", maj, min);
+  else
+    snprintf(nvrtc, sizeof nvrtc, "{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 0));
+  da__cuda *dev = NULL;
+  if (da__cuda_get(ctx, &dev) == DA_OK)
+    snprintf(cuda, sizeof cuda, "{\"available\":true,\"device\":%s,\"arch\":\"%s\",\"driver\":%d}",
+             jstr(da__cuda_device_name(dev), 1), da__cuda_arch(dev), da__cuda_driver_version(dev));
+  else
+    snprintf(cuda, sizeof cuda, "{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 1));
   printf("{\"version\":\"%s\",\"lua\":\"%s\",\"cache_schema\":%d,"
-         "\"backends\":{\"host\":{\"available\":%s,\"cc\":\"%s\"},"
-         "\"cuda\":{\"available\":false,\"reason\":\"the CUDA backend is not part of this build yet\"}},"
-         "\"template_dir\":%s%s%s,\"cache_dir\":%s%s%s}\n",
-         da_version(), LUA_RELEASE, DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false", da__host_cc(),
-         getenv("DILATTN_TEMPLATE_DIR") ? "\"" : "", getenv("DILATTN_TEMPLATE_DIR") ? getenv("DILATTN_TEMPLATE_DIR") : "null",
-         getenv("DILATTN_TEMPLATE_DIR") ? "\"" : "", cache ? "\"" : "", cache ? cache : "null", cache ? "\"" : "");
+         "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s},\"cuda\":%s},\"nvrtc\":%s,"
+         "\"template_dir\":%s,\"cache_dir\":%s}\n",
+         da_version(), LUA_RELEASE, DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
+         jstr(da__host_cc(), 2), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
+         jstr(getenv("DILATTN_CACHE_DIR"), 0));
+  da_context_destroy(ctx);
   return EXIT_OK;
 }
 

@@ -199,6 +199,11 @@ function M.plan_cuda(p, opts)
     p.tiles_per_window = acc
   end
   p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
+  -- dilated indices in 32 bits when every branch's segment allows (fewer registers)
+  p.idx_bits = 32
+  for _, b in ipairs(p.branches) do
+    if b.lmax + p.tile_k >= 2 ^ 31 then p.idx_bits = 64 end
+  end
   for _, b in ipairs(p.branches) do b.tiles_per_segment = (b.lmax + p.tile_q - 1) // p.tile_q end
 end
 

@@ -52,41 +52,41 @@ struct da_qtile {
   int nq;              /* valid rows */
   da_i64 pos0, pstep;  /* row j is position pos0 + j * pstep */
 };
-{% for _, br in ipairs(p.branches) do %}
+/* Dilated indices (query a, key c) fit in {{ p.idx_bits }} bits for every branch. */
+typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 
+/* Per-branch constants and sparsity predicate; kernels are instantiated per branch so
+ * each sees literal w, r and its own predicate. */
+template <int BR> struct da_branch;
+{% for _, br in ipairs(p.branches) do %}
 /* ---- branch {{ br.index }}: segment length {{ br.w }}, dilation rate {{ br.r }} ------------------ */
-__device__ __forceinline__ bool allowed_b{{ br.index }}(const da_cuda_args &A, da_i64 qb, da_i64 kb) {
+template <> struct da_branch<{{ br.index }}> {
+  static constexpr da_i64 W = {{ br.w }}, R = {{ br.r }};
+  static __device__ __forceinline__ bool allowed(const da_cuda_args &A, da_idx qb, da_idx kb) {
 {% if p.layout == "none" or p.layout == "dense" then %}
-  return true;
+    return true;
 {% elseif p.layout == "local_window" then %}
-  return llabs(qb - kb) <= {{ p.window }};
+    return abs(qb - kb) <= {{ p.window }};
 {% elseif p.layout == "global_local" then %}
-  return llabs(qb - kb) <= {{ p.window }} || kb < {{ p.global }} || qb < {{ p.global }};
+    return abs(qb - kb) <= {{ p.window }} || kb < {{ p.global }} || qb < {{ p.global }};
 {% elseif p.layout == "dilated_sparse" then %}
-  da_i64 d = llabs(qb - kb);
-  return d == 0{% for _, st in ipairs(p.strides) do %} || d == {{ st }}{% end %};
+    da_idx d = abs(qb - kb);
+    return d == 0{% for _, st in ipairs(p.strides) do %} || d == {{ st }}{% end %};
 {% elseif p.layout == "random" then %}
-  if (qb == kb) return true;
-  da_u64 x = (da_u64){{ u64(p.seed) }} ^ (((da_u64){{ br.index }} << 48) ^ ((da_u64)qb << 24) ^ (da_u64)kb);
-  return (da_splitmix64(x) >> 11) < {{ p.random_threshold }}ull;
+    if (qb == kb) return true;
+    da_u64 x = (da_u64){{ u64(p.seed) }} ^ (((da_u64){{ br.index }} << 48) ^ ((da_u64)qb << 24) ^ (da_u64)kb);
+    return (da_splitmix64(x) >> 11) < {{ p.random_threshold }}ull;
 {% else %}
-  return A.masks[{{ br.index }}][qb * {{ br.nblocks }} + kb] != 0;
+    return A.masks[{{ br.index }}][(da_i64)qb * {{ br.nblocks }} + kb] != 0;
 {% end %}
-}
-{% end %}
-
-__device__ __forceinline__ bool allowed(int br, const da_cuda_args &A, da_i64 qb, da_i64 kb) {
-  switch (br) {
-{% for _, br in ipairs(p.branches) do %}
-  case {{ br.index }}: return allowed_b{{ br.index }}(A, qb, kb);
-{% end %}
-  default: return false;
   }
-}
+};
+{% end %}
 
 /* Tile class of keys [c0, c0 + TK) for queries with dilated indices a_first..a_last:
  * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Block-uniform. */
-__device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
+template <int BR>
+__device__ int classify(const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
   bool full = (!CAUSAL || c0 + TK - 1 <= a_first) && c0 + TK <= kend;
 {% if p.sparse then %}
   da_i64 qb0 = a_first / BLOCK, qb1 = a_last / BLOCK;
@@ -95,7 +95,7 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
   if (pairs <= (da_i64)TQ * TK) {
     int any = 0, all = 1;
     for (da_i64 i = threadIdx.x; i < pairs; i += NTHREADS) {
-      bool ok = allowed(br, A, qb0 + i / (kb1 - kb0 + 1), kb0 + i % (kb1 - kb0 + 1));
+      bool ok = da_branch<BR>::allowed(A, (da_idx)(qb0 + i / (kb1 - kb0 + 1)), (da_idx)(kb0 + i % (kb1 - kb0 + 1)));
       any |= ok;
       all &= ok;
     }
@@ -136,9 +136,10 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int ro
   }
 }
 
-__device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+template <int BR>
+__device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  const da_i64 w = BR_W[br], r = BR_R[br];
+  constexpr da_i64 w = da_branch<BR>::W, r = da_branch<BR>::R;
   const da_i64 seg_len = min(w, A.seq_len - s0);
   const da_i64 L = (seg_len - off + r - 1) / r;
   const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
@@ -150,7 +151,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   /* find the first tile that is not skipped */
   da_i64 c0 = 0;
   int cls = 0;
-  while (c0 < kend && (cls = classify(br, A, c0, kend, a_first, a_last)) == 0) c0 += TK;
+  while (c0 < kend && (cls = classify<BR>(A, c0, kend, a_first, a_last)) == 0) c0 += TK;
   if (c0 >= kend) return;
   int stage = 0;
   {
@@ -164,7 +165,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     /* prefetch the next tile that is not skipped into the other stage */
     da_i64 n0 = c0 + TK;
     int ncls = 0;
-    while (n0 < kend && (ncls = classify(br, A, n0, kend, a_first, a_last)) == 0) n0 += TK;
+    while (n0 < kend && (ncls = classify<BR>(A, n0, kend, a_first, a_last)) == 0) n0 += TK;
     if (n0 < kend) {
       int nk = (int)min((da_i64)TK, kend - n0);
       da_u16 *kn = Ks + (stage ^ 1) * TK * DP, *vn = Vs + (stage ^ 1) * TK * DP;
@@ -196,10 +197,10 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
         float x = s[nt][j] * SCALE_LOG2;
         if (cls == 2) {
           int row = warp * 16 + da_frag_c_row(lane, j);
-          da_i64 c = c0 + nt * 8 + da_frag_c_col(lane, j), a = a0 + (da_i64)row * astride;
-          bool ok = row < nq && c < kend && (!CAUSAL || c <= a);
+          da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
+          bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
 {% if p.sparse then %}
-          ok = ok && allowed(br, A, a / BLOCK, c / BLOCK);
+          ok = ok && da_branch<BR>::allowed(A, a / BLOCK, c / BLOCK);
 {% end %}
           if (!ok) x = -INFINITY;
         }
@@ -320,9 +321,10 @@ struct da_state {
   float m, l;
 };
 
-__device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+template <int BR>
+__device__ void attend(da_state &S, float *Ks, float *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  const da_i64 w = BR_W[br], r = BR_R[br];
+  constexpr da_i64 w = da_branch<BR>::W, r = da_branch<BR>::R;
   const da_i64 seg_len = min(w, A.seq_len - s0);
   const da_i64 L = (seg_len - off + r - 1) / r;
   const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
@@ -330,7 +332,7 @@ __device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
   const da_i64 a = a0 + (da_i64)row * astride;
   for (da_i64 c0 = 0; c0 < kend; c0 += TK) {
-    int cls = classify(br, A, c0, kend, a_first, a_last);
+    int cls = classify<BR>(A, c0, kend, a_first, a_last);
     if (cls == 0) continue;
     int nk = (int)min((da_i64)TK, kend - c0);
     __syncthreads();
@@ -352,7 +354,7 @@ __device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_
       float xs = dot * SCALE_LOG2;
       bool ok = row < nq && (cls == 1 || ((!CAUSAL || c0 + c <= a)
 {% if p.sparse then %}
-                                          && allowed(br, A, a / BLOCK, (c0 + c) / BLOCK)
+                                          && da_branch<BR>::allowed(A, (da_idx)(a / BLOCK), (da_idx)((c0 + c) / BLOCK))
 {% end %}
                                           ));
       if (!ok) continue;
@@ -446,7 +448,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) {{ p.name }}_fused(const 
     const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
     const da_i64 s0 = (gs / w) * w, rel = first - s0;
     if (rel % r != off) continue; /* residue not covered by this branch */
-    attend(br, S, Ks, Vs, A, b, hkv, s0, off, (rel - off) / r + j0 * (LCM_R / r), LCM_R / r, T.nq);
+    const da_i64 a0 = (rel - off) / r + j0 * (LCM_R / r), astride = LCM_R / r;
+    switch (br) {
+{% for _, br in ipairs(p.branches) do %}
+    case {{ br.index }}: attend<{{ br.index }}>(S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq); break;
+{% end %}
+    }
   }
   tile_end(S, A, b, h, T, 0);
 }
@@ -473,7 +480,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) {{ p.name }}_branch(const
   T.pstep = r;
   da_state S;
   tile_begin(S, Qs, A, b, h, T);
-  attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, 1, T.nq);
+  switch (br) {
+{% for _, br in ipairs(p.branches) do %}
+  case {{ br.index }}: attend<{{ br.index }}>(S, Ks, Vs, A, b, hkv, s0, off, a0, 1, T.nq); break;
+{% end %}
+  }
   tile_end(S, A, b, h, T, {{ p.strategy == "split" and 1 or 0 }});
 }
 {% end %}

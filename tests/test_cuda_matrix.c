@@ -1,0 +1,204 @@
+/* test_cuda_matrix.c - the CUDA target over a matrix of 216 specs (head dims 32/64/96/128
+ * and odd ones, fp16/bf16/fp32, both modes and offset policies, causal, every sparsity
+ * layout, grouped-query heads, branch sets including the LongNet paper's w = 2048 ..
+ * 32768, r = 1, 2, 4, 6, 12): every spec renders and compiles under NVRTC for sm_80 and
+ * sm_90 with zero spill bytes and shared memory within the arch's limit. Every 6th spec
+ * also runs on the host backend with the CUDA plan's tile sizes against the reference,
+ * since the host runs the same tiling and masking decisions.
+ * Skips (exit 0, "skipped" line) when NVRTC is not installed.
+ * Run: build/tests/test_cuda_matrix [NSPECS]   (ctest -R cuda_matrix) */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen/render.h"
+#include "reference.h"
+#include "runtime/nvrtc.h"
+#include "test_util.h"
+
+#define MAX_SPECS 256
+
+typedef struct {
+  da_spec spec;
+  uint8_t *masks[DA_MAX_BRANCHES];
+  char name[256], strategy[16], path[8];
+  int regs[2], spill[2], smem[2], dyn_smem, status[2];
+  char err[512];
+} job_t;
+
+static job_t jobs[MAX_SPECS];
+static int njobs, next_job;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static const char *archs[2] = {"sm_80", "sm_90"};
+static const int smem_limit[2] = {163 * 1024, 227 * 1024};
+
+static void build_matrix(int n) {
+  static const int64_t sets[6][5][2] = {
+      {{2048, 1}, {4096, 2}, {8192, 4}, {16384, 6}, {32768, 12}},
+      {{2048, 1}, {4096, 2}},
+      {{16, 1}, {40, 3}, {96, 6}},
+      {{64, 1}, {128, 2}},
+      {{256, 1}},
+      {{512, 2}, {1024, 4}, {2048, 8}}};
+  static const int set_n[6] = {5, 2, 3, 2, 1, 3};
+  static const int dims[6] = {32, 64, 96, 128, 16, 40};
+  uint64_t st = 42;
+  for (int i = 0; i < n && i < MAX_SPECS; i++) {
+    job_t *j = &jobs[njobs++];
+    da_spec *s = &j->spec;
+    da_spec_init(s);
+    int set = i % 6;
+    s->num_branches = set_n[set];
+    for (int b = 0; b < s->num_branches; b++) {
+      s->segment_lengths[b] = sets[set][b][0];
+      s->dilation_rates[b] = sets[set][b][1];
+    }
+    s->head_dim = dims[(i / 6) % 4];
+    if (i % 17 == 0) s->head_dim = dims[4 + (i / 17) % 2]; /* odd dims: SIMT path */
+    s->dtype = (da_dtype)((i / 2) % 3);
+    if (s->dtype == DA_DTYPE_FLOAT32 && (i / 5) % 2) s->dtype = DA_DTYPE_FLOAT16; /* favour half */
+    s->mode = (i % 5 == 4) ? DA_MODE_GROUPED : DA_MODE_LONGNET;
+    s->offsets = (i % 3 == 1) ? DA_OFFSETS_BLOCK : DA_OFFSETS_MOD;
+    s->causal = (i / 3) % 2;
+    s->num_heads = 8;
+    s->num_kv_heads = (i % 4 == 0) ? 2 : 8;
+    if (i % 7 == 3) s->num_heads = s->num_kv_heads = 6;
+    da_layout lay = (da_layout)((i / 4) % 7);
+    s->sparsity.layout = lay;
+    s->sparsity.block = 16 << (i % 3);
+    s->sparsity.window = 1 + i % 2;
+    s->sparsity.global = 1;
+    s->sparsity.num_strides = 2;
+    s->sparsity.strides[0] = 2;
+    s->sparsity.strides[1] = 5;
+    s->sparsity.seed = 1234 + (uint64_t)i;
+    s->sparsity.density = 0.3;
+    if (lay == DA_LAYOUT_EXPLICIT)
+      for (int b = 0; b < s->num_branches; b++) {
+        int64_t nb = da_spec_explicit_blocks(s, b);
+        j->masks[b] = malloc((size_t)(nb * nb));
+        for (int64_t x = 0; x < nb * nb; x++) j->masks[b][x] = (tu_rand(&st) & 3) != 0;
+        s->sparsity.explicit_masks[b] = j->masks[b];
+      }
+  }
+}
+
+static void *worker(void *arg) {
+  (void)arg;
+  da_context *ctx;
+  da_context_create(&ctx);
+  for (;;) {
+    pthread_mutex_lock(&mu);
+    int i = next_job++;
+    pthread_mutex_unlock(&mu);
+    if (i >= njobs) break;
+    job_t *j = &jobs[i];
+    da__rendered r;
+    if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, NULL, &r) != DA_OK) {
+      snprintf(j->err, sizeof j->err, "render: %s", da_context_last_error(ctx));
+      j->status[0] = j->status[1] = -1;
+      continue;
+    }
+    snprintf(j->name, sizeof j->name, "%s", r.kernel_name);
+    snprintf(j->strategy, sizeof j->strategy, "%s", r.strategy);
+    snprintf(j->path, sizeof j->path, "%s", r.cuda_path);
+    j->dyn_smem = r.smem_bytes;
+    for (int a = 0; a < 2; a++) {
+      da__nvrtc_result res;
+      char file[300];
+      snprintf(file, sizeof file, "%s.cu", r.kernel_name);
+      if (da__nvrtc_compile(ctx, r.source, file, archs[a], NULL, 0, &res) != DA_OK) {
+        snprintf(j->err, sizeof j->err, "%s: %.400s", archs[a], da_context_last_error(ctx));
+        j->status[a] = -1;
+        continue;
+      }
+      j->regs[a] = res.registers;
+      j->spill[a] = res.spill_bytes;
+      j->smem[a] = r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0);
+      da__nvrtc_result_free(&res);
+    }
+    da__rendered_free(&r);
+  }
+  da_context_destroy(ctx);
+  return NULL;
+}
+
+/* Host backend with the CUDA plan's tile shape against the reference on a short input. */
+static void host_check(da_context *ctx, job_t *j) {
+  da_spec s = j->spec;
+  int64_t B = 1, N = 300 + (int64_t)(strlen(j->name) % 37);
+  int64_t H = s.num_heads, Hkv = s.num_kv_heads, D = s.head_dim;
+  da_plan_options o = {0, 64, 0};
+  if (!strcmp(j->path, "simt")) o.tile_k = 0;
+  da_plan *plan = NULL;
+  if (da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &o, &plan) != DA_OK) {
+    TU_CHECK(0, "%s: host plan: %s", j->name, da_context_last_error(ctx));
+    return;
+  }
+  TU_CHECK(!strcmp(da_plan_strategy(plan), j->strategy), "%s: host strategy %s, cuda %s", j->name,
+           da_plan_strategy(plan), j->strategy);
+  size_t es = tu_elem_size(s.dtype);
+  int64_t nq = B * N * H * D, nk = B * N * Hkv * D;
+  void *q = malloc((size_t)nq * es), *k = malloc((size_t)nk * es), *v = malloc((size_t)nk * es), *out = malloc((size_t)nq * es);
+  float *lse = malloc(sizeof(float) * (size_t)(B * H * N));
+  double *dq = malloc(sizeof(double) * (size_t)nq), *dk = malloc(sizeof(double) * (size_t)nk), *dv = malloc(sizeof(double) * (size_t)nk);
+  double *ro = malloc(sizeof(double) * (size_t)nq), *rl = malloc(sizeof(double) * (size_t)(B * H * N));
+  uint64_t st = 7;
+  double vmax = 0;
+  for (int64_t i = 0; i < nq; i++) tu_store(s.dtype, q, i, 2 * tu_uniform(&st) - 1), dq[i] = tu_load(s.dtype, q, i);
+  for (int64_t i = 0; i < nk; i++) {
+    tu_store(s.dtype, k, i, 2 * tu_uniform(&st) - 1), dk[i] = tu_load(s.dtype, k, i);
+    tu_store(s.dtype, v, i, 2 * tu_uniform(&st) - 1), dv[i] = tu_load(s.dtype, v, i);
+    vmax = fmax(vmax, fabs(dv[i]));
+  }
+  da_args a;
+  da_args_init(&a, &s, B, N, q, k, v, out, lse);
+  TU_CHECK(da_plan_execute(plan, &a) == DA_OK, "%s: execute", j->name);
+  TU_CHECK(da_ref_attention(&s, B, N, dq, dk, dv, ro, rl) == 0, "%s: reference", j->name);
+  double eo, el;
+  TU_CHECK(tu_compare(s.dtype, nq, out, ro, B * H * N, lse, rl, vmax, &eo, &el),
+           "%s: host with CUDA tiles: out err %.3g lse err %.3g", j->name, eo, el);
+  free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
+  da_plan_destroy(plan);
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 216;
+  da_context *ctx;
+  da_context_create(&ctx);
+  int maj, min;
+  if (da__nvrtc_version(ctx, &maj, &min) != DA_OK) {
+    printf("skipped: NVRTC not available (%s)\n", da_context_last_error(ctx));
+    da_context_destroy(ctx);
+    return 0;
+  }
+  build_matrix(n);
+  pthread_t th[2];
+  for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, NULL);
+  for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  int strategies[3] = {0, 0, 0}, paths[2] = {0, 0}, maxregs = 0;
+  for (int i = 0; i < njobs; i++) {
+    job_t *j = &jobs[i];
+    for (int a = 0; a < 2; a++) {
+      TU_CHECK(j->status[a] == 0, "spec %d %s: %s", i, j->name, j->err);
+      if (j->status[a]) continue;
+      TU_CHECK(j->spill[a] == 0, "spec %d %s on %s: %d spill bytes", i, j->name, archs[a], j->spill[a]);
+      TU_CHECK(j->regs[a] > 0 && j->regs[a] <= 255, "spec %d %s on %s: %d registers", i, j->name, archs[a], j->regs[a]);
+      TU_CHECK(j->smem[a] <= smem_limit[a], "spec %d %s on %s: %d bytes smem", i, j->name, archs[a], j->smem[a]);
+      if (j->regs[a] > maxregs) maxregs = j->regs[a];
+    }
+    strategies[!strcmp(j->strategy, "fused") ? 0 : !strcmp(j->strategy, "split") ? 1 : 2]++;
+    paths[!strcmp(j->path, "mma") ? 0 : 1]++;
+    if (i % 6 == 0 && j->status[0] == 0) host_check(ctx, j);
+  }
+  printf("%d specs x 2 archs: fused %d, split %d, single %d; mma %d, simt %d; max registers %d\n", njobs,
+         strategies[0], strategies[1], strategies[2], paths[0], paths[1], maxregs);
+  TU_CHECK(njobs >= 200 || n < 200, "matrix has %d specs", njobs);
+  TU_CHECK((strategies[0] && strategies[1] && strategies[2] && paths[0] && paths[1]) || n < 50,
+           "matrix misses a strategy or path");
+  for (int i = 0; i < njobs; i++)
+    for (int b = 0; b < DA_MAX_BRANCHES; b++) free(jobs[i].masks[b]);
+  da_context_destroy(ctx);
+  return tu_report();
+}
