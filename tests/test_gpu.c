@@ -1,0 +1,249 @@
+/* test_gpu.c - the CUDA backend on a real GPU (CTest label gpu). Exits 77 (CTest: skipped)
+ * with the reason when no driver or GPU is present.
+ *   golden:  every case in ../shared/golden on the CUDA backend
+ *   random:  seeded random specs (fp16/bf16 on tensor cores at D = 32/64/96/128, fp32 and
+ *            odd D on the SIMT path, every layout, causal, GQA, ragged N) vs the reference
+ *   large:   N = 1,048,576, H = 8, D = 64 fp16: workspace 0 (memory linear in N), first
+ *            and last 4096 positions checked against the reference
+ *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|large|huge|small|probe]
+ *      (small = golden + a few random specs, for compute-sanitizer) */
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/npy.h"
+#include "test_util.h"
+
+static da__cuda *dev;
+
+/* Run spec on the CUDA backend over host arrays (copied in and out). */
+static da_status run_cuda(da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                          const void *k, const void *v, void *out, float *lse) {
+  da_plan *plan = NULL;
+  da_status st = da_plan_create(ctx, s, DA_BACKEND_CUDA, &plan);
+  if (st != DA_OK) return st;
+  size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+  size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
+  size_t lb = (size_t)(B * s->num_heads * N) * 4;
+  void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+  if ((st = da__cuda_malloc(ctx, dev, qb, &dq)) == DA_OK && (st = da__cuda_malloc(ctx, dev, kb, &dk)) == DA_OK &&
+      (st = da__cuda_malloc(ctx, dev, kb, &dv)) == DA_OK && (st = da__cuda_malloc(ctx, dev, qb, &dout)) == DA_OK &&
+      (st = da__cuda_malloc(ctx, dev, lb, &dlse)) == DA_OK && (st = da__cuda_memcpy_htod(ctx, dev, dq, q, qb)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, dk, k, kb)) == DA_OK && (st = da__cuda_memcpy_htod(ctx, dev, dv, v, kb)) == DA_OK) {
+    da_args a;
+    da_args_init(&a, s, B, N, dq, dk, dv, dout, dlse);
+    st = da_plan_execute(plan, &a);
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, out, dout, qb);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, lse, dlse, lb);
+  }
+  da__cuda_free(dev, dq), da__cuda_free(dev, dk), da__cuda_free(dev, dv), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
+  da_plan_destroy(plan);
+  return st;
+}
+
+static char *read_text(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  static char buf[1 << 16];
+  *len = fread(buf, 1, sizeof buf - 1, f);
+  buf[*len] = 0;
+  fclose(f);
+  return buf;
+}
+
+static void test_golden(da_context *ctx, const char *dir) {
+  DIR *d = opendir(dir);
+  TU_CHECK(d != NULL, "cannot open %s", dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[4096], msg[512];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s/case.json", dir, e->d_name);
+    char *text = read_text(path, &len);
+    da_spec s;
+    if (!text || da_spec_from_json(text, len, &s, msg, sizeof msg) != DA_OK) {
+      TU_CHECK(0, "%s: %s", path, msg);
+      continue;
+    }
+    da__npy_array a[5];
+    memset(a, 0, sizeof a);
+    const char *names[5] = {"q", "k", "v", "out", "lse"};
+    int ok = 1;
+    for (int i = 0; i < 5 && ok; i++) {
+      snprintf(path, sizeof path, "%s/%s/%s.npy", dir, e->d_name, names[i]);
+      ok = da__npy_load(path, &a[i], msg, sizeof msg) == DA_OK;
+      TU_CHECK(ok, "%s", msg);
+    }
+    if (ok) {
+      int64_t B = a[0].shape[0], N = a[0].shape[1];
+      void *out = calloc(a[0].count, a[0].elem_size);
+      float *lse = calloc(a[4].count, 4);
+      da_status st = run_cuda(ctx, &s, B, N, a[0].data, a[1].data, a[2].data, out, lse);
+      TU_CHECK(st == DA_OK, "%s: %s", e->d_name, da_context_last_error(ctx));
+      double vmax = 0, eo, el;
+      for (size_t i = 0; i < a[2].count; i++) vmax = fmax(vmax, fabs(tu_load(s.dtype, a[2].data, (int64_t)i)));
+      TU_CHECK(st == DA_OK && tu_compare(s.dtype, (int64_t)a[3].count, out, a[3].data, (int64_t)a[4].count, lse,
+                                         a[4].data, vmax, &eo, &el),
+               "golden %s on cuda: out err %.3g lse err %.3g", e->d_name, eo, el);
+      printf("golden %-30s out_err=%.2e lse_err=%.2e\n", e->d_name, eo, el);
+      free(out);
+      free(lse);
+    }
+    for (int i = 0; i < 5; i++) da__npy_free(&a[i]);
+  }
+  closedir(d);
+}
+
+/* Compare a CUDA run with the reference on random data. */
+static void check_random(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what) {
+  int64_t nq = B * N * s->num_heads * s->head_dim, nk = B * N * s->num_kv_heads * s->head_dim, nl = B * s->num_heads * N;
+  size_t es = tu_elem_size(s->dtype);
+  void *q = malloc((size_t)nq * es), *k = malloc((size_t)nk * es), *v = malloc((size_t)nk * es), *out = malloc((size_t)nq * es);
+  float *lse = malloc((size_t)nl * 4);
+  double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nk * 8), *dv = malloc((size_t)nk * 8);
+  double *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8), vmax = 0, eo = 0, el = 0;
+  uint64_t st = seed;
+  for (int64_t i = 0; i < nq; i++) tu_store(s->dtype, q, i, 2 * tu_uniform(&st) - 1), dq[i] = tu_load(s->dtype, q, i);
+  for (int64_t i = 0; i < nk; i++) {
+    tu_store(s->dtype, k, i, 2 * tu_uniform(&st) - 1), dk[i] = tu_load(s->dtype, k, i);
+    tu_store(s->dtype, v, i, 2 * tu_uniform(&st) - 1), dv[i] = tu_load(s->dtype, v, i);
+    vmax = fmax(vmax, fabs(dv[i]));
+  }
+  da_status r = run_cuda(ctx, s, B, N, q, k, v, out, lse);
+  TU_CHECK(r == DA_OK, "%s: %s", what, da_context_last_error(ctx));
+  TU_CHECK(da_ref_attention(s, B, N, dq, dk, dv, ro, rl) == 0, "%s: reference", what);
+  int good = r == DA_OK && tu_compare(s->dtype, nq, out, ro, nl, lse, rl, vmax, &eo, &el);
+  if (!good) {
+    char *js = da_spec_to_json(s);
+    TU_CHECK(0, "%s B=%lld N=%lld: out err %.3g lse err %.3g spec %s", what, (long long)B, (long long)N, eo, el, js);
+    free(js);
+  }
+  free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
+}
+
+static void test_random(da_context *ctx, int count) {
+  uint64_t st = 99;
+  static const int dims[] = {32, 64, 96, 128, 16, 40};
+  for (int i = 0; i < count; i++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = 1 + (int)(tu_rand(&st) % 3);
+    int64_t g = 16 << (tu_rand(&st) % 4);
+    for (int b = 0; b < s.num_branches; b++) {
+      s.segment_lengths[b] = (tu_rand(&st) % 2) ? g << b : 8 + (int64_t)(tu_rand(&st) % 200);
+      s.dilation_rates[b] = 1 + (int64_t)(tu_rand(&st) % 4);
+    }
+    s.head_dim = dims[tu_rand(&st) % 6];
+    s.dtype = (da_dtype)(tu_rand(&st) % 3);
+    s.mode = tu_rand(&st) % 4 == 0 ? DA_MODE_GROUPED : DA_MODE_LONGNET;
+    s.offsets = (da_offsets)(tu_rand(&st) % 2);
+    s.causal = (int)(tu_rand(&st) % 2);
+    s.num_heads = 4;
+    s.num_kv_heads = tu_rand(&st) % 2 ? 2 : 4;
+    s.sparsity.layout = (da_layout)(tu_rand(&st) % 6); /* explicit is covered by the host tests */
+    s.sparsity.block = 1 + (int64_t)(tu_rand(&st) % 32);
+    s.sparsity.window = 1;
+    s.sparsity.global = 1;
+    s.sparsity.num_strides = 1;
+    s.sparsity.strides[0] = 3;
+    s.sparsity.seed = tu_rand(&st) >> 2;
+    s.sparsity.density = 0.4;
+    char what[64];
+    snprintf(what, sizeof what, "random spec %d", i);
+    check_random(ctx, &s, 1 + (int64_t)(tu_rand(&st) % 2), 100 + (int64_t)(tu_rand(&st) % 900), 1000 + (uint64_t)i, what);
+  }
+}
+
+/* Long sequence: run on the device, check a prefix and the tail against the reference
+ * (segments are independent, so a window of whole segments has the same answer). */
+static void test_long(da_context *ctx, int64_t N, int H, int D, const char *what) {
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 2;
+  s.segment_lengths[0] = 2048, s.segment_lengths[1] = 4096;
+  s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+  s.num_heads = s.num_kv_heads = H;
+  s.head_dim = D;
+  s.dtype = DA_DTYPE_FLOAT16;
+  s.causal = 1;
+  da_plan *plan = NULL;
+  if (da_plan_create(ctx, &s, DA_BACKEND_CUDA, &plan) != DA_OK) {
+    TU_CHECK(0, "%s: plan: %s", what, da_context_last_error(ctx));
+    return;
+  }
+  size_t ws = 1;
+  da_plan_workspace_size(plan, 1, N, &ws);
+  TU_CHECK(ws == 0, "%s: workspace %zu bytes; the fused plan should need none", what, ws);
+  size_t n = (size_t)N * (size_t)H * (size_t)D, bytes = n * 2;
+  uint16_t *host = malloc(bytes);
+  uint64_t st = 5;
+  for (size_t i = 0; i < n; i++) tu_store(DA_DTYPE_FLOAT16, host, (int64_t)i, 2 * tu_uniform(&st) - 1);
+  void *dq = NULL, *dout = NULL, *dlse = NULL;
+  da_status r = da__cuda_malloc(ctx, dev, bytes, &dq);
+  if (r == DA_OK) r = da__cuda_malloc(ctx, dev, bytes, &dout);
+  if (r == DA_OK) r = da__cuda_malloc(ctx, dev, (size_t)H * (size_t)N * 4, &dlse);
+  if (r == DA_OK) r = da__cuda_memcpy_htod(ctx, dev, dq, host, bytes);
+  TU_CHECK(r == DA_OK, "%s: device memory: %s", what, da_context_last_error(ctx));
+  if (r == DA_OK) {
+    da_args a;
+    da_args_init(&a, &s, 1, N, dq, dq, dq, dout, dlse); /* q = k = v: one copy of the input */
+    r = da_plan_execute(plan, &a);
+    if (r == DA_OK) r = da__cuda_sync(ctx, dev, NULL);
+    TU_CHECK(r == DA_OK, "%s: execute: %s", what, da_context_last_error(ctx));
+    uint16_t *out = malloc(bytes);
+    float *lse = malloc((size_t)H * (size_t)N * 4);
+    if (r == DA_OK && da__cuda_memcpy_dtoh(ctx, dev, out, dout, bytes) == DA_OK &&
+        da__cuda_memcpy_dtoh(ctx, dev, lse, dlse, (size_t)H * (size_t)N * 4) == DA_OK) {
+      const int64_t W = 4096, starts[2] = {0, N - W};
+      for (int w = 0; w < 2; w++) {
+        int64_t p0 = starts[w], m = W * H * D;
+        double *dq = malloc((size_t)m * 8), *ro = malloc((size_t)m * 8), *rl = malloc((size_t)(H * W) * 8);
+        double eo = 0, el = 0;
+        for (int64_t i = 0; i < m; i++) dq[i] = tu_load(DA_DTYPE_FLOAT16, host, p0 * H * D + i);
+        da_ref_attention(&s, 1, W, dq, dq, dq, ro, rl);
+        for (int64_t i = 0; i < m; i++) eo = fmax(eo, fabs(tu_load(DA_DTYPE_FLOAT16, out, p0 * H * D + i) - ro[i]));
+        for (int64_t h = 0; h < H; h++)
+          for (int64_t p = 0; p < W; p++) el = fmax(el, fabs(lse[h * N + p0 + p] - rl[h * W + p]));
+        TU_CHECK(eo <= 1e-2 && el <= 1e-2, "%s window %lld: out err %.3g lse err %.3g", what, (long long)p0, eo, el);
+        printf("%s: window at %lld: out_err=%.2e lse_err=%.2e\n", what, (long long)p0, eo, el);
+        free(dq), free(ro), free(rl);
+      }
+    }
+    free(out);
+    free(lse);
+  }
+  da__cuda_free(dev, dq), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
+  free(host);
+  da_plan_destroy(plan);
+}
+
+int main(int argc, char **argv) {
+  const char *golden = argc > 1 ? argv[1] : "../shared/golden";
+  const char *which = argc > 2 ? argv[2] : "all";
+  da_context *ctx;
+  da_context_create(&ctx);
+  if (da__cuda_get(ctx, &dev) != DA_OK) {
+    printf("skipped: no usable GPU: %s\n", da_context_last_error(ctx));
+    da_context_destroy(ctx);
+    return 77;
+  }
+  printf("device: %s (%s), driver %d\n", da__cuda_device_name(dev), da__cuda_arch(dev), da__cuda_driver_version(dev));
+  if (!strcmp(which, "probe")) {
+    da_context_destroy(ctx);
+    return 0;
+  }
+  int all = !strcmp(which, "all"), small = !strcmp(which, "small");
+  if (all || small || !strcmp(which, "golden")) test_golden(ctx, golden);
+  if (all || small || !strcmp(which, "random")) test_random(ctx, small ? 6 : 60);
+  if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, "N=1048576 H=8 D=64");
+  if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, "q > 2^31 elements");
+  da_context_destroy(ctx);
+  return tu_report();
+}
