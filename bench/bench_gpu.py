@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""bench_gpu.py - GPU benchmark of issue 3: TFLOP/s on effective FLOPs (DESIGN.md "Where we
+are measured") for LongNet-style configs from N = 16K to 1M, beside, in the same process
+on the same card and the same data:
+  sdpa:   PyTorch scaled_dot_product_attention on dense attention of the same head dim
+          (batched segments of the branch length: what FlashAttention does on that work)
+  torch:  a PyTorch implementation of the same semantics (gather per branch, SDPA with
+          lse per branch, exact LSE merge), also the correctness reference
+  dilattn: our kernel through bench/dilattn.py (libdilattn.so) on torch's stream
+Every variant is validated against the torch implementation before it is timed; timing
+is CUDA events, warm-up, L2 flush, median of >= 10 runs.
+
+Run (GPU machine, PyTorch installed, build carried):
+  python3 bench/bench_gpu.py --lib build/libdilattn.so --out bench/results/gpu-$(git rev-parse --short HEAD).json
+Prints one JSON object per measurement and writes them all (plus device and commit) to
+--out; draws --plot (PNG) when matplotlib is there.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dilattn import Dilattn  # noqa: E402
+
+CONFIGS = {
+    # the LongNet paper's schedule, truncated to segments that fit N
+    "longnet5": dict(segment_lengths=[2048, 4096, 8192, 16384, 32768], dilation_rates=[1, 2, 4, 6, 12]),
+    "longnet2": dict(segment_lengths=[2048, 4096], dilation_rates=[1, 2]),
+    "dense2048": dict(segment_lengths=[2048], dilation_rates=[1]),
+}
+
+
+def effective_flops(cfg, B, N):
+    """4 * B * D * sum over heads and branches of attended (query, key) pairs."""
+    H, D = cfg["num_heads"], cfg["head_dim"]
+    total = 0
+    grouped = cfg.get("mode") == "grouped"
+    k = len(cfg["segment_lengths"])
+    for h in range(H):
+        for i, (w, r) in enumerate(zip(cfg["segment_lengths"], cfg["dilation_rates"])):
+            if grouped:
+                sizes = [H // k + (1 if g < H % k else 0) for g in range(k)]
+                g = next(g for g in range(k) if sum(sizes[:g + 1]) > h)
+                if g != i:
+                    continue
+                o = g % r
+            elif cfg.get("offsets", "mod") == "mod":
+                o = h % r
+            else:
+                hp = -(-H // r) * r
+                o = h // (hp // r)
+            for s0 in range(0, N, w):
+                seg = min(w, N - s0)
+                if o >= seg:
+                    continue
+                L = -(-(seg - o) // r)
+                total += L * (L + 1) // 2 if cfg.get("causal") else L * L
+    return 4.0 * B * D * total
+
+
+def torch_dilated(q, k, v, cfg):
+    """Same semantics in PyTorch: per branch gather the offset class of each head, SDPA
+    with lse per segment batch, then the exact LSE merge across branches. [B, N, H, D]."""
+    B, N, H, D = q.shape
+    Hkv = k.shape[2]
+    rep = H // Hkv
+    kx, vx = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+    scale = cfg.get("scale") or 1.0 / math.sqrt(D)
+    outs, lses = [], []
+    for w, r in zip(cfg["segment_lengths"], cfg["dilation_rates"]):
+        o_acc = torch.zeros(B, N, H, D, device=q.device, dtype=torch.float32)
+        l_acc = torch.full((B, H, N), -math.inf, device=q.device, dtype=torch.float32)
+        assert N % w == 0, "the torch baseline handles N multiple of w"
+        nseg = N // w
+        for off in range(r):
+            heads = [h for h in range(H) if h % r == off]  # mod offsets
+            if not heads or off >= w:
+                continue
+            hs = torch.tensor(heads, device=q.device)
+            sel = lambda x: x.view(B, nseg, w, H, D)[:, :, off::r][:, :, :, hs]  # B, nseg, L, h, D
+            qs, ks, vs = sel(q), sel(kx), sel(vx)
+            L = qs.shape[2]
+            t = lambda x: x.permute(0, 1, 3, 2, 4).reshape(B * nseg, len(heads), L, D)
+            res = torch.ops.aten._scaled_dot_product_flash_attention(
+                t(qs), t(ks), t(vs), 0.0, bool(cfg.get("causal")), False, scale=scale)
+            out_b, lse_b = res[0], res[1]  # [B*nseg, h, L, D], [B*nseg, h, L]
+            out_b = out_b.view(B, nseg, len(heads), L, D).permute(0, 1, 3, 2, 4)
+            lse_b = lse_b.view(B, nseg, len(heads), L).permute(0, 2, 1, 3)
+            pos = (torch.arange(nseg, device=q.device)[:, None] * w + off + r * torch.arange(L, device=q.device)[None, :]).reshape(-1)
+            o_acc[:, pos[:, None], hs[None, :]] = out_b.reshape(B, nseg * L, len(heads), D).float()
+            l_acc[:, hs[:, None], pos[None, :]] = lse_b.reshape(B, len(heads), nseg * L).float()
+        outs.append(o_acc)
+        lses.append(l_acc)
+    lse = torch.logsumexp(torch.stack(lses), dim=0)
+    out = torch.zeros_like(outs[0])
+    for o_i, l_i in zip(outs, lses):
+        wgt = torch.exp(l_i - lse).nan_to_num(0.0)  # [B, H, N]
+        out += o_i * wgt.permute(0, 2, 1)[..., None]
+    return out.to(q.dtype), lse
+
+
+def time_cuda(fn, reps=10, warmup=3):
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times), min(times), max(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libdilattn.so")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--plot", default=None)
+    ap.add_argument("--lengths", default="16384,65536,262144,1048576")
+    ap.add_argument("--configs", default="longnet5,longnet2,dense2048")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    dev = torch.cuda.get_device_name()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lib = Dilattn(os.path.abspath(args.lib))
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    rows = []
+    for name in args.configs.split(","):
+        for N in map(int, args.lengths.split(",")):
+            base = CONFIGS[name]
+            ws = [w for w in base["segment_lengths"] if w <= N]
+            cfg = dict(segment_lengths=ws, dilation_rates=base["dilation_rates"][:len(ws)], num_heads=args.heads,
+                       num_kv_heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
+            B = 1
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(B, N, args.heads, args.head_dim, device="cuda", dtype=dt) for _ in range(3))
+            flops = effective_flops(cfg, B, N)
+            t0 = time.perf_counter()
+            plan = lib.plan(cfg, backend="cuda")
+            plan_ms = (time.perf_counter() - t0) * 1e3
+            out = torch.empty_like(q)
+            lse = torch.empty(B, args.heads, N, device="cuda", dtype=torch.float32)
+            stream = torch.cuda.current_stream().cuda_stream
+            run_ours = lambda: plan.execute(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), B, N, stream=stream)
+            # validate before timing
+            run_ours()
+            torch.cuda.synchronize()
+            ref_out, ref_lse = torch_dilated(q, k, v, cfg)
+            err = (out.float() - ref_out.float()).abs().max().item()
+            lerr = (lse - ref_lse).abs().nan_to_num(0).max().item()
+            ok = err <= 1e-2 * v.abs().max().item() and lerr <= 1e-2
+            t_ours = time_cuda(run_ours, args.reps)
+            t_torch = time_cuda(lambda: torch_dilated(q, k, v, cfg), max(3, args.reps // 3))
+            # dense SDPA at the first branch's segment length: same head dim, same dtype
+            w0 = ws[0]
+            qd = q.view(B * N // w0, w0, args.heads, args.head_dim).transpose(1, 2)
+            kd, vd = (x.view(B * N // w0, w0, args.heads, args.head_dim).transpose(1, 2) for x in (k, v))
+            t_sdpa = time_cuda(lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=args.causal), args.reps)
+            sdpa_flops = 4.0 * B * args.heads * args.head_dim * N * w0 * (0.5 if args.causal else 1.0)
+            row = dict(config=name, seq_len=N, batch=B, heads=args.heads, head_dim=args.head_dim, dtype=args.dtype,
+                       causal=args.causal, kernel=plan.kernel, strategy=plan.strategy, plan_create_ms=plan_ms,
+                       valid=ok, max_err=err, lse_err=lerr, effective_gflop=flops / 1e9,
+                       dilattn_ms=t_ours[0], dilattn_ms_min=t_ours[1], dilattn_ms_max=t_ours[2],
+                       dilattn_tflops=flops / t_ours[0] / 1e9,
+                       torch_ms=t_torch[0], torch_tflops=flops / t_torch[0] / 1e9,
+                       sdpa_dense_ms=t_sdpa[0], sdpa_dense_tflops=sdpa_flops / t_sdpa[0] / 1e9,
+                       speedup_vs_torch=t_torch[0] / t_ours[0])
+            row["ratio_vs_sdpa"] = row["dilattn_tflops"] / row["sdpa_dense_tflops"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            del q, k, v, out, lse, ref_out, ref_lse
+            torch.cuda.empty_cache()
+    result = dict(device=dev, commit=commit, torch=torch.__version__, cuda=torch.version.cuda, rows=rows)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        json.dump(result, open(args.out, "w"), indent=1)
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots(figsize=(8, 5))
+            for name in sorted({r["config"] for r in rows}):
+                rs = [r for r in rows if r["config"] == name]
+                ax.plot([r["seq_len"] for r in rs], [r["dilattn_tflops"] for r in rs], "o-", label=f"dilattn {name}")
+                ax.plot([r["seq_len"] for r in rs], [r["torch_tflops"] for r in rs], "x--", label=f"torch {name}")
+            ax.plot([r["seq_len"] for r in rows], [r["sdpa_dense_tflops"] for r in rows], "k:", label="SDPA dense")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("N (tokens)")
+            ax.set_ylabel("TFLOP/s (effective)")
+            ax.set_title(f"{dev}, {args.dtype}, H={args.heads}, D={args.head_dim}, commit {commit}")
+            ax.legend(fontsize=7)
+            fig.savefig(args.plot, dpi=120)
+        except ImportError:
+            print("matplotlib missing: no plot", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
