@@ -235,6 +235,26 @@ DA_API da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_back
  * per head). Borrowed from plan. */
 DA_API const char *da_plan_strategy(const da_plan *plan);
 
+/* ---------------------------------------------------------------------------------
+ * Caches and memory: statistics (DESIGN.md decisions 5-7).
+ * --------------------------------------------------------------------------------- */
+typedef struct {
+  size_t size, max_size;          /* entries held, bound (DILATTN_PATTERN_CACHE_MAX) */
+  uint64_t hits, misses, evictions;
+  double hit_rate;                /* hits / (hits + misses), 0 when unused */
+} da_pattern_cache_stats;
+
+typedef struct {
+  size_t total_allocated;  /* bytes the pool holds from the system now */
+  size_t peak_allocated;   /* most bytes it ever held */
+  uint64_t allocation_count; /* raw allocations it made from the system */
+  double reuse_rate;       /* share of requests served without a raw allocation */
+} da_pool_stats;
+
+/* Snapshot of the context's pattern cache and host memory pool. Thread-safe. */
+DA_API da_status da_context_pattern_cache_stats(const da_context *ctx, da_pattern_cache_stats *out);
+DA_API da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out);
+
 /* Library version string. */
 DA_API const char *da_version(void);
 
