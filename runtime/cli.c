@@ -8,6 +8,7 @@
 #include "runtime/npy.h"
 #include "runtime/nvrtc.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/disk_cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,7 @@ static int usage(void) {
         "               [--compile]\n"
         "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "               [--backend auto|host|cuda]\n"
+        "  dilattn cache stats|list|verify|clear\n"
         "  dilattn info\n"
         "exit codes: 0 ok, 2 bad input, 3 compile failure, 4 device/runtime failure, 1 internal\n",
         stderr);
@@ -486,12 +488,48 @@ static int cmd_info(void) {
   return EXIT_OK;
 }
 
+static void print_entry(void *user, const char *arch, const char *key, uint64_t size, int64_t mtime,
+                        const char *json) {
+  (void)user;
+  /* the entry's own metadata plus where and how big it is on disk */
+  size_t n = strlen(json);
+  while (n && (json[n - 1] == '\n' || json[n - 1] == ' ')) n--;
+  if (n && json[n - 1] == '}')
+    printf("%.*s,\"disk_bytes\":%llu,\"last_used\":%lld}\n", (int)(n - 1), json, (unsigned long long)size,
+           (long long)mtime);
+  else
+    printf("{\"arch\":\"%s\",\"key\":\"%s\",\"disk_bytes\":%llu}\n", arch, key, (unsigned long long)size);
+}
+
+static int cmd_cache(int argc, char **argv) {
+  if (argc < 1) return fail(EXIT_INPUT, "cache: expected stats, list, verify or clear");
+  const char *sub = argv[0];
+  int stats = !strcmp(sub, "stats"), list = !strcmp(sub, "list"), verify = !strcmp(sub, "verify"),
+      clear = !strcmp(sub, "clear");
+  if (!(stats || list || verify || clear)) return fail(EXIT_INPUT, "cache: unknown command '%s' (stats|list|verify|clear)", sub);
+  if (argc > 1) return fail(EXIT_INPUT, "cache %s: unexpected argument %s", sub, argv[1]);
+  da__disk_cache *dc = da__disk_cache_open();
+  if (!dc) return fail(EXIT_RUNTIME, "out of memory");
+  da__disk_cache_summary sum;
+  da__disk_cache_scan(dc, verify, clear, list ? print_entry : NULL, NULL, &sum);
+  printf("{\"cache_dir\":%s,\"usable\":%s,\"entries\":%llu,\"bytes\":%llu,\"max_bytes\":%llu",
+         jstr(da__disk_cache_root(dc), 0), da__disk_cache_usable(dc) ? "true" : "false",
+         (unsigned long long)sum.entries, (unsigned long long)sum.bytes,
+         (unsigned long long)da__disk_cache_max_bytes());
+  if (verify) printf(",\"corrupt\":%llu,\"removed\":%llu", (unsigned long long)sum.corrupt, (unsigned long long)sum.removed);
+  if (clear) printf(",\"removed\":%llu", (unsigned long long)sum.removed);
+  printf("}\n");
+  da__disk_cache_close(dc);
+  return EXIT_OK;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return usage();
   const char *cmd = argv[1];
   if (!strcmp(cmd, "gen")) return cmd_gen(argc - 2, argv + 2);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info();
+  if (!strcmp(cmd, "cache")) return cmd_cache(argc - 2, argv + 2);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     usage();
     return EXIT_OK;

@@ -55,20 +55,29 @@ void da__cuda_artifact_key(const char *source_key, const char *arch, int maj, in
 }
 
 typedef struct {
-  const char *source, *name, *arch;
+  da__kernel_cache *cache;
+  const char *source, *name, *arch, *key;
 } nvrtc_job;
 
-static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *out) {
+static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, size_t *n) {
   const nvrtc_job *j = arg;
   char file[300];
   snprintf(file, sizeof file, "%s.cu", j->name);
   da__nvrtc_result res;
   DA_TRY(da__nvrtc_compile(ctx, j->source, file, j->arch, NVRTC_OPTS, 1, &res));
-  out->blob = res.cubin;
-  out->blob_size = res.cubin_size;
+  *bytes = res.cubin;
+  *n = res.cubin_size;
   res.cubin = NULL;
   da__nvrtc_result_free(&res);
   return DA_OK;
+}
+
+static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *out) {
+  const nvrtc_job *j = arg;
+  char path[4400], meta[300];
+  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\"", j->name);
+  return da__kernel_cache_disk_or_build(ctx, j->cache, j->arch, j->key, build_cubin, (void *)j, meta, &out->blob,
+                                        &out->blob_size, path, sizeof path);
 }
 
 static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_spec *spec) {
@@ -104,7 +113,7 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   DA_TRY(da__nvrtc_version(ctx, &maj, &min));
   char key[65];
   da__cuda_artifact_key(r->key, da__cuda_arch(dev), maj, min, key);
-  nvrtc_job job = {r->source, r->kernel_name, da__cuda_arch(dev)};
+  nvrtc_job job = {cache, r->source, r->kernel_name, da__cuda_arch(dev), key};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
   da__cuda_plan *p = calloc(1, sizeof *p);

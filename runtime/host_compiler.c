@@ -65,29 +65,32 @@ static void remove_dir(const char *dir, const char *const *names) {
   rmdir(dir);
 }
 
-da_status da__host_compile(const da_context *ctx, const char *source, const char *symbol,
-                           da__host_module *out) {
+static const char *const build_files[] = {"kernel.c", "kernel.so", "compile.log", NULL};
+
+/* The compiler command line (argv[0] is the compiler); so and src are filled in. */
+#define HOST_CFLAGS "-O2", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-w"
+
+const char *da__host_flags(void) { return "-O2 -std=c11 -fPIC -shared -fno-math-errno -w -lm"; }
+
+da_status da__host_build(const da_context *ctx, const char *source, char *dir, size_t dcap, char *so, size_t scap,
+                         double *ms) {
   double t0 = now_ms();
   const char *tmp = getenv("TMPDIR");
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s/dilattn-build-XXXXXX", (tmp && *tmp) ? tmp : "/tmp");
+  snprintf(dir, dcap, "%s/dilattn-build-XXXXXX", (tmp && *tmp) ? tmp : "/tmp");
   DA_RETURN_IF(!mkdtemp(dir), DA_ERR_IO, "host compile: cannot create a build folder %s: %s", dir,
                strerror(errno));
-  static const char *const names[] = {"kernel.c", "kernel.so", "compile.log", NULL};
-  char src[4200], so[4200], log[4200];
+  char src[4200], log[4200];
   snprintf(src, sizeof src, "%s/kernel.c", dir);
-  snprintf(so, sizeof so, "%s/kernel.so", dir);
+  snprintf(so, scap, "%s/kernel.so", dir);
   snprintf(log, sizeof log, "%s/compile.log", dir);
   if (write_all(src, source, strlen(source)) != 0) {
     int e = errno;
-    remove_dir(dir, names);
+    remove_dir(dir, build_files);
     return da__set_error(ctx, DA_ERR_IO, "host compile: cannot write %s: %s", src, strerror(e));
   }
   const char *cc = da__host_cc();
   /* -fno-math-errno lets expf/logf inline; no -ffast-math: infinities carry meaning. */
-  char *argv[] = {(char *)cc,          "-O2",        "-std=c11",  "-fPIC", "-shared",
-                  "-fno-math-errno",   "-w",         "-o",        so,      src,
-                  "-lm",               NULL};
+  char *argv[] = {(char *)cc, HOST_CFLAGS, "-o", so, src, "-lm", NULL};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -97,7 +100,7 @@ da_status da__host_compile(const da_context *ctx, const char *source, const char
   int rc = posix_spawnp(&pid, cc, &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
-    remove_dir(dir, names);
+    remove_dir(dir, build_files);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
                          "host compile: cannot run the C compiler '%s': %s (set CC to a C compiler)",
                          cc, strerror(rc));
@@ -108,31 +111,45 @@ da_status da__host_compile(const da_context *ctx, const char *source, const char
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     char text[6000];
     read_log(log, text, sizeof text);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+      remove_dir(dir, build_files);
       return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: C compiler '%s' not found: %s", cc, text);
+    }
     return da__set_error(ctx, DA_ERR_COMPILE,
                          "host compile: %s failed (status %d) on %s (kept for inspection):\n%s", cc,
                          WIFEXITED(status) ? WEXITSTATUS(status) : -1, src, text);
   }
+  if (ms) *ms = now_ms() - t0;
+  return DA_OK;
+}
+
+void da__host_build_cleanup(const char *dir) { remove_dir(dir, build_files); }
+
+da_status da__host_load(const da_context *ctx, const char *so, const char *symbol, da__host_module *out) {
   void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     const char *e = dlerror();
-    da_status st = da__set_error(ctx, DA_ERR_COMPILE, "host compile: cannot load %s: %s", so,
-                                 e ? e : "unknown error");
-    remove_dir(dir, names);
-    return st;
+    return da__set_error(ctx, DA_ERR_COMPILE, "host kernel: cannot load %s: %s", so, e ? e : "unknown error");
   }
-  /* The loaded object stays mapped after its file is removed. */
-  remove_dir(dir, names);
   void *fn = dlsym(dl, symbol);
   if (!fn) {
     dlclose(dl);
-    return da__set_error(ctx, DA_ERR_COMPILE, "host compile: symbol %s missing from the kernel", symbol);
+    return da__set_error(ctx, DA_ERR_COMPILE, "host kernel: symbol %s missing from %s", symbol, so);
   }
   out->dl = dl;
   memcpy(&out->fn, &fn, sizeof fn);
-  out->compile_ms = now_ms() - t0;
   return DA_OK;
+}
+
+da_status da__host_compile(const da_context *ctx, const char *source, const char *symbol,
+                           da__host_module *out) {
+  char dir[4096], so[4200];
+  double ms = 0;
+  DA_TRY(da__host_build(ctx, source, dir, sizeof dir, so, sizeof so, &ms));
+  da_status st = da__host_load(ctx, so, symbol, out); /* stays mapped after the file goes */
+  da__host_build_cleanup(dir);
+  if (st == DA_OK) out->compile_ms = ms;
+  return st;
 }
 
 void da__host_module_unload(da__host_module *m) {

@@ -32,6 +32,16 @@ DA_HIDDEN da_status da__host_compile(const da_context *ctx, const char *source,
                                      const char *symbol, da__host_module *out);
 DA_HIDDEN void da__host_module_unload(da__host_module *m);
 
+/* The pieces: build source into <dir>/kernel.so (a fresh temporary folder; remove it
+ * with da__host_build_cleanup), and load a shared object's entry point. */
+DA_HIDDEN da_status da__host_build(const da_context *ctx, const char *source, char *dir, size_t dcap,
+                                   char *so, size_t scap, double *ms);
+DA_HIDDEN void da__host_build_cleanup(const char *dir);
+DA_HIDDEN da_status da__host_load(const da_context *ctx, const char *so, const char *symbol,
+                                  da__host_module *out);
+/* Compiler flags (part of the host artifact key). */
+DA_HIDDEN const char *da__host_flags(void);
+
 /* Name of the C compiler the host backend uses. */
 DA_HIDDEN const char *da__host_cc(void);
 

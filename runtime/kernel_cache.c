@@ -4,8 +4,15 @@
  * A failed compile is not remembered: the next request tries again. */
 #include "runtime/kernel_cache.h"
 
+#include "gen/render.h"
+#include "runtime/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { ENTRY_COMPILING, ENTRY_READY };
 
@@ -23,6 +30,7 @@ int da__kernel_cache_init(da__kernel_cache *c) {
     pthread_mutex_destroy(&c->mu);
     return -1;
   }
+  c->disk = da__disk_cache_open();
   return 0;
 }
 
@@ -36,6 +44,7 @@ void da__kernel_cache_destroy(da__kernel_cache *c) {
     e = n;
   }
   c->head = NULL;
+  da__disk_cache_close(c->disk);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
 }
@@ -99,19 +108,99 @@ da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const
   return st;
 }
 
+da_status da__kernel_cache_disk_or_build(const da_context *ctx, da__kernel_cache *c, const char *arch,
+                                        const char *key, da__kbuild build, void *arg, const char *meta,
+                                        void **bytes, size_t *n, char *path, size_t cap) {
+  path[0] = '\0';
+  if (da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
+    __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+    return DA_OK;
+  }
+  int fd = da__disk_cache_lock(c->disk, arch, key);
+  /* second look: another process may have built it while we waited for the lock */
+  if (fd >= 0 && da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
+    da__disk_cache_unlock(fd);
+    __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+    return DA_OK;
+  }
+  da_status st = build(ctx, arg, bytes, n);
+  if (st == DA_OK) {
+    __atomic_add_fetch(&c->builds, 1, __ATOMIC_RELAXED);
+    if (da__disk_cache_put(c->disk, arch, key, *bytes, *n, meta, path, cap) != 0) path[0] = '\0';
+  }
+  da__disk_cache_unlock(fd);
+  return st;
+}
+
 typedef struct {
-  const char *source, *symbol;
+  da__kernel_cache *cache;
+  const char *source, *symbol, *render_key;
 } host_job;
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *len = (size_t)sz;
+  return buf;
+}
+
+static da_status build_host(const da_context *ctx, void *arg, void **bytes, size_t *n) {
+  const host_job *j = arg;
+  char dir[4096], so[4200];
+  DA_TRY(da__host_build(ctx, j->source, dir, sizeof dir, so, sizeof so, NULL));
+  *bytes = read_file(so, n);
+  da__host_build_cleanup(dir);
+  DA_RETURN_IF(!*bytes, DA_ERR_IO, "host compile: cannot read back %s", so);
+  return DA_OK;
+}
+
+/* Load a shared object held in memory (not on disk): through a private temp file. */
+static da_status load_from_bytes(const da_context *ctx, const void *bytes, size_t n, const char *symbol,
+                                 da__host_module *out) {
+  const char *tmp = getenv("TMPDIR");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/dilattn-kernel-XXXXXX", (tmp && *tmp) ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  DA_RETURN_IF(fd < 0, DA_ERR_IO, "host kernel: cannot create %s: %s", path, strerror(errno));
+  int ok = write(fd, bytes, n) == (ssize_t)n;
+  close(fd);
+  da_status st = ok ? da__host_load(ctx, path, symbol, out)
+                    : da__set_error(ctx, DA_ERR_IO, "host kernel: cannot write %s", path);
+  unlink(path);
+  return st;
+}
 
 static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *out) {
   const host_job *j = arg;
-  return da__host_compile(ctx, j->source, j->symbol, &out->host);
+  /* artifact key: the source's key plus what turns it into a shared object here */
+  char text[512], key[65], path[4400], meta[512];
+  snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
+           j->render_key, da__host_cc(), da__host_flags());
+  da__sha256_hex(text, strlen(text), key);
+  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\",\"source_key\":\"%s\"", j->symbol, j->render_key);
+  void *bytes = NULL;
+  size_t n = 0;
+  DA_TRY(da__kernel_cache_disk_or_build(ctx, j->cache, "host", key, build_host, (void *)j, meta, &bytes, &n,
+                                        path, sizeof path));
+  da_status st = path[0] ? da__host_load(ctx, path, j->symbol, &out->host)
+                         : load_from_bytes(ctx, bytes, n, j->symbol, &out->host);
+  free(bytes);
+  return st;
 }
 
 da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, const char *key,
                                     const char *source, const char *symbol,
                                     da__host_kernel_fn *fn) {
-  host_job j = {source, symbol};
+  host_job j = {c, source, symbol, key};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, c, key, produce_host, &j, &pl));
   *fn = pl->host.fn;

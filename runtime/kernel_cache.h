@@ -4,6 +4,7 @@
 #ifndef DA_KERNEL_CACHE_H
 #define DA_KERNEL_CACHE_H
 
+#include "runtime/disk_cache.h"
 #include "runtime/host_compiler.h"
 
 #include <pthread.h>
@@ -14,7 +15,9 @@ typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   da__kentry *head;
-  long long hits, misses, compiles;
+  long long hits, misses, compiles; /* memory hits, memory misses, artifacts produced */
+  long long disk_hits, builds;      /* of the misses: found on disk, compiled here */
+  da__disk_cache *disk;             /* memory-only when unusable */
 } da__kernel_cache;
 
 /* What an entry holds: a loaded host module, or an artifact (a cubin) as bytes. */
@@ -36,9 +39,21 @@ DA_HIDDEN da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache
                                          const char *key, da__kproduce produce, void *arg,
                                          const da__kpayload **out);
 
+/* Disk, then build: look (arch, key) up on disk; on a miss take the key's cross-process
+ * lock, look again, else call build (which returns malloc'ed bytes) and store them.
+ * Returns the bytes (malloc'ed) and the entry's path on disk ("" when not stored). */
+typedef da_status (*da__kbuild)(const da_context *ctx, void *arg, void **bytes, size_t *n);
+DA_HIDDEN da_status da__kernel_cache_disk_or_build(const da_context *ctx, da__kernel_cache *c,
+                                                   const char *arch, const char *key, da__kbuild build,
+                                                   void *arg, const char *meta, void **bytes,
+                                                   size_t *n, char *path, size_t cap);
+
 /* Host kernels: compile source and resolve symbol on a miss. */
 DA_HIDDEN da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c,
                                               const char *key, const char *source,
                                               const char *symbol, da__host_kernel_fn *fn);
+
+/* The context's kernel cache (tests and tools read its counters). */
+DA_HIDDEN da__kernel_cache *da__context_kernels(da_context *ctx);
 
 #endif

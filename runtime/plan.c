@@ -41,6 +41,8 @@ da_status da_context_create(da_context **out) {
   return DA_OK;
 }
 
+da__kernel_cache *da__context_kernels(da_context *c) { return &c->kernels; }
+
 void da_context_destroy(da_context *c) {
   if (!c) return;
   da__kernel_cache_destroy(&c->kernels);

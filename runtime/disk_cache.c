@@ -1,0 +1,406 @@
+/* disk_cache.c - on-disk kernel cache (DESIGN.md decision 5).
+ * Layout: <root>/v1/<arch>/<first 2 hex of key>/<key>.bin  the artifact (.so or cubin)
+ *                                              /<key>.json {"key","arch","size","sha256",...}
+ *                                              /<key>.lock flock target for builders
+ * Writes: temp file in the same folder, fsync, rename; the .json is written last and
+ * commits the entry. Reads verify size and SHA-256 against the .json: a corrupt or
+ * truncated entry is a miss (removed, logged), never an error. Eviction: least recently
+ * used (mtime, refreshed on every hit) above DILATTN_CACHE_MAX_BYTES. Folders 0700.
+ * Any write failure (unwritable folder, full disk) degrades to memory-only, once, with a
+ * warning. Never paths, times or PTX in keys: keys come from gen/render.c. */
+#define _GNU_SOURCE
+#include "runtime/disk_cache.h"
+
+#include "gen/render.h"
+#include "runtime/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct da__disk_cache {
+  char root[4096]; /* .../v1 */
+  int usable;
+};
+
+static int mkdir_p(const char *path, mode_t mode) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, mode) != 0 && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  if (mkdir(tmp, mode) != 0 && errno != EEXIST) return -1;
+  struct stat st;
+  return (stat(tmp, &st) == 0 && S_ISDIR(st.st_mode)) ? 0 : -1;
+}
+
+da__disk_cache *da__disk_cache_open(void) {
+  da__disk_cache *dc = calloc(1, sizeof *dc);
+  if (!dc) return NULL;
+  const char *env = getenv("DILATTN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char base[3900];
+  if (env && *env) snprintf(base, sizeof base, "%s", env);
+  else if (xdg && *xdg) snprintf(base, sizeof base, "%s/dilattn", xdg);
+  else if (home && *home) snprintf(base, sizeof base, "%s/.cache/dilattn", home);
+  else base[0] = '\0';
+  snprintf(dc->root, sizeof dc->root, "%s/v1", base);
+  if (!base[0]) {
+    da__log(DA_LOG_WARN, "kernel cache: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME; memory-only");
+  } else if (mkdir_p(dc->root, 0700) != 0 || access(dc->root, W_OK | X_OK) != 0) {
+    da__log(DA_LOG_WARN, "kernel cache: cannot use %s (%s); kernels are cached in memory only", dc->root,
+            strerror(errno));
+  } else {
+    dc->usable = 1;
+  }
+  return dc;
+}
+
+void da__disk_cache_close(da__disk_cache *dc) { free(dc); }
+int da__disk_cache_usable(const da__disk_cache *dc) { return dc && dc->usable; }
+const char *da__disk_cache_root(const da__disk_cache *dc) { return dc ? dc->root : ""; }
+
+uint64_t da__disk_cache_max_bytes(void) {
+  const char *e = getenv("DILATTN_CACHE_MAX_BYTES");
+  if (e && *e) {
+    char *end;
+    unsigned long long v = strtoull(e, &end, 10);
+    if (*end == '\0') return v;
+    da__log(DA_LOG_WARN, "DILATTN_CACHE_MAX_BYTES=%s is not a number of bytes; using 4 GiB", e);
+  }
+  return 4ull << 30;
+}
+
+static int safe_name(const char *s) {
+  if (!s || !*s || strlen(s) > 100) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
+      return 0;
+  return 1;
+}
+
+static void entry_path(const da__disk_cache *dc, const char *arch, const char *key, const char *ext, char *out,
+                       size_t cap) {
+  snprintf(out, cap, "%s/%s/%.2s/%s%s", dc->root, arch, key, key, ext);
+}
+
+static char *read_all(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (1ll << 31)) {
+    close(fd);
+    return NULL;
+  }
+  char *buf = malloc((size_t)st.st_size + 1);
+  size_t done = 0;
+  while (buf && done < (size_t)st.st_size) {
+    ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += (size_t)n;
+  }
+  close(fd);
+  if (!buf || done != (size_t)st.st_size) {
+    free(buf);
+    return NULL;
+  }
+  buf[done] = '\0';
+  *len = done;
+  return buf;
+}
+
+static void remove_entry(const da__disk_cache *dc, const char *arch, const char *key) {
+  char p[4400];
+  entry_path(dc, arch, key, ".json", p, sizeof p);
+  unlink(p);
+  entry_path(dc, arch, key, ".bin", p, sizeof p);
+  unlink(p);
+}
+
+/* Verify an entry: returns the artifact bytes (malloc'ed) or NULL with why set. */
+static char *load_verified(const da__disk_cache *dc, const char *arch, const char *key, size_t *size,
+                           const char **why, char **json_text) {
+  char jp[4400], bp[4400];
+  entry_path(dc, arch, key, ".json", jp, sizeof jp);
+  entry_path(dc, arch, key, ".bin", bp, sizeof bp);
+  size_t jlen = 0, blen = 0;
+  char *jt = read_all(jp, &jlen);
+  *why = NULL;
+  if (!jt) return NULL; /* no entry: a plain miss */
+  json_t *j = json_loadb(jt, jlen, 0, NULL);
+  const char *sum = j ? json_string_value(json_object_get(j, "sha256")) : NULL;
+  json_int_t want = j ? json_integer_value(json_object_get(j, "size")) : -1;
+  const char *jkey = j ? json_string_value(json_object_get(j, "key")) : NULL;
+  char *bin = NULL;
+  if (!sum || !jkey || strcmp(jkey, key) || want < 0) {
+    *why = "unreadable metadata";
+  } else if (!(bin = read_all(bp, &blen))) {
+    *why = "artifact missing";
+  } else if ((json_int_t)blen != want) {
+    *why = "artifact truncated";
+  } else {
+    char hex[65];
+    da__sha256_hex(bin, blen, hex);
+    if (strcmp(hex, sum)) *why = "checksum mismatch";
+  }
+  json_decref(j);
+  if (*why) {
+    free(bin);
+    free(jt);
+    return NULL;
+  }
+  if (json_text) *json_text = jt;
+  else free(jt);
+  *size = blen;
+  return bin;
+}
+
+int da__disk_cache_get(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap,
+                       void **data, size_t *size) {
+  if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return 0;
+  const char *why;
+  size_t n = 0;
+  char *bin = load_verified(dc, arch, key, &n, &why, NULL);
+  if (!bin) {
+    if (why) {
+      da__log(DA_LOG_WARN, "kernel cache: entry %s/%s is corrupt (%s); removed, it will be rebuilt", arch, key, why);
+      remove_entry(dc, arch, key);
+    }
+    return 0;
+  }
+  char bp[4400];
+  entry_path(dc, arch, key, ".bin", bp, sizeof bp);
+  utimensat(AT_FDCWD, bp, NULL, 0); /* LRU: refresh */
+  if (path) snprintf(path, cap, "%s", bp);
+  if (data) {
+    *data = bin;
+    if (size) *size = n;
+  } else {
+    free(bin);
+  }
+  return 1;
+}
+
+/* Write data to path via a temp file in the same folder. */
+static int write_file_atomic(const char *path, const void *data, size_t len) {
+  char tmp[4500];
+  snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) return -1;
+  /* a full disk under RLIMIT_FSIZE raises SIGXFSZ; treat it as the write error it is */
+  struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+  sigaction(SIGXFSZ, &ign, &old);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = write(fd, (const char *)data + done, len - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += (size_t)n;
+  }
+  sigaction(SIGXFSZ, &old, NULL);
+  int ok = done == len && fchmod(fd, 0600) == 0 && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    int e = errno ? errno : EIO;
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+static void evict(da__disk_cache *dc, const char *keep_key);
+
+int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, const void *data, size_t size,
+                       const char *meta, char *path, size_t cap) {
+  if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return -1;
+  char dir[4300], bp[4400], jp[4400];
+  snprintf(dir, sizeof dir, "%s/%s/%.2s", dc->root, arch, key);
+  entry_path(dc, arch, key, ".bin", bp, sizeof bp);
+  entry_path(dc, arch, key, ".json", jp, sizeof jp);
+  char hex[65];
+  da__sha256_hex(data, size, hex);
+  char *json = NULL;
+  int n = asprintf(&json, "{\"key\":\"%s\",\"arch\":\"%s\",\"size\":%zu,\"sha256\":\"%s\",\"created\":%lld,"
+                          "\"library\":\"%s\",\"schema\":%d%s%s}\n",
+                   key, arch, size, hex, (long long)time(NULL), DA_VERSION_STRING, DA_CACHE_SCHEMA_VERSION,
+                   meta ? "," : "", meta ? meta : "");
+  if (n < 0) return -1;
+  int rc = -1;
+  if (mkdir_p(dir, 0700) == 0 && write_file_atomic(bp, data, size) == 0 &&
+      write_file_atomic(jp, json, strlen(json)) == 0)
+    rc = 0;
+  int e = errno;
+  free(json);
+  if (rc != 0) {
+    da__log(DA_LOG_WARN, "kernel cache: cannot write %s (%s); continuing with the cache in memory only", bp,
+            strerror(e));
+    unlink(bp);
+    dc->usable = 0;
+    return -1;
+  }
+  if (path) snprintf(path, cap, "%s", bp);
+  evict(dc, key);
+  return 0;
+}
+
+int da__disk_cache_lock(da__disk_cache *dc, const char *arch, const char *key) {
+  if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return -1;
+  char dir[4300], lp[4400];
+  snprintf(dir, sizeof dir, "%s/%s/%.2s", dc->root, arch, key);
+  if (mkdir_p(dir, 0700) != 0) return -1;
+  entry_path(dc, arch, key, ".lock", lp, sizeof lp);
+  int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  while (flock(fd, LOCK_EX) != 0)
+    if (errno != EINTR) {
+      close(fd);
+      return -1;
+    }
+  return fd;
+}
+
+void da__disk_cache_unlock(int fd) {
+  if (fd >= 0) {
+    flock(fd, LOCK_UN);
+    close(fd);
+  }
+}
+
+/* ---- scanning, eviction, maintenance ---------------------------------------------- */
+
+typedef struct {
+  char arch[128], key[128];
+  uint64_t size;
+  int64_t mtime, mtime_ns;
+} entry_t;
+
+/* Collect every committed entry (a .json) under root. */
+static entry_t *collect(const da__disk_cache *dc, size_t *count) {
+  size_t n = 0, capn = 64;
+  entry_t *v = malloc(capn * sizeof *v);
+  DIR *d0 = v ? opendir(dc->root) : NULL;
+  struct dirent *a;
+  while (d0 && (a = readdir(d0))) {
+    if (a->d_name[0] == '.' || !safe_name(a->d_name)) continue;
+    char p1[4400];
+    if (snprintf(p1, sizeof p1, "%s/%s", dc->root, a->d_name) >= (int)sizeof p1) continue;
+    DIR *d1 = opendir(p1);
+    struct dirent *b;
+    while (d1 && (b = readdir(d1))) {
+      if (b->d_name[0] == '.') continue;
+      char p2[4500];
+      if (snprintf(p2, sizeof p2, "%s/%.3s", p1, b->d_name) >= (int)sizeof p2) continue;
+      DIR *d2 = opendir(p2);
+      struct dirent *c;
+      while (d2 && (c = readdir(d2))) {
+        size_t len = strlen(c->d_name);
+        if (len < 6 || strcmp(c->d_name + len - 5, ".json") || len - 5 >= sizeof v->key) continue;
+        if (n == capn) {
+          entry_t *nv = realloc(v, 2 * capn * sizeof *v);
+          if (!nv) break;
+          v = nv;
+          capn *= 2;
+        }
+        entry_t *e = &v[n];
+        snprintf(e->arch, sizeof e->arch, "%.100s", a->d_name);
+        memcpy(e->key, c->d_name, len - 5);
+        e->key[len - 5] = '\0';
+        char bp[4700];
+        snprintf(bp, sizeof bp, "%s/%.127s.bin", p2, e->key);
+        struct stat st;
+        int have = stat(bp, &st) == 0;
+        e->size = have ? (uint64_t)st.st_size : 0;
+        e->mtime = have ? (int64_t)st.st_mtim.tv_sec : 0;
+        e->mtime_ns = have ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec : 0;
+        n++;
+      }
+      if (d2) closedir(d2);
+    }
+    if (d1) closedir(d1);
+  }
+  if (d0) closedir(d0);
+  *count = n;
+  return v;
+}
+
+static int by_mtime(const void *x, const void *y) {
+  const entry_t *a = x, *b = y;
+  return a->mtime_ns < b->mtime_ns ? -1 : a->mtime_ns > b->mtime_ns;
+}
+
+static void evict(da__disk_cache *dc, const char *keep_key) {
+  uint64_t max = da__disk_cache_max_bytes();
+  size_t n = 0;
+  entry_t *v = collect(dc, &n);
+  if (!v) return;
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += v[i].size;
+  if (total > max) {
+    qsort(v, n, sizeof *v, by_mtime);
+    for (size_t i = 0; i < n && total > max; i++) {
+      if (!strcmp(v[i].key, keep_key)) continue;
+      remove_entry(dc, v[i].arch, v[i].key);
+      total -= v[i].size;
+      da__log(DA_LOG_INFO, "kernel cache: evicted %s/%s (%llu bytes) to stay within %llu bytes", v[i].arch,
+              v[i].key, (unsigned long long)v[i].size, (unsigned long long)max);
+    }
+  }
+  free(v);
+}
+
+void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__disk_cache_visit visit, void *user,
+                         da__disk_cache_summary *sum) {
+  memset(sum, 0, sizeof *sum);
+  if (!dc || !dc->root[0]) return;
+  size_t n = 0;
+  entry_t *v = collect(dc, &n);
+  if (!v) return;
+  for (size_t i = 0; i < n; i++) {
+    entry_t *e = &v[i];
+    char *json = NULL;
+    if (verify) {
+      const char *why = NULL;
+      size_t sz;
+      char *bin = load_verified(dc, e->arch, e->key, &sz, &why, &json);
+      free(bin);
+      if (!bin) {
+        sum->corrupt++;
+        da__log(DA_LOG_WARN, "kernel cache: entry %s/%s is corrupt (%s); removed", e->arch, e->key,
+                why ? why : "unreadable");
+        remove_entry(dc, e->arch, e->key);
+        sum->removed++;
+        continue;
+      }
+    } else {
+      char jp[4400];
+      size_t jl;
+      entry_path(dc, e->arch, e->key, ".json", jp, sizeof jp);
+      json = read_all(jp, &jl);
+    }
+    sum->entries++;
+    sum->bytes += e->size;
+    if (visit) visit(user, e->arch, e->key, e->size, e->mtime, json ? json : "{}");
+    free(json);
+    if (remove_all) {
+      remove_entry(dc, e->arch, e->key);
+      char lp[4400];
+      entry_path(dc, e->arch, e->key, ".lock", lp, sizeof lp);
+      unlink(lp);
+      sum->removed++;
+    }
+  }
+  free(v);
+}

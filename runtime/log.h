@@ -1,0 +1,11 @@
+/* log.h - leveled messages to stderr (DILATTN_LOG_LEVEL). */
+#ifndef DA_LOG_H
+#define DA_LOG_H
+
+#include "runtime/internal.h"
+
+enum { DA_LOG_ERROR = 0, DA_LOG_WARN = 1, DA_LOG_INFO = 2, DA_LOG_DEBUG = 3 };
+
+DA_HIDDEN void da__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

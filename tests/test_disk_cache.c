@@ -1,0 +1,256 @@
+/* test_disk_cache.c - the on-disk kernel cache (DESIGN.md decision 5): round trip; a
+ * bit-flipped, truncated or half-written entry is detected, removed and rebuilt, never
+ * loaded; the size budget evicts the least recently used; an unusable folder and a full
+ * disk degrade to memory-only with a warning and plans still work; 8 processes asking
+ * for the same 4 new kernels at once compile each kernel once and all succeed; a warm
+ * plan in a new context comes from disk without compiling.
+ * Run: build/tests/test_disk_cache   (ctest -R disk_cache) */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runtime/disk_cache.h"
+#include "runtime/kernel_cache.h"
+#include "test_util.h"
+
+static char base[] = "/tmp/dilattn-dc-XXXXXX";
+
+static void use_dir(const char *sub) {
+  char d[512];
+  snprintf(d, sizeof d, "%s/%s", base, sub);
+  setenv("DILATTN_CACHE_DIR", d, 1);
+}
+
+static int count_files(const char *dir, const char *suffix) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "find %s -name '*%s' 2>/dev/null | wc -l", dir, suffix);
+  FILE *p = popen(cmd, "r");
+  int n = 0;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+static void test_roundtrip_and_corruption(void) {
+  use_dir("rt");
+  da__disk_cache *dc = da__disk_cache_open();
+  TU_CHECK(da__disk_cache_usable(dc), "fresh cache folder not usable");
+  struct stat st;
+  TU_CHECK(stat(da__disk_cache_root(dc), &st) == 0 && (st.st_mode & 0777) == 0700, "cache folder is not 0700");
+  char data[5000], path[4400];
+  for (int i = 0; i < 5000; i++) data[i] = (char)(i * 7);
+  const char *key = "aa11111111111111111111111111111111111111111111111111111111111111";
+  TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "hit on an empty cache");
+  TU_CHECK(da__disk_cache_put(dc, "host", key, data, sizeof data, "\"kernel\":\"k\"", path, sizeof path) == 0, "put");
+  void *got = NULL;
+  size_t n = 0;
+  TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, &got, &n) == 1 && n == sizeof data &&
+               memcmp(got, data, n) == 0,
+           "round trip");
+  free(got);
+  TU_CHECK(strstr(path, "/v1/host/aa/") != NULL, "layout: %s", path);
+  /* bit flip */
+  int fd = open(path, O_WRONLY);
+  TU_CHECK(pwrite(fd, "\x55", 1, 1234) == 1, "flip");
+  close(fd);
+  TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "bit-flipped entry was a hit");
+  TU_CHECK(access(path, F_OK) != 0, "corrupt entry not removed");
+  /* truncation */
+  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path);
+  TU_CHECK(truncate(path, 100) == 0, "truncate");
+  TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "truncated entry was a hit");
+  /* half-written: artifact without its .json commit marker, and garbage metadata */
+  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path);
+  char jp[4400];
+  snprintf(jp, sizeof jp, "%.*s.json", (int)(strlen(path) - 4), path);
+  unlink(jp);
+  TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "entry without .json was a hit");
+  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path);
+  FILE *f = fopen(jp, "w");
+  fputs("{not json", f);
+  fclose(f);
+  TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "garbage .json was a hit");
+  /* names that could escape the folder are refused */
+  TU_CHECK(da__disk_cache_put(dc, "../x", key, data, 10, NULL, path, sizeof path) != 0, "arch ../x accepted");
+  TU_CHECK(da__disk_cache_put(dc, "host", "../../etc", data, 10, NULL, path, sizeof path) != 0, "key ../../etc accepted");
+  da__disk_cache_close(dc);
+}
+
+static void test_budget(void) {
+  use_dir("budget");
+  setenv("DILATTN_CACHE_MAX_BYTES", "3500", 1);
+  da__disk_cache *dc = da__disk_cache_open();
+  char data[1000] = {0}, path[4400], key[65];
+  for (int i = 0; i < 5; i++) {
+    snprintf(key, sizeof key, "%02d%062d", i, 0);
+    TU_CHECK(da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path) == 0, "put %d", i);
+    if (i == 2) { /* use entry 0: it becomes the most recently used */
+      snprintf(key, sizeof key, "%02d%062d", 0, 0);
+      usleep(20000);
+      TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 1, "entry 0 evicted early");
+    }
+    usleep(20000);
+  }
+  int present[5];
+  for (int i = 0; i < 5; i++) {
+    snprintf(key, sizeof key, "%02d%062d", i, 0);
+    present[i] = da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL);
+  }
+  TU_CHECK(present[0] && !present[1] && !present[2] && present[3] && present[4],
+           "LRU eviction kept %d%d%d%d%d, want 10011", present[0], present[1], present[2], present[3], present[4]);
+  unsetenv("DILATTN_CACHE_MAX_BYTES");
+  da__disk_cache_close(dc);
+}
+
+static da_spec spec_n(int i) {
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 2;
+  s.segment_lengths[0] = 16 + 8 * i;
+  s.segment_lengths[1] = 64;
+  s.dilation_rates[0] = 1;
+  s.dilation_rates[1] = 2;
+  s.num_heads = 2;
+  s.num_kv_heads = 2;
+  s.head_dim = 8;
+  return s;
+}
+
+/* Create a plan for spec_n(i) and run it on a tiny input; returns 1 on success. */
+static int plan_works(da_context *ctx, int i) {
+  da_spec s = spec_n(i);
+  da_plan *p = NULL;
+  if (da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) != DA_OK) return 0;
+  float q[64 * 2 * 8], out[64 * 2 * 8], lse[2 * 64];
+  for (int j = 0; j < 64 * 16; j++) q[j] = (float)(j % 13) / 13.0f;
+  da_args a;
+  da_args_init(&a, &s, 1, 64, q, q, q, out, lse);
+  int ok = da_plan_execute(p, &a) == DA_OK && out[5] == out[5];
+  da_plan_destroy(p);
+  return ok;
+}
+
+static void test_plan_level(void) {
+  use_dir("plans");
+  da_context *c1, *c2, *c3;
+  da_context_create(&c1);
+  TU_CHECK(plan_works(c1, 0), "cold plan");
+  TU_CHECK(da__context_kernels(c1)->builds == 1, "cold plan did not compile");
+  da_context_destroy(c1);
+  da_context_create(&c2);
+  TU_CHECK(plan_works(c2, 0), "warm plan");
+  TU_CHECK(da__context_kernels(c2)->builds == 0 && da__context_kernels(c2)->disk_hits == 1,
+           "warm plan in a new context compiled (builds %lld, disk hits %lld)", da__context_kernels(c2)->builds,
+           da__context_kernels(c2)->disk_hits);
+  da_context_destroy(c2);
+  /* flip a byte of the stored shared object: the next context rebuilds, never loads it */
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "f=$(find %s/plans -name '*.bin' | head -1); printf 'Z' | dd of=$f bs=1 seek=4000 conv=notrunc 2>/dev/null", base);
+  TU_CHECK(system(cmd) == 0, "corrupting");
+  da_context_create(&c3);
+  TU_CHECK(plan_works(c3, 0), "plan after corruption");
+  TU_CHECK(da__context_kernels(c3)->builds == 1, "corrupt entry was not rebuilt");
+  da_context_destroy(c3);
+}
+
+static void test_memory_only(void) {
+  setenv("DILATTN_CACHE_DIR", "/dev/null/cache", 1); /* cannot exist */
+  da_context *c;
+  da_context_create(&c);
+  TU_CHECK(!da__disk_cache_usable(da__context_kernels(c)->disk), "impossible folder reported usable");
+  TU_CHECK(plan_works(c, 1), "memory-only plan");
+  TU_CHECK(plan_works(c, 1) && da__context_kernels(c)->builds == 1, "memory-only cache did not keep the kernel");
+  da_context_destroy(c);
+  /* full disk: a child whose file size limit is below the artifact's size */
+  use_dir("full");
+  pid_t pid = fork();
+  if (pid == 0) {
+    da__disk_cache *dc = da__disk_cache_open();
+    struct rlimit rl = {2048, 2048};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    char data[8192] = {1}, path[4400];
+    const char *key = "bb22222222222222222222222222222222222222222222222222222222222222";
+    int failed = da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path) != 0;
+    int degraded = !da__disk_cache_usable(dc);
+    int miss = da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0;
+    da__disk_cache_close(dc);
+    _exit(failed && degraded && miss ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "full disk: put did not fail cleanly (status %d)", status);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/full", base);
+  TU_CHECK(count_files(dir, ".tmp-*") == 0 && count_files(dir, ".json") == 0 && count_files(dir, ".bin") == 0,
+           "full disk left files behind");
+  /* a folder that turns unwritable after opening: the plan still works, memory-only */
+  use_dir("turns");
+  da_context_create(&c);
+  char hostdir[600];
+  snprintf(hostdir, sizeof hostdir, "%s/turns/v1/host", base);
+  FILE *blocker = fopen(hostdir, "w"); /* a file where the arch folder should go */
+  if (blocker) fclose(blocker);
+  TU_CHECK(plan_works(c, 3), "plan with a cache that cannot be written");
+  TU_CHECK(!da__disk_cache_usable(da__context_kernels(c)->disk), "failed write did not degrade the cache");
+  TU_CHECK(plan_works(c, 3) && da__context_kernels(c)->builds == 1, "kernel not kept in memory after degrading");
+  da_context_destroy(c);
+}
+
+static void test_processes(void) {
+  use_dir("procs");
+  enum { NPROC = 8, NKERN = 4 };
+  int fds[NPROC][2];
+  pid_t pids[NPROC];
+  for (int i = 0; i < NPROC; i++) {
+    if (pipe(fds[i]) != 0) return;
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      da_context *c;
+      da_context_create(&c);
+      int ok = 1;
+      for (int k = 0; k < NKERN; k++) ok &= plan_works(c, 10 + (k + i) % NKERN);
+      long long builds = da__context_kernels(c)->builds;
+      da_context_destroy(c);
+      if (write(fds[i][1], &builds, sizeof builds) != sizeof builds) ok = 0;
+      _exit(ok ? 0 : 1);
+    }
+    close(fds[i][1]);
+  }
+  long long total = 0;
+  int all_ok = 1;
+  for (int i = 0; i < NPROC; i++) {
+    long long b = 0;
+    if (read(fds[i][0], &b, sizeof b) != sizeof b) all_ok = 0;
+    close(fds[i][0]);
+    total += b;
+    int status;
+    waitpid(pids[i], &status, 0);
+    all_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  TU_CHECK(all_ok, "a process failed");
+  TU_CHECK(total == NKERN, "%d processes x %d kernels compiled %lld times, want %d", NPROC, NKERN, total, NKERN);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/procs", base);
+  TU_CHECK(count_files(dir, ".json") == NKERN, "entries on disk: %d", count_files(dir, ".json"));
+}
+
+int main(void) {
+  if (!mkdtemp(base)) return 1;
+  test_roundtrip_and_corruption();
+  test_budget();
+  test_plan_level();
+  test_memory_only();
+  test_processes();
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);
+  return tu_report();
+}
