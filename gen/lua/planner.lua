@@ -163,7 +163,9 @@ function M.plan_cuda(p, opts)
     p.cuda_path = "mma"
     p.threads = 128
     p.tile_q = opts.tile_q or 64 -- 16 rows per warp
-    p.tile_k = opts.tile_k or 64
+    -- 64 keys per tile up to D = 64; 32 above keeps scores + output + Q fragments
+    -- within the register file (no spills at D = 96, 128)
+    p.tile_k = opts.tile_k or (D <= 64 and 64 or 32)
     if p.tile_q ~= 64 then error("cuda mma path: tile_q must be 64 (4 warps x 16 rows)", 0) end
     if p.tile_k % 16 ~= 0 or p.tile_k < 16 or p.tile_k > 128 then
       error("cuda mma path: tile_k must be a multiple of 16 in [16, 128]", 0)

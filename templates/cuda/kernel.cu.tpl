@@ -113,6 +113,7 @@ __device__ int classify(const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_
 {% if p.cuda_path == "mma" then %}
 /* ======================= tensor-core path (mma.sync m16n8k16) ======================= */
 #define DP {{ p.smem_row }}  /* padded smem row, halves */
+#define BLK_COLS (TK / BLOCK + 2) /* key blocks a TK-key tile can touch */
 #define NT_S (TK / 8)        /* n8 tiles of the score block */
 #define NT_O (HD / 8)        /* n8 tiles of the output block */
 #define KS_D (HD / 16)       /* k16 steps over head_dim */
@@ -145,6 +146,9 @@ __device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &
   const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
   const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+{% if p.sparse then %}
+  __shared__ unsigned char blk_ok[TQ * BLK_COLS];
+{% end %}
   const da_i64 kb_ = b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2];
   const da_i64 vb_ = b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2];
   const da_i64 kstep = r * A.k_stride[1], vstep = r * A.v_stride[1];
@@ -176,6 +180,20 @@ __device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &
     da_cp_async_wait<1>();
     __syncthreads();
     const da_u16 *kt = Ks + stage * TK * DP, *vt = Vs + stage * TK * DP;
+{% if p.sparse then %}
+    /* partial tile: the layout's verdict per (query row, key block), computed once by the
+     * whole CTA into shared memory, so the unrolled element loop only looks it up */
+    const da_idx kb_first = (da_idx)(c0 / BLOCK);
+    if (cls == 2) {
+      const int nkb = (int)((min(c0 + TK, kend) - 1) / BLOCK - kb_first + 1);
+      for (int i = threadIdx.x; i < TQ * nkb; i += NTHREADS) {
+        int row = i / nkb, kbi = i % nkb;
+        da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
+        blk_ok[row * BLK_COLS + kbi] = row < nq && da_branch<BR>::allowed(A, a / BLOCK, kb_first + kbi);
+      }
+      __syncthreads();
+    }
+{% end %}
     /* S = Q K^T for this warp's 16 rows */
     float s[NT_S][4];
 #pragma unroll
@@ -200,7 +218,7 @@ __device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &
           da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
           bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
 {% if p.sparse then %}
-          ok = ok && da_branch<BR>::allowed(A, a / BLOCK, c / BLOCK);
+          ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
 {% end %}
           if (!ok) x = -INFINITY;
         }
@@ -427,7 +445,7 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
 /* ============================== kernels =============================================== */
 {% if p.strategy == "fused" then %}
 /* grid (ceil(N / WIN_G) * TILES_PER_WINDOW, H, B) */
-extern "C" __global__ void __launch_bounds__(NTHREADS) {{ p.name }}_fused(const da_cuda_args A) {
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(const da_cuda_args A) {
   DA_SMEM_DECL
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
   const da_i64 win = blockIdx.x / TILES_PER_WINDOW, tt = blockIdx.x % TILES_PER_WINDOW;
@@ -459,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS) {{ p.name }}_fused(const 
 }
 {% else %}
 /* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
-extern "C" __global__ void __launch_bounds__(NTHREADS) {{ p.name }}_branch(const da_cuda_args A) {
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(const da_cuda_args A) {
   DA_SMEM_DECL
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
   const int br = A.branch;
