@@ -136,8 +136,18 @@ da_status da__host_load(const da_context *ctx, const char *so, const char *symbo
     dlclose(dl);
     return da__set_error(ctx, DA_ERR_COMPILE, "host kernel: symbol %s missing from %s", symbol, so);
   }
+  char sname[400];
+  snprintf(sname, sizeof sname, "%s_scratch_bytes", symbol);
+  void *sfn = dlsym(dl, sname);
+  if (!sfn) {
+    dlclose(dl);
+    return da__set_error(ctx, DA_ERR_COMPILE, "host kernel: symbol %s missing from %s", sname, so);
+  }
+  size_t (*scratch)(void);
+  memcpy(&scratch, &sfn, sizeof sfn);
   out->dl = dl;
   memcpy(&out->fn, &fn, sizeof fn);
+  out->scratch_bytes = scratch();
   return DA_OK;
 }
 

@@ -17,11 +17,12 @@ typedef struct {
 
 /* Entry point of a host kernel: (batch, head) pairs [bh_begin, bh_end). */
 typedef int (*da__host_kernel_fn)(const da__host_args *a, int64_t bh_begin, int64_t bh_end,
-                                  float *ws);
+                                  float *ws, void *scratch);
 
 typedef struct {
   void *dl;               /* dlopen handle */
   da__host_kernel_fn fn;
+  size_t scratch_bytes;   /* tile buffer per worker (<symbol>_scratch_bytes()) */
   double compile_ms;
 } da__host_module;
 

@@ -199,10 +199,10 @@ static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *ou
 
 da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, const char *key,
                                     const char *source, const char *symbol,
-                                    da__host_kernel_fn *fn) {
+                                    const da__host_module **mod) {
   host_job j = {c, source, symbol, key};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, c, key, produce_host, &j, &pl));
-  *fn = pl->host.fn;
+  *mod = &pl->host;
   return DA_OK;
 }

@@ -51,7 +51,7 @@ DA_HIDDEN da_status da__kernel_cache_disk_or_build(const da_context *ctx, da__ke
 /* Host kernels: compile source and resolve symbol on a miss. */
 DA_HIDDEN da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c,
                                               const char *key, const char *source,
-                                              const char *symbol, da__host_kernel_fn *fn);
+                                              const char *symbol, const da__host_module **mod);
 
 /* The context's kernel cache (tests and tools read its counters). */
 DA_HIDDEN da__kernel_cache *da__context_kernels(da_context *ctx);

@@ -5,6 +5,7 @@
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/pool.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 
 struct da_context {
   da__kernel_cache kernels;
+  da__pool *pool; /* host workspace and tile buffers */
 };
 
 struct da_plan {
@@ -24,7 +26,7 @@ struct da_plan {
   uint8_t *masks[DA_MAX_BRANCHES]; /* owned copies of explicit masks */
   da_backend backend;
   da__rendered r;
-  da__host_kernel_fn fn;  /* host backend */
+  const da__host_module *host; /* host backend (owned by the kernel cache) */
   da__cuda_plan *cuda;    /* CUDA backend */
 };
 
@@ -37,15 +39,28 @@ da_status da_context_create(da_context **out) {
     free(c);
     return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its locks");
   }
+  c->pool = da__pool_create();
+  if (!c->pool) {
+    da__kernel_cache_destroy(&c->kernels);
+    free(c);
+    return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its memory pool");
+  }
   *out = c;
   return DA_OK;
 }
 
 da__kernel_cache *da__context_kernels(da_context *c) { return &c->kernels; }
 
+da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out) {
+  DA_RETURN_IF(!ctx || !out, DA_ERR_INVALID_ARGUMENT, "ctx and out must not be NULL");
+  da__pool_stats(ctx->pool, out);
+  return DA_OK;
+}
+
 void da_context_destroy(da_context *c) {
   if (!c) return;
   da__kernel_cache_destroy(&c->kernels);
+  da__pool_destroy(c->pool);
   free(c);
 }
 
@@ -114,7 +129,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   if (be == DA_BACKEND_CUDA)
     st = da__cuda_plan_create(ctx, &ctx->kernels, &p->r, &p->spec, &p->cuda);
   else
-    st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r.key, p->r.source, p->r.kernel_name, &p->fn);
+    st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r.key, p->r.source, p->r.kernel_name, &p->host);
   if (st != DA_OK) {
     da_plan_destroy(p);
     return st;
@@ -188,12 +203,13 @@ typedef struct {
   const da__host_args *ha;
   int64_t begin, end;
   float *ws;
+  void *scratch;
   int rc;
 } worker_t;
 
 static void *worker_main(void *arg) {
   worker_t *w = arg;
-  w->rc = w->fn(w->ha, w->begin, w->end, w->ws);
+  w->rc = w->fn(w->ha, w->begin, w->end, w->ws, w->scratch);
   return NULL;
 }
 
@@ -224,10 +240,18 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
                    "workspace: %zu bytes given, %zu needed (da_plan_workspace_size)",
                    a->workspace_bytes, need);
     } else {
-      owned = malloc(need);
+      owned = da__pool_alloc(p->ctx->pool, need);
       DA_RETURN_IF(!owned, DA_ERR_NO_MEMORY, "workspace: cannot allocate %zu bytes", need);
       ws = owned;
     }
+  }
+  /* tile buffers, one per worker, from the pool: none of this is a raw allocation once
+   * the plan has run */
+  size_t sb = (p->host->scratch_bytes + 63) & ~(size_t)63;
+  char *scratch = da__pool_alloc(p->ctx->pool, sb * (size_t)nt);
+  if (!scratch) {
+    da__pool_free(p->ctx->pool, owned, need);
+    return da__set_error(ctx, DA_ERR_NO_MEMORY, "tile buffers: cannot allocate %zu bytes", sb * (size_t)nt);
   }
   da__host_args ha;
   ha.q = a->q;
@@ -248,7 +272,8 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
   int started[256] = {0};
   size_t per_ws = need / (size_t)nt / sizeof(float);
   for (int i = 0; i < nt; i++) {
-    w[i].fn = p->fn;
+    w[i].fn = p->host->fn;
+    w[i].scratch = scratch + sb * (size_t)i;
     w[i].ha = &ha;
     w[i].begin = work * i / nt;
     w[i].end = work * (i + 1) / nt;
@@ -264,7 +289,8 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
     if (started[i]) pthread_join(th[i], NULL);
     rc |= w[i].rc;
   }
-  free(owned);
+  da__pool_free(p->ctx->pool, owned, need);
+  da__pool_free(p->ctx->pool, scratch, sb * (size_t)nt);
   DA_RETURN_IF(rc != 0, DA_ERR_NO_MEMORY, "host kernel %s: cannot allocate its tile buffer", p->r.kernel_name);
   return DA_OK;
 }

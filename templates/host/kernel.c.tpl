@@ -246,13 +246,17 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
 }
 {% end %}
 
+/* Bytes of tile buffer one worker needs (the runtime hands it in from its pool). */
+size_t {{ p.name }}_scratch_bytes(void) { return sizeof(tile_t); }
+
 /* Entry: (batch, head) pairs [bh_begin, bh_end). ws: {{ p.ws_floats_per_token }} floats per token (may be NULL when 0).
+ * scratch: {{ p.name }}_scratch_bytes() bytes, or NULL to allocate here.
  * Returns 0, or -1 when the tile buffer cannot be allocated. */
-int {{ p.name }}(const da_host_args *A, int64_t bh_begin, int64_t bh_end, float *ws) {
-  tile_t *T = (tile_t *)malloc(sizeof(tile_t));
+int {{ p.name }}(const da_host_args *A, int64_t bh_begin, int64_t bh_end, float *ws, void *scratch) {
+  tile_t *T = scratch ? (tile_t *)scratch : (tile_t *)malloc(sizeof(tile_t));
   if (!T) return -1;
   for (int64_t bh = bh_begin; bh < bh_end; bh++)
     run_head(T, A, bh / NUM_HEADS, bh % NUM_HEADS, ws);
-  free(T);
+  if (!scratch) free(T);
   return 0;
 }

@@ -1,0 +1,690 @@
+/* pattern_cache.c - block tables of sparse layouts (SEMANTICS.md "Block sparsity"), built
+ * on demand and kept in a bounded, thread-safe, reference-counted LRU (DESIGN.md
+ * decision 6), plus the spec's resulting density.
+ *
+ * Key: every layout parameter the rule reads (unused ones zeroed, strides sorted and
+ * de-duplicated, density as its threshold floor(density * 2^53)), the branch index, its
+ * (w, r), N, the offset, and for explicit layouts the SHA-256 of the mask bytes the tables
+ * read. Lookup: FNV-1a of the key picks a bucket, then the whole key is compared.
+ *
+ * Locking: one mutex guards the map, the LRU list and the stats; tables are built outside
+ * it (two threads missing the same key may both build; the second keeps the first's).
+ * Entries evicted while in use move to a "detached" list and are freed on last release.
+ */
+#include "runtime/pattern_cache.h"
+
+#include <errno.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_ENTRIES 256
+
+/* Everything a pattern depends on. Only 8-byte fields and a 32-byte digest: no padding,
+ * so memcmp and a byte hash over the struct are exact. */
+typedef struct {
+  int64_t layout, block, window, global, num_strides;
+  int64_t strides[DA_MAX_STRIDES];
+  uint64_t seed, threshold;
+  int64_t branch, w, r, seq_len, offset;
+  int64_t mask_blocks; /* explicit: side of the hashed top-left part of the mask */
+  unsigned char mask_sha256[32];
+} pkey;
+
+typedef struct entry {
+  da__pattern pat; /* first member: release maps a pattern back to its entry */
+  pkey key;
+  uint64_t hash;
+  struct entry *hnext;       /* bucket chain */
+  struct entry *prev, *next; /* LRU list (head = most recent) or the detached list */
+  int64_t refs;              /* users holding pat */
+  int cached;                /* in the map and LRU list; 0: evicted, freed on last release */
+} entry;
+
+struct da__pattern_cache {
+  pthread_mutex_t mu;
+  entry **buckets;
+  size_t nbuckets; /* power of two */
+  entry *head, *tail;
+  entry *detached;
+  size_t size, max_size;
+  uint64_t hits, misses, evictions;
+};
+
+/* The block rule of one (spec, branch), ready to enumerate rows. */
+typedef struct {
+  da_layout layout;
+  int64_t block, window, global;
+  int num_strides;
+  int64_t strides[DA_MAX_STRIDES]; /* ascending, distinct */
+  uint64_t seed, threshold, branch;
+  const uint8_t *mask; /* explicit: nb x nb */
+  int64_t nb;
+} rule;
+
+/* Segment structure of one (w, r, N, offset): see da__pattern in the header. */
+typedef struct {
+  int count;
+  int64_t L[2];
+  int64_t n_full, n_last;
+} shape;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void seg_shape(int64_t w, int64_t r, int64_t N, int64_t o, shape *s) {
+  memset(s, 0, sizeof *s);
+  int64_t nseg = N / w, rem = N % w;
+  int64_t lfull = ceil_div(w - o, r); /* >= 1: o < r <= w */
+  int64_t lrem = rem > o ? ceil_div(rem - o, r) : 0;
+  if (nseg > 0) {
+    s->count = 1;
+    s->L[0] = lfull;
+    s->n_full = nseg;
+    if (lrem == lfull) {
+      s->n_full++; /* a ragged last segment with the same L shares the full table */
+    } else if (lrem > 0) {
+      s->count = 2;
+      s->L[1] = lrem;
+      s->n_last = 1;
+    }
+  } else if (lrem > 0) {
+    s->count = 1;
+    s->L[0] = lrem;
+    s->n_last = 1;
+  }
+}
+
+/* ---- block rule ------------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* Writes one run [lo, hi] to out (when given); returns its length. */
+static int64_t put_run(int64_t lo, int64_t hi, int64_t *out) {
+  if (out)
+    for (int64_t k = lo; k <= hi; k++) *out++ = k;
+  return hi - lo + 1;
+}
+
+/* Key blocks row qb of an nqb-block table may see, ascending; written to out when out is
+ * not NULL. Returns how many. Distances are compared as differences, never sums, so
+ * windows and strides up to 2^63 cannot overflow. */
+static int64_t row_blocks(const rule *ru, int64_t nqb, int64_t qb, int64_t *out) {
+  switch (ru->layout) {
+  case DA_LAYOUT_NONE:
+  case DA_LAYOUT_DENSE:
+    return put_run(0, nqb - 1, out);
+  case DA_LAYOUT_LOCAL_WINDOW:
+  case DA_LAYOUT_GLOBAL_LOCAL: {
+    if (ru->layout == DA_LAYOUT_GLOBAL_LOCAL && qb < ru->global) return put_run(0, nqb - 1, out);
+    int64_t lo = ru->window >= qb ? 0 : qb - ru->window;
+    int64_t hi = ru->window >= nqb - 1 - qb ? nqb - 1 : qb + ru->window;
+    if (ru->layout == DA_LAYOUT_LOCAL_WINDOW) return put_run(lo, hi, out);
+    int64_t g = min64(ru->global, nqb); /* key blocks [0, g) are global */
+    if (lo <= g) return put_run(0, hi, out);
+    int64_t n = g > 0 ? put_run(0, g - 1, out) : 0;
+    return n + put_run(lo, hi, out ? out + n : NULL);
+  }
+  case DA_LAYOUT_DILATED_SPARSE: {
+    /* strides ascending and distinct: qb - s for descending s, qb, qb + s for ascending s
+     * is already ascending and distinct. */
+    int64_t n = 0;
+    for (int j = ru->num_strides - 1; j >= 0; j--)
+      if (ru->strides[j] <= qb) {
+        if (out) out[n] = qb - ru->strides[j];
+        n++;
+      }
+    if (out) out[n] = qb;
+    n++;
+    for (int j = 0; j < ru->num_strides; j++)
+      if (ru->strides[j] < nqb - qb) {
+        if (out) out[n] = qb + ru->strides[j];
+        n++;
+      }
+    return n;
+  }
+  case DA_LAYOUT_RANDOM: {
+    int64_t n = 0;
+    for (int64_t kb = 0; kb < nqb; kb++) {
+      uint64_t key = (ru->branch << 48) ^ ((uint64_t)qb << 24) ^ (uint64_t)kb;
+      if (kb == qb || (splitmix64(ru->seed ^ key) >> 11) < ru->threshold) {
+        if (out) out[n] = kb;
+        n++;
+      }
+    }
+    return n;
+  }
+  case DA_LAYOUT_EXPLICIT: {
+    int64_t n = 0;
+    const uint8_t *m = ru->mask + qb * ru->nb; /* top-left nqb x nqb part: nqb <= nb */
+    for (int64_t kb = 0; kb < nqb; kb++)
+      if (m[kb]) {
+        if (out) out[n] = kb;
+        n++;
+      }
+    return n;
+  }
+  }
+  return 0;
+}
+
+/* ---- building a pattern ---------------------------------------------------------------- */
+
+static int64_t table_block(const rule *ru, int64_t L) {
+  return ru->layout == DA_LAYOUT_NONE ? L : ru->block;
+}
+
+/* Pass 1: the table's block count and pair count, refusing oversized tables before any
+ * allocation (counting stops as soon as the bound is passed). */
+static da_status table_size(const da_context *ctx, const rule *ru, int64_t L, int64_t *nqb_out,
+                            int64_t *pairs_out) {
+  int64_t nqb = ceil_div(L, table_block(ru, L));
+  DA_RETURN_IF(nqb >= DA__PATTERN_MAX_ENTRIES, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: %lld query blocks (L = %lld, block = %lld) exceed the table "
+               "bound of 2^26 entries; use a larger sparsity.block",
+               (long long)nqb, (long long)L, (long long)table_block(ru, L));
+  if (ru->layout == DA_LAYOUT_RANDOM)
+    DA_RETURN_IF(nqb * nqb > DA__PATTERN_MAX_SCAN, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: random layout with %lld blocks per side needs %lld block "
+                 "tests, over the bound of 2^28; use a larger sparsity.block",
+                 (long long)nqb, (long long)(nqb * nqb));
+  int64_t pairs = 0;
+  for (int64_t qb = 0; qb < nqb; qb++) {
+    pairs += row_blocks(ru, nqb, qb, NULL); /* a row is < 2^26: no overflow */
+    DA_RETURN_IF(pairs > DA__PATTERN_MAX_ENTRIES, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: table of L = %lld positions, block %lld has more than 2^26 "
+                 "allowed block pairs; refused (use a larger sparsity.block or a sparser "
+                 "layout)",
+                 (long long)L, (long long)table_block(ru, L));
+  }
+  *nqb_out = nqb;
+  *pairs_out = pairs;
+  return DA_OK;
+}
+
+/* Pass 2: rows into t->row_start / t->kb (already pointing into storage) and the exact
+ * position-pair counts. Block qb holds positions [qb*bs, min((qb+1)*bs, L)). */
+static da_status table_fill(const da_context *ctx, const rule *ru, da__block_table *t) {
+  const int64_t bs = t->block, L = t->L;
+  int64_t n = 0, pp = 0, ppc = 0;
+  int ovf = 0;
+  for (int64_t qb = 0; qb < t->nqb; qb++) {
+    t->row_start[qb] = n;
+    int64_t cnt = row_blocks(ru, t->nqb, qb, t->kb + n);
+    int64_t nq = min64(bs, L - qb * bs);
+    for (int64_t j = n; j < n + cnt; j++) {
+      int64_t kb = t->kb[j], nk = min64(bs, L - kb * bs), both, causal;
+      ovf |= __builtin_mul_overflow(nq, nk, &both);
+      /* Blocks share one grid: every key of an earlier block precedes every query of a
+       * later one, so causal keeps a whole earlier block, the triangle c <= a of the
+       * diagonal block (nq == nk there) and nothing of a later block. */
+      if (kb < qb) causal = both;
+      else if (kb > qb) causal = 0;
+      else causal = nq % 2 == 0 ? (nq / 2) * (nq + 1) : nq * ((nq + 1) / 2);
+      ovf |= __builtin_add_overflow(pp, both, &pp);
+      ovf |= __builtin_add_overflow(ppc, causal, &ppc);
+    }
+    n += cnt;
+  }
+  t->row_start[t->nqb] = n;
+  t->pairs = n;
+  t->pos_pairs = pp;
+  t->pos_pairs_causal = ppc;
+  DA_RETURN_IF(ovf, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: the position-pair count of a segment of L = %lld positions "
+               "overflows int64",
+               (long long)L);
+  return DA_OK;
+}
+
+static da_status build_pattern(const da_context *ctx, const rule *ru, const shape *sh,
+                               da__pattern *pat) {
+  memset(pat, 0, sizeof *pat);
+  int64_t nqb[2] = {0, 0}, pairs[2] = {0, 0}, total = 0;
+  for (int i = 0; i < sh->count; i++) {
+    DA_TRY(table_size(ctx, ru, sh->L[i], &nqb[i], &pairs[i]));
+    total += nqb[i] + 1 + pairs[i];
+  }
+  if (total > 0) {
+    pat->storage = malloc(sizeof(int64_t) * (size_t)total);
+    DA_RETURN_IF(!pat->storage, DA_ERR_NO_MEMORY, "pattern cache: no memory for %lld table "
+                 "entries", (long long)total);
+  }
+  pat->storage_len = total;
+  pat->count = sh->count;
+  pat->n_full = sh->n_full;
+  pat->n_last = sh->n_last;
+  int64_t at = 0;
+  for (int i = 0; i < sh->count; i++) {
+    da__block_table *t = &pat->seg[i];
+    t->L = sh->L[i];
+    t->block = table_block(ru, t->L);
+    t->nqb = nqb[i];
+    t->row_start = pat->storage + at;
+    t->kb = t->row_start + nqb[i] + 1;
+    at += nqb[i] + 1 + pairs[i];
+    da_status st = table_fill(ctx, ru, t);
+    if (st != DA_OK) {
+      free(pat->storage);
+      memset(pat, 0, sizeof *pat);
+      return st;
+    }
+  }
+  return DA_OK;
+}
+
+/* ---- keys ------------------------------------------------------------------------------ */
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Checks the spec fields the pattern reads and fills the rule and the key (all but the
+ * mask digest). */
+static da_status make_rule(const da_context *ctx, const da_spec *spec, int branch, int64_t N,
+                           int64_t o, rule *ru, pkey *k) {
+  DA_RETURN_IF(spec->num_branches < 1 || spec->num_branches > DA_MAX_BRANCHES,
+               DA_ERR_INVALID_ARGUMENT, "pattern cache: spec has %d branches (1 to %d)",
+               spec->num_branches, DA_MAX_BRANCHES);
+  DA_RETURN_IF(branch < 0 || branch >= spec->num_branches, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: branch %d is out of range (spec has %d)", branch,
+               spec->num_branches);
+  int64_t w = spec->segment_lengths[branch], r = spec->dilation_rates[branch];
+  DA_RETURN_IF(w < 1 || w > DA__PATTERN_MAX_SEQ || r < 1 || r > w, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: branch %d has segment length %lld, dilation rate %lld "
+               "(need 1 <= r <= w <= 2^40)",
+               branch, (long long)w, (long long)r);
+  DA_RETURN_IF(N < 0 || N > DA__PATTERN_MAX_SEQ, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: seq_len %lld is out of range (0 to 2^40)", (long long)N);
+  DA_RETURN_IF(o < 0 || o >= r, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: offset %lld is out of range for branch %d (0 to r - 1 = %lld)",
+               (long long)o, branch, (long long)(r - 1));
+  const da_sparsity *sp = &spec->sparsity;
+  DA_RETURN_IF((int)sp->layout < DA_LAYOUT_NONE || sp->layout > DA_LAYOUT_EXPLICIT,
+               DA_ERR_INVALID_ARGUMENT, "pattern cache: sparsity.layout %d is unknown",
+               (int)sp->layout);
+  memset(ru, 0, sizeof *ru);
+  memset(k, 0, sizeof *k);
+  ru->layout = sp->layout;
+  if (sp->layout != DA_LAYOUT_NONE)
+    DA_RETURN_IF(sp->block < 1, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.block %lld must be at least 1", (long long)sp->block);
+  switch (sp->layout) {
+  case DA_LAYOUT_NONE:
+    break;
+  case DA_LAYOUT_GLOBAL_LOCAL:
+    DA_RETURN_IF(sp->global < 0, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.global %lld is negative", (long long)sp->global);
+    ru->global = sp->global;
+    /* fall through */
+  case DA_LAYOUT_LOCAL_WINDOW:
+    DA_RETURN_IF(sp->window < 0, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.window %lld is negative", (long long)sp->window);
+    ru->window = sp->window;
+    /* fall through */
+  case DA_LAYOUT_DENSE:
+    ru->block = sp->block;
+    break;
+  case DA_LAYOUT_DILATED_SPARSE:
+    DA_RETURN_IF(sp->num_strides < 0 || sp->num_strides > DA_MAX_STRIDES,
+                 DA_ERR_INVALID_ARGUMENT, "pattern cache: %d strides (0 to %d)",
+                 sp->num_strides, DA_MAX_STRIDES);
+    ru->block = sp->block;
+    for (int j = 0; j < sp->num_strides; j++) {
+      DA_RETURN_IF(sp->strides[j] < 1, DA_ERR_INVALID_ARGUMENT,
+                   "pattern cache: sparsity.strides[%d] = %lld must be at least 1", j,
+                   (long long)sp->strides[j]);
+      ru->strides[j] = sp->strides[j];
+    }
+    /* The rule reads the stride set: sort and drop repeats (also makes the key canonical). */
+    qsort(ru->strides, (size_t)sp->num_strides, sizeof(int64_t), cmp_i64);
+    for (int j = 0; j < sp->num_strides; j++)
+      if (ru->num_strides == 0 || ru->strides[ru->num_strides - 1] != ru->strides[j])
+        ru->strides[ru->num_strides++] = ru->strides[j];
+    break;
+  case DA_LAYOUT_RANDOM:
+    DA_RETURN_IF(!(sp->density >= 0.0 && sp->density <= 1.0), DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.density %g is not in [0, 1]", sp->density);
+    ru->block = sp->block;
+    ru->seed = sp->seed;
+    ru->branch = (uint64_t)branch;
+    /* floor(density * 2^53) is exact: scaling by a power of two. */
+    ru->threshold = (uint64_t)floor(sp->density * 9007199254740992.0);
+    break;
+  case DA_LAYOUT_EXPLICIT:
+    DA_RETURN_IF(!sp->explicit_masks[branch], DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.explicit_masks[%d] is NULL", branch);
+    ru->block = sp->block;
+    ru->mask = sp->explicit_masks[branch];
+    ru->nb = da_spec_explicit_blocks(spec, branch);
+    break;
+  }
+  k->layout = ru->layout;
+  k->block = ru->block;
+  k->window = ru->window;
+  k->global = ru->global;
+  k->num_strides = ru->num_strides;
+  memcpy(k->strides, ru->strides, sizeof k->strides);
+  k->seed = ru->seed;
+  k->threshold = ru->threshold;
+  k->branch = branch;
+  k->w = w;
+  k->r = r;
+  k->seq_len = N;
+  k->offset = o;
+  return DA_OK;
+}
+
+/* Explicit layouts: SHA-256 of the top-left side x side part of the mask (all the tables
+ * read: the longest segment's L decides side), row by row. */
+static da_status hash_mask(const da_context *ctx, const rule *ru, int64_t side, pkey *k) {
+  k->mask_blocks = side;
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+  for (int64_t qb = 0; ok && qb < side; qb++)
+    ok = EVP_DigestUpdate(md, ru->mask + qb * ru->nb, (size_t)side);
+  unsigned int len = 0;
+  ok = ok && EVP_DigestFinal_ex(md, k->mask_sha256, &len) && len == sizeof k->mask_sha256;
+  EVP_MD_CTX_free(md);
+  DA_RETURN_IF(!ok, DA_ERR_INTERNAL, "pattern cache: SHA-256 of an explicit mask failed");
+  return DA_OK;
+}
+
+static uint64_t fnv1a(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* ---- the LRU map (callers hold pc->mu) ------------------------------------------------- */
+
+static entry *map_find(da__pattern_cache *pc, const pkey *k, uint64_t h) {
+  for (entry *e = pc->buckets[h & (pc->nbuckets - 1)]; e; e = e->hnext)
+    if (e->hash == h && memcmp(&e->key, k, sizeof *k) == 0) return e;
+  return NULL;
+}
+
+static void map_remove(da__pattern_cache *pc, entry *e) {
+  entry **pp = &pc->buckets[e->hash & (pc->nbuckets - 1)];
+  while (*pp != e) pp = &(*pp)->hnext;
+  *pp = e->hnext;
+  e->hnext = NULL;
+}
+
+static void lru_unlink(da__pattern_cache *pc, entry *e) {
+  if (e->prev) e->prev->next = e->next;
+  else pc->head = e->next;
+  if (e->next) e->next->prev = e->prev;
+  else pc->tail = e->prev;
+  e->prev = e->next = NULL;
+}
+
+static void lru_push_front(da__pattern_cache *pc, entry *e) {
+  e->prev = NULL;
+  e->next = pc->head;
+  if (pc->head) pc->head->prev = e;
+  pc->head = e;
+  if (!pc->tail) pc->tail = e;
+}
+
+static void detached_unlink(da__pattern_cache *pc, entry *e) {
+  if (e->prev) e->prev->next = e->next;
+  else pc->detached = e->next;
+  if (e->next) e->next->prev = e->prev;
+  e->prev = e->next = NULL;
+}
+
+static void entry_free(entry *e) {
+  free(e->pat.storage);
+  free(e);
+}
+
+/* ---- public (library-internal) API ----------------------------------------------------- */
+
+/* A positive decimal integer from the environment, else 0. */
+static size_t env_size(const char *name) {
+  const char *s = getenv(name);
+  if (!s || *s < '0' || *s > '9') return 0; /* strtoull would accept "-3" and " 3" */
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end != '\0' || v == 0 || v > SIZE_MAX) return 0;
+  return (size_t)v;
+}
+
+da_status da__pattern_cache_create(size_t max_entries, da__pattern_cache **out) {
+  if (!out) return DA_ERR_INVALID_ARGUMENT;
+  if (max_entries == 0) max_entries = env_size("DILATTN_PATTERN_CACHE_MAX");
+  if (max_entries == 0) max_entries = env_size("PATTERN_CACHE_MAX_SIZE");
+  if (max_entries == 0) max_entries = DEFAULT_MAX_ENTRIES;
+  da__pattern_cache *pc = calloc(1, sizeof *pc);
+  if (!pc) return DA_ERR_NO_MEMORY;
+  /* About two buckets per entry, capped: a huge bound must not allocate up front. */
+  size_t want = max_entries < 32768 ? max_entries * 2 : 65536;
+  pc->nbuckets = 16;
+  while (pc->nbuckets < want) pc->nbuckets *= 2;
+  pc->buckets = calloc(pc->nbuckets, sizeof *pc->buckets);
+  if (!pc->buckets || pthread_mutex_init(&pc->mu, NULL) != 0) {
+    free(pc->buckets);
+    free(pc);
+    return DA_ERR_NO_MEMORY;
+  }
+  pc->max_size = max_entries;
+  *out = pc;
+  return DA_OK;
+}
+
+void da__pattern_cache_destroy(da__pattern_cache *pc) {
+  if (!pc) return;
+  for (entry *e = pc->head, *n; e; e = n) {
+    n = e->next;
+    entry_free(e);
+  }
+  for (entry *e = pc->detached, *n; e; e = n) {
+    n = e->next;
+    entry_free(e);
+  }
+  free(pc->buckets);
+  pthread_mutex_destroy(&pc->mu);
+  free(pc);
+}
+
+da_status da__pattern_cache_get(const da_context *ctx, da__pattern_cache *pc,
+                                const da_spec *spec, int branch, int64_t seq_len,
+                                int64_t offset, const da__pattern **out) {
+  DA_RETURN_IF(!pc || !spec || !out, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: NULL %s", !pc ? "cache" : !spec ? "spec" : "out");
+  rule ru;
+  pkey key;
+  DA_TRY(make_rule(ctx, spec, branch, seq_len, offset, &ru, &key));
+  shape sh;
+  seg_shape(key.w, key.r, seq_len, offset, &sh);
+  if (ru.layout == DA_LAYOUT_EXPLICIT && sh.count > 0) {
+    /* seg[0]'s L is the larger one; its blocks cover every block the tables read. */
+    int64_t side = ceil_div(sh.L[0], ru.block);
+    DA_RETURN_IF(side > ru.nb, DA_ERR_INTERNAL, "pattern cache: %lld blocks exceed the mask's %lld",
+                 (long long)side, (long long)ru.nb);
+    DA_RETURN_IF(side >= DA__PATTERN_MAX_ENTRIES, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: explicit mask of %lld blocks per side exceeds the table bound "
+                 "of 2^26 entries", (long long)side);
+    DA_TRY(hash_mask(ctx, &ru, side, &key));
+  }
+  uint64_t h = fnv1a(&key, sizeof key);
+
+  pthread_mutex_lock(&pc->mu);
+  entry *e = map_find(pc, &key, h);
+  if (e) {
+    pc->hits++;
+    e->refs++;
+    lru_unlink(pc, e);
+    lru_push_front(pc, e);
+    pthread_mutex_unlock(&pc->mu);
+    *out = &e->pat;
+    return DA_OK;
+  }
+  pthread_mutex_unlock(&pc->mu);
+
+  /* Miss: build outside the lock. */
+  entry *ne = calloc(1, sizeof *ne);
+  DA_RETURN_IF(!ne, DA_ERR_NO_MEMORY, "pattern cache: no memory for an entry");
+  da_status st = build_pattern(ctx, &ru, &sh, &ne->pat);
+  if (st != DA_OK) {
+    free(ne);
+    return st;
+  }
+  ne->key = key;
+  ne->hash = h;
+  ne->refs = 1;
+
+  pthread_mutex_lock(&pc->mu);
+  pc->misses++; /* counted when a built pattern is handed out: hits + misses = gets served */
+  e = map_find(pc, &key, h);
+  if (e) { /* another thread built it meanwhile: use theirs */
+    e->refs++;
+    lru_unlink(pc, e);
+    lru_push_front(pc, e);
+    pthread_mutex_unlock(&pc->mu);
+    entry_free(ne);
+    *out = &e->pat;
+    return DA_OK;
+  }
+  ne->cached = 1;
+  ne->hnext = pc->buckets[h & (pc->nbuckets - 1)];
+  pc->buckets[h & (pc->nbuckets - 1)] = ne;
+  lru_push_front(pc, ne);
+  pc->size++;
+  entry *dead = NULL; /* evicted and unused: freed after unlocking */
+  while (pc->size > pc->max_size) {
+    entry *v = pc->tail; /* never ne: ne is the head and max_size >= 1 */
+    lru_unlink(pc, v);
+    map_remove(pc, v);
+    v->cached = 0;
+    pc->size--;
+    pc->evictions++;
+    if (v->refs == 0) {
+      v->next = dead;
+      dead = v;
+    } else { /* still in use: detached until its last release */
+      v->next = pc->detached;
+      if (pc->detached) pc->detached->prev = v;
+      pc->detached = v;
+    }
+  }
+  pthread_mutex_unlock(&pc->mu);
+  for (entry *n; dead; dead = n) {
+    n = dead->next;
+    entry_free(dead);
+  }
+  *out = &ne->pat;
+  return DA_OK;
+}
+
+void da__pattern_cache_release(da__pattern_cache *pc, const da__pattern *p) {
+  if (!pc || !p) return;
+  entry *e = (entry *)(void *)p; /* pat is the first member of entry */
+  pthread_mutex_lock(&pc->mu);
+  int last = --e->refs == 0 && !e->cached;
+  if (last) detached_unlink(pc, e);
+  pthread_mutex_unlock(&pc->mu);
+  if (last) entry_free(e);
+}
+
+void da__pattern_cache_stats(da__pattern_cache *pc, da_pattern_cache_stats *out) {
+  if (!pc || !out) return;
+  pthread_mutex_lock(&pc->mu);
+  out->size = pc->size;
+  out->max_size = pc->max_size;
+  out->hits = pc->hits;
+  out->misses = pc->misses;
+  out->evictions = pc->evictions;
+  uint64_t n = pc->hits + pc->misses;
+  out->hit_rate = n ? (double)pc->hits / (double)n : 0.0;
+  pthread_mutex_unlock(&pc->mu);
+}
+
+/* ---- density --------------------------------------------------------------------------- */
+
+/* Pairs of a segment of L positions with every pair allowed (causal: c <= a). */
+static double all_pairs(int64_t L, int causal) {
+  double l = (double)L;
+  return causal ? l * (l + 1.0) / 2.0 : l * l;
+}
+
+/* How many segments use table s (see da__pattern): seg[0] serves the full segments, or
+ * the lone last one when there are none; seg[1] the last one. */
+static int64_t segs_using(int64_t n_full, int64_t n_last, int s) {
+  return s == 0 && n_full > 0 ? n_full : n_last;
+}
+
+/* Adds to *num and *den `mult` heads' worth of branch `i` with offset o. */
+static da_status add_branch(const da_context *ctx, da__pattern_cache *pc, const da_spec *spec,
+                            int i, int64_t N, int64_t o, double mult, double *num, double *den) {
+  shape sh;
+  seg_shape(spec->segment_lengths[i], spec->dilation_rates[i], N, o, &sh);
+  double d = 0.0;
+  for (int s = 0; s < sh.count; s++)
+    d += (double)segs_using(sh.n_full, sh.n_last, s) * all_pairs(sh.L[s], spec->causal);
+  *den += mult * d;
+  if (spec->sparsity.layout == DA_LAYOUT_NONE || spec->sparsity.layout == DA_LAYOUT_DENSE) {
+    *num += mult * d; /* every pair allowed: no table needed */
+    return DA_OK;
+  }
+  const da__pattern *p;
+  DA_TRY(da__pattern_cache_get(ctx, pc, spec, i, N, o, &p));
+  double a = 0.0;
+  for (int s = 0; s < p->count; s++) {
+    const da__block_table *t = &p->seg[s];
+    a += (double)segs_using(p->n_full, p->n_last, s) * (double)(spec->causal ? t->pos_pairs_causal : t->pos_pairs);
+  }
+  da__pattern_cache_release(pc, p);
+  *num += mult * a;
+  return DA_OK;
+}
+
+da_status da__pattern_density(const da_context *ctx, da__pattern_cache *pc, const da_spec *spec,
+                              int64_t seq_len, double *density) {
+  DA_RETURN_IF(!pc || !spec || !density, DA_ERR_INVALID_ARGUMENT,
+               "pattern density: NULL argument");
+  char msg[512];
+  da_status vst = da_spec_validate(spec, msg, sizeof msg);
+  DA_RETURN_IF(vst != DA_OK, vst, "pattern density: %s", msg);
+  DA_RETURN_IF(seq_len < 0 || seq_len > DA__PATTERN_MAX_SEQ, DA_ERR_INVALID_ARGUMENT,
+               "pattern density: seq_len %lld is out of range (0 to 2^40)", (long long)seq_len);
+  const int64_t H = spec->num_heads, k = spec->num_branches;
+  double num = 0.0, den = 0.0;
+  if (spec->mode == DA_MODE_GROUPED) {
+    /* Group g: H/k heads plus one if g < H % k, branch g, o = g % r_g. */
+    for (int g = 0; g < k; g++) {
+      int64_t heads = H / k + (g < H % k ? 1 : 0);
+      if (heads > 0)
+        DA_TRY(add_branch(ctx, pc, spec, g, seq_len, g % spec->dilation_rates[g], (double)heads,
+                          &num, &den));
+    }
+  } else {
+    /* Every head uses every branch; heads sharing an offset share a pattern. */
+    int64_t offs[DA_MAX_HEADS];
+    for (int i = 0; i < k; i++) {
+      int64_t r = spec->dilation_rates[i];
+      int64_t per = (H + r - 1) / r; /* block offsets: Hp / r = ceil(H / r) */
+      for (int64_t h = 0; h < H; h++)
+        offs[h] = spec->offsets == DA_OFFSETS_MOD ? h % r : h / per;
+      qsort(offs, (size_t)H, sizeof offs[0], cmp_i64);
+      for (int64_t h = 0, run; h < H; h += run) {
+        for (run = 1; h + run < H && offs[h + run] == offs[h]; run++) {
+        }
+        DA_TRY(add_branch(ctx, pc, spec, i, seq_len, offs[h], (double)run, &num, &den));
+      }
+    }
+  }
+  *density = den > 0.0 ? num / den : 0.0;
+  return DA_OK;
+}
