@@ -53,14 +53,11 @@ struct da__pattern_cache {
   uint64_t hits, misses, evictions;
 };
 
-/* The block rule of one (spec, branch), ready to enumerate rows. */
+/* The block rule of one (spec, branch): the key's fields (strides ascending and distinct)
+ * and, for explicit layouts, the mask. */
 typedef struct {
-  da_layout layout;
-  int64_t block, window, global;
-  int num_strides;
-  int64_t strides[DA_MAX_STRIDES]; /* ascending, distinct */
-  uint64_t seed, threshold, branch;
-  const uint8_t *mask; /* explicit: nb x nb */
+  pkey k;
+  const uint8_t *mask; /* nb x nb */
   int64_t nb;
 } rule;
 
@@ -117,17 +114,18 @@ static int64_t put_run(int64_t lo, int64_t hi, int64_t *out) {
  * not NULL. Returns how many. Distances are compared as differences, never sums, so
  * windows and strides up to 2^63 cannot overflow. */
 static int64_t row_blocks(const rule *ru, int64_t nqb, int64_t qb, int64_t *out) {
-  switch (ru->layout) {
+  const pkey *k = &ru->k;
+  switch ((da_layout)k->layout) {
   case DA_LAYOUT_NONE:
   case DA_LAYOUT_DENSE:
     return put_run(0, nqb - 1, out);
   case DA_LAYOUT_LOCAL_WINDOW:
   case DA_LAYOUT_GLOBAL_LOCAL: {
-    if (ru->layout == DA_LAYOUT_GLOBAL_LOCAL && qb < ru->global) return put_run(0, nqb - 1, out);
-    int64_t lo = ru->window >= qb ? 0 : qb - ru->window;
-    int64_t hi = ru->window >= nqb - 1 - qb ? nqb - 1 : qb + ru->window;
-    if (ru->layout == DA_LAYOUT_LOCAL_WINDOW) return put_run(lo, hi, out);
-    int64_t g = min64(ru->global, nqb); /* key blocks [0, g) are global */
+    if (k->layout == DA_LAYOUT_GLOBAL_LOCAL && qb < k->global) return put_run(0, nqb - 1, out);
+    int64_t lo = k->window >= qb ? 0 : qb - k->window;
+    int64_t hi = k->window >= nqb - 1 - qb ? nqb - 1 : qb + k->window;
+    if (k->layout == DA_LAYOUT_LOCAL_WINDOW) return put_run(lo, hi, out);
+    int64_t g = min64(k->global, nqb); /* key blocks [0, g) are global */
     if (lo <= g) return put_run(0, hi, out);
     int64_t n = g > 0 ? put_run(0, g - 1, out) : 0;
     return n + put_run(lo, hi, out ? out + n : NULL);
@@ -136,16 +134,16 @@ static int64_t row_blocks(const rule *ru, int64_t nqb, int64_t qb, int64_t *out)
     /* strides ascending and distinct: qb - s for descending s, qb, qb + s for ascending s
      * is already ascending and distinct. */
     int64_t n = 0;
-    for (int j = ru->num_strides - 1; j >= 0; j--)
-      if (ru->strides[j] <= qb) {
-        if (out) out[n] = qb - ru->strides[j];
+    for (int j = k->num_strides - 1; j >= 0; j--)
+      if (k->strides[j] <= qb) {
+        if (out) out[n] = qb - k->strides[j];
         n++;
       }
     if (out) out[n] = qb;
     n++;
-    for (int j = 0; j < ru->num_strides; j++)
-      if (ru->strides[j] < nqb - qb) {
-        if (out) out[n] = qb + ru->strides[j];
+    for (int j = 0; j < k->num_strides; j++)
+      if (k->strides[j] < nqb - qb) {
+        if (out) out[n] = qb + k->strides[j];
         n++;
       }
     return n;
@@ -153,8 +151,8 @@ static int64_t row_blocks(const rule *ru, int64_t nqb, int64_t qb, int64_t *out)
   case DA_LAYOUT_RANDOM: {
     int64_t n = 0;
     for (int64_t kb = 0; kb < nqb; kb++) {
-      uint64_t key = (ru->branch << 48) ^ ((uint64_t)qb << 24) ^ (uint64_t)kb;
-      if (kb == qb || (splitmix64(ru->seed ^ key) >> 11) < ru->threshold) {
+      uint64_t key = ((uint64_t)k->branch << 48) ^ ((uint64_t)qb << 24) ^ (uint64_t)kb;
+      if (kb == qb || (splitmix64(k->seed ^ key) >> 11) < k->threshold) {
         if (out) out[n] = kb;
         n++;
       }
@@ -178,7 +176,7 @@ static int64_t row_blocks(const rule *ru, int64_t nqb, int64_t qb, int64_t *out)
 /* ---- building a pattern ---------------------------------------------------------------- */
 
 static int64_t table_block(const rule *ru, int64_t L) {
-  return ru->layout == DA_LAYOUT_NONE ? L : ru->block;
+  return ru->k.layout == DA_LAYOUT_NONE ? L : ru->k.block;
 }
 
 /* Pass 1: the table's block count and pair count, refusing oversized tables before any
@@ -190,7 +188,7 @@ static da_status table_size(const da_context *ctx, const rule *ru, int64_t L, in
                "pattern cache: %lld query blocks (L = %lld, block = %lld) exceed the table "
                "bound of 2^26 entries; use a larger sparsity.block",
                (long long)nqb, (long long)L, (long long)table_block(ru, L));
-  if (ru->layout == DA_LAYOUT_RANDOM)
+  if (ru->k.layout == DA_LAYOUT_RANDOM)
     DA_RETURN_IF(nqb * nqb > DA__PATTERN_MAX_SCAN, DA_ERR_INVALID_ARGUMENT,
                  "pattern cache: random layout with %lld blocks per side needs %lld block "
                  "tests, over the bound of 2^28; use a larger sparsity.block",
@@ -227,7 +225,8 @@ static da_status table_fill(const da_context *ctx, const rule *ru, da__block_tab
        * diagonal block (nq == nk there) and nothing of a later block. */
       if (kb < qb) causal = both;
       else if (kb > qb) causal = 0;
-      else causal = nq % 2 == 0 ? (nq / 2) * (nq + 1) : nq * ((nq + 1) / 2);
+      else ovf |= __builtin_mul_overflow(nq % 2 ? nq : nq / 2, nq % 2 ? (nq + 1) / 2 : nq + 1,
+                                         &causal); /* nq (nq + 1) / 2 */
       ovf |= __builtin_add_overflow(pp, both, &pp);
       ovf |= __builtin_add_overflow(ppc, causal, &ppc);
     }
@@ -287,10 +286,10 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Checks the spec fields the pattern reads and fills the rule and the key (all but the
- * mask digest). */
+/* Checks the spec fields the pattern reads and fills the rule, whose key is complete but
+ * for the mask digest. Fields the layout does not read stay 0 in the key. */
 static da_status make_rule(const da_context *ctx, const da_spec *spec, int branch, int64_t N,
-                           int64_t o, rule *ru, pkey *k) {
+                           int64_t o, rule *ru) {
   DA_RETURN_IF(spec->num_branches < 1 || spec->num_branches > DA_MAX_BRANCHES,
                DA_ERR_INVALID_ARGUMENT, "pattern cache: spec has %d branches (1 to %d)",
                spec->num_branches, DA_MAX_BRANCHES);
@@ -299,93 +298,82 @@ static da_status make_rule(const da_context *ctx, const da_spec *spec, int branc
                spec->num_branches);
   int64_t w = spec->segment_lengths[branch], r = spec->dilation_rates[branch];
   DA_RETURN_IF(w < 1 || w > DA__PATTERN_MAX_SEQ || r < 1 || r > w, DA_ERR_INVALID_ARGUMENT,
-               "pattern cache: branch %d has segment length %lld, dilation rate %lld "
-               "(need 1 <= r <= w <= 2^40)",
+               "pattern cache: branch %d has w = %lld, r = %lld (need 1 <= r <= w <= 2^40)",
                branch, (long long)w, (long long)r);
   DA_RETURN_IF(N < 0 || N > DA__PATTERN_MAX_SEQ, DA_ERR_INVALID_ARGUMENT,
                "pattern cache: seq_len %lld is out of range (0 to 2^40)", (long long)N);
   DA_RETURN_IF(o < 0 || o >= r, DA_ERR_INVALID_ARGUMENT,
-               "pattern cache: offset %lld is out of range for branch %d (0 to r - 1 = %lld)",
+               "pattern cache: offset %lld is out of range for branch %d (0 to %lld)",
                (long long)o, branch, (long long)(r - 1));
   const da_sparsity *sp = &spec->sparsity;
   DA_RETURN_IF((int)sp->layout < DA_LAYOUT_NONE || sp->layout > DA_LAYOUT_EXPLICIT,
                DA_ERR_INVALID_ARGUMENT, "pattern cache: sparsity.layout %d is unknown",
                (int)sp->layout);
+  DA_RETURN_IF(sp->layout != DA_LAYOUT_NONE && sp->block < 1, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: sparsity.block %lld must be at least 1", (long long)sp->block);
   memset(ru, 0, sizeof *ru);
-  memset(k, 0, sizeof *k);
-  ru->layout = sp->layout;
-  if (sp->layout != DA_LAYOUT_NONE)
-    DA_RETURN_IF(sp->block < 1, DA_ERR_INVALID_ARGUMENT,
-                 "pattern cache: sparsity.block %lld must be at least 1", (long long)sp->block);
-  switch (sp->layout) {
-  case DA_LAYOUT_NONE:
-    break;
-  case DA_LAYOUT_GLOBAL_LOCAL:
-    DA_RETURN_IF(sp->global < 0, DA_ERR_INVALID_ARGUMENT,
-                 "pattern cache: sparsity.global %lld is negative", (long long)sp->global);
-    ru->global = sp->global;
-    /* fall through */
-  case DA_LAYOUT_LOCAL_WINDOW:
-    DA_RETURN_IF(sp->window < 0, DA_ERR_INVALID_ARGUMENT,
-                 "pattern cache: sparsity.window %lld is negative", (long long)sp->window);
-    ru->window = sp->window;
-    /* fall through */
-  case DA_LAYOUT_DENSE:
-    ru->block = sp->block;
-    break;
-  case DA_LAYOUT_DILATED_SPARSE:
-    DA_RETURN_IF(sp->num_strides < 0 || sp->num_strides > DA_MAX_STRIDES,
-                 DA_ERR_INVALID_ARGUMENT, "pattern cache: %d strides (0 to %d)",
-                 sp->num_strides, DA_MAX_STRIDES);
-    ru->block = sp->block;
-    for (int j = 0; j < sp->num_strides; j++) {
-      DA_RETURN_IF(sp->strides[j] < 1, DA_ERR_INVALID_ARGUMENT,
-                   "pattern cache: sparsity.strides[%d] = %lld must be at least 1", j,
-                   (long long)sp->strides[j]);
-      ru->strides[j] = sp->strides[j];
-    }
-    /* The rule reads the stride set: sort and drop repeats (also makes the key canonical). */
-    qsort(ru->strides, (size_t)sp->num_strides, sizeof(int64_t), cmp_i64);
-    for (int j = 0; j < sp->num_strides; j++)
-      if (ru->num_strides == 0 || ru->strides[ru->num_strides - 1] != ru->strides[j])
-        ru->strides[ru->num_strides++] = ru->strides[j];
-    break;
-  case DA_LAYOUT_RANDOM:
-    DA_RETURN_IF(!(sp->density >= 0.0 && sp->density <= 1.0), DA_ERR_INVALID_ARGUMENT,
-                 "pattern cache: sparsity.density %g is not in [0, 1]", sp->density);
-    ru->block = sp->block;
-    ru->seed = sp->seed;
-    ru->branch = (uint64_t)branch;
-    /* floor(density * 2^53) is exact: scaling by a power of two. */
-    ru->threshold = (uint64_t)floor(sp->density * 9007199254740992.0);
-    break;
-  case DA_LAYOUT_EXPLICIT:
-    DA_RETURN_IF(!sp->explicit_masks[branch], DA_ERR_INVALID_ARGUMENT,
-                 "pattern cache: sparsity.explicit_masks[%d] is NULL", branch);
-    ru->block = sp->block;
-    ru->mask = sp->explicit_masks[branch];
-    ru->nb = da_spec_explicit_blocks(spec, branch);
-    break;
-  }
-  k->layout = ru->layout;
-  k->block = ru->block;
-  k->window = ru->window;
-  k->global = ru->global;
-  k->num_strides = ru->num_strides;
-  memcpy(k->strides, ru->strides, sizeof k->strides);
-  k->seed = ru->seed;
-  k->threshold = ru->threshold;
+  pkey *k = &ru->k;
+  k->layout = sp->layout;
+  k->block = sp->layout == DA_LAYOUT_NONE ? 0 : sp->block; /* NONE has no block rule */
   k->branch = branch;
   k->w = w;
   k->r = r;
   k->seq_len = N;
   k->offset = o;
+  switch (sp->layout) {
+  case DA_LAYOUT_NONE:
+  case DA_LAYOUT_DENSE:
+    break;
+  case DA_LAYOUT_GLOBAL_LOCAL:
+    DA_RETURN_IF(sp->global < 0, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.global %lld is negative", (long long)sp->global);
+    k->global = sp->global;
+    /* fall through */
+  case DA_LAYOUT_LOCAL_WINDOW:
+    DA_RETURN_IF(sp->window < 0, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.window %lld is negative", (long long)sp->window);
+    k->window = sp->window;
+    break;
+  case DA_LAYOUT_DILATED_SPARSE: {
+    int n = sp->num_strides;
+    DA_RETURN_IF(n < 0 || n > DA_MAX_STRIDES, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: %d strides (0 to %d)", n, DA_MAX_STRIDES);
+    for (int j = 0; j < n; j++) {
+      DA_RETURN_IF(sp->strides[j] < 1, DA_ERR_INVALID_ARGUMENT,
+                   "pattern cache: sparsity.strides[%d] = %lld must be at least 1", j,
+                   (long long)sp->strides[j]);
+      k->strides[j] = sp->strides[j];
+    }
+    /* The rule reads the stride set: sort, drop repeats, zero the rest (a canonical key). */
+    qsort(k->strides, (size_t)n, sizeof(int64_t), cmp_i64);
+    for (int j = 0; j < n; j++)
+      if (k->num_strides == 0 || k->strides[k->num_strides - 1] != k->strides[j])
+        k->strides[k->num_strides++] = k->strides[j];
+    for (int j = (int)k->num_strides; j < DA_MAX_STRIDES; j++) k->strides[j] = 0;
+    break;
+  }
+  case DA_LAYOUT_RANDOM:
+    DA_RETURN_IF(!(sp->density >= 0.0 && sp->density <= 1.0), DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.density %g is not in [0, 1]", sp->density);
+    k->seed = sp->seed;
+    /* floor(density * 2^53) is exact (scaling by a power of two); densities with the same
+     * threshold give the same tables. */
+    k->threshold = (uint64_t)floor(sp->density * 9007199254740992.0);
+    break;
+  case DA_LAYOUT_EXPLICIT:
+    DA_RETURN_IF(!sp->explicit_masks[branch], DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: sparsity.explicit_masks[%d] is NULL", branch);
+    ru->mask = sp->explicit_masks[branch];
+    ru->nb = da_spec_explicit_blocks(spec, branch);
+    break;
+  }
   return DA_OK;
 }
 
 /* Explicit layouts: SHA-256 of the top-left side x side part of the mask (all the tables
  * read: the longest segment's L decides side), row by row. */
-static da_status hash_mask(const da_context *ctx, const rule *ru, int64_t side, pkey *k) {
+static da_status hash_mask(const da_context *ctx, rule *ru, int64_t side) {
+  pkey *k = &ru->k;
   k->mask_blocks = side;
   EVP_MD_CTX *md = EVP_MD_CTX_new();
   int ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL);
@@ -420,13 +408,17 @@ static void map_remove(da__pattern_cache *pc, entry *e) {
   e->hnext = NULL;
 }
 
-static void lru_unlink(da__pattern_cache *pc, entry *e) {
+/* Unlinks e from the list at *head (the LRU list with its tail, or the detached list,
+ * tail NULL). */
+static void list_unlink(entry **head, entry **tail, entry *e) {
   if (e->prev) e->prev->next = e->next;
-  else pc->head = e->next;
+  else *head = e->next;
   if (e->next) e->next->prev = e->prev;
-  else pc->tail = e->prev;
+  else if (tail) *tail = e->prev;
   e->prev = e->next = NULL;
 }
+
+static void lru_unlink(da__pattern_cache *pc, entry *e) { list_unlink(&pc->head, &pc->tail, e); }
 
 static void lru_push_front(da__pattern_cache *pc, entry *e) {
   e->prev = NULL;
@@ -434,13 +426,6 @@ static void lru_push_front(da__pattern_cache *pc, entry *e) {
   if (pc->head) pc->head->prev = e;
   pc->head = e;
   if (!pc->tail) pc->tail = e;
-}
-
-static void detached_unlink(da__pattern_cache *pc, entry *e) {
-  if (e->prev) e->prev->next = e->next;
-  else pc->detached = e->next;
-  if (e->next) e->next->prev = e->prev;
-  e->prev = e->next = NULL;
 }
 
 static void entry_free(entry *e) {
@@ -504,24 +489,24 @@ da_status da__pattern_cache_get(const da_context *ctx, da__pattern_cache *pc,
   DA_RETURN_IF(!pc || !spec || !out, DA_ERR_INVALID_ARGUMENT,
                "pattern cache: NULL %s", !pc ? "cache" : !spec ? "spec" : "out");
   rule ru;
-  pkey key;
-  DA_TRY(make_rule(ctx, spec, branch, seq_len, offset, &ru, &key));
+  DA_TRY(make_rule(ctx, spec, branch, seq_len, offset, &ru));
+  const pkey *key = &ru.k;
   shape sh;
-  seg_shape(key.w, key.r, seq_len, offset, &sh);
-  if (ru.layout == DA_LAYOUT_EXPLICIT && sh.count > 0) {
+  seg_shape(key->w, key->r, seq_len, offset, &sh);
+  if (ru.k.layout == DA_LAYOUT_EXPLICIT && sh.count > 0) {
     /* seg[0]'s L is the larger one; its blocks cover every block the tables read. */
-    int64_t side = ceil_div(sh.L[0], ru.block);
+    int64_t side = ceil_div(sh.L[0], ru.k.block);
     DA_RETURN_IF(side > ru.nb, DA_ERR_INTERNAL, "pattern cache: %lld blocks exceed the mask's %lld",
                  (long long)side, (long long)ru.nb);
     DA_RETURN_IF(side >= DA__PATTERN_MAX_ENTRIES, DA_ERR_INVALID_ARGUMENT,
                  "pattern cache: explicit mask of %lld blocks per side exceeds the table bound "
                  "of 2^26 entries", (long long)side);
-    DA_TRY(hash_mask(ctx, &ru, side, &key));
+    DA_TRY(hash_mask(ctx, &ru, side));
   }
-  uint64_t h = fnv1a(&key, sizeof key);
+  uint64_t h = fnv1a(key, sizeof *key);
 
   pthread_mutex_lock(&pc->mu);
-  entry *e = map_find(pc, &key, h);
+  entry *e = map_find(pc, key, h);
   if (e) {
     pc->hits++;
     e->refs++;
@@ -541,13 +526,13 @@ da_status da__pattern_cache_get(const da_context *ctx, da__pattern_cache *pc,
     free(ne);
     return st;
   }
-  ne->key = key;
+  ne->key = *key;
   ne->hash = h;
   ne->refs = 1;
 
   pthread_mutex_lock(&pc->mu);
   pc->misses++; /* counted when a built pattern is handed out: hits + misses = gets served */
-  e = map_find(pc, &key, h);
+  e = map_find(pc, key, h);
   if (e) { /* another thread built it meanwhile: use theirs */
     e->refs++;
     lru_unlink(pc, e);
@@ -593,7 +578,7 @@ void da__pattern_cache_release(da__pattern_cache *pc, const da__pattern *p) {
   entry *e = (entry *)(void *)p; /* pat is the first member of entry */
   pthread_mutex_lock(&pc->mu);
   int last = --e->refs == 0 && !e->cached;
-  if (last) detached_unlink(pc, e);
+  if (last) list_unlink(&pc->detached, NULL, e);
   pthread_mutex_unlock(&pc->mu);
   if (last) entry_free(e);
 }

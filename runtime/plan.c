@@ -15,9 +15,25 @@
 
 #define DA_MAX_SEQ_LEN ((int64_t)1 << 40)
 
+/* Plan memo: what plan creation derived for a spec (rendered facts, source, key, host
+ * module), keyed by the spec's exact bytes, so creating a plan for a spec seen before
+ * costs a hash and a compare (DESIGN.md: warm plan from memory in microseconds). */
+typedef struct memo_entry {
+  struct memo_entry *next;
+  uint64_t hash;
+  size_t klen;
+  unsigned char *kbytes;
+  da__rendered r;
+  const da__host_module *host;
+} memo_entry;
+
+#define MEMO_BUCKETS 256
+
 struct da_context {
   da__kernel_cache kernels;
   da__pool *pool; /* host workspace and tile buffers */
+  pthread_mutex_t memo_mu;
+  memo_entry *memo[MEMO_BUCKETS];
 };
 
 struct da_plan {
@@ -25,7 +41,8 @@ struct da_plan {
   da_spec spec;
   uint8_t *masks[DA_MAX_BRANCHES]; /* owned copies of explicit masks */
   da_backend backend;
-  da__rendered r;
+  const da__rendered *r;       /* the context memo's, or own when the memo is bypassed */
+  da__rendered own;
   const da__host_module *host; /* host backend (owned by the kernel cache) */
   da__cuda_plan *cuda;    /* CUDA backend */
 };
@@ -39,6 +56,7 @@ da_status da_context_create(da_context **out) {
     free(c);
     return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its locks");
   }
+  pthread_mutex_init(&c->memo_mu, NULL);
   c->pool = da__pool_create();
   if (!c->pool) {
     da__kernel_cache_destroy(&c->kernels);
@@ -59,6 +77,14 @@ da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out) {
 
 void da_context_destroy(da_context *c) {
   if (!c) return;
+  for (int b = 0; b < MEMO_BUCKETS; b++)
+    for (memo_entry *e = c->memo[b], *n; e; e = n) {
+      n = e->next;
+      da__rendered_free(&e->r);
+      free(e->kbytes);
+      free(e);
+    }
+  pthread_mutex_destroy(&c->memo_mu);
   da__kernel_cache_destroy(&c->kernels);
   da__pool_destroy(c->pool);
   free(c);
@@ -95,41 +121,155 @@ da_status da_plan_create(da_context *ctx, const da_spec *spec, da_backend backen
   return da_plan_create_ex(ctx, spec, backend, NULL, out);
 }
 
+/* Exact bytes of everything plan creation depends on: backend, tunables, every spec
+ * field that matters for its layout, explicit mask contents. */
+typedef struct {
+  unsigned char *buf;
+  size_t len, cap;
+} bytes_t;
+
+static int put(bytes_t *b, const void *p, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 512;
+    while (cap < b->len + n) cap *= 2;
+    unsigned char *nb = realloc(b->buf, cap);
+    if (!nb) return -1;
+    b->buf = nb;
+    b->cap = cap;
+  }
+  memcpy(b->buf + b->len, p, n);
+  b->len += n;
+  return 0;
+}
+
+static int memo_key(const da_spec *s, da_backend be, const da_plan_options *o, bytes_t *b) {
+  int64_t v[16];
+  int n = 0;
+  v[n++] = be;
+  v[n++] = o ? o->tile_q : 0;
+  v[n++] = o ? o->tile_k : 0;
+  v[n++] = o ? o->fused_min_queries : 0;
+  v[n++] = s->num_branches;
+  v[n++] = s->mode;
+  v[n++] = s->offsets;
+  v[n++] = s->causal;
+  v[n++] = s->num_heads;
+  v[n++] = s->num_kv_heads;
+  v[n++] = s->head_dim;
+  v[n++] = s->dtype;
+  v[n++] = s->has_scale;
+  v[n++] = s->sparsity.layout;
+  int rc = put(b, v, (size_t)n * sizeof v[0]);
+  rc |= put(b, s->segment_lengths, (size_t)s->num_branches * 8);
+  rc |= put(b, s->dilation_rates, (size_t)s->num_branches * 8);
+  if (s->has_scale) rc |= put(b, &s->scale, sizeof s->scale);
+  const da_sparsity *sp = &s->sparsity;
+  if (sp->layout != DA_LAYOUT_NONE) {
+    int64_t w[4] = {sp->block, sp->window, sp->global, sp->num_strides};
+    rc |= put(b, w, sizeof w);
+    rc |= put(b, sp->strides, (size_t)sp->num_strides * 8);
+    rc |= put(b, &sp->seed, sizeof sp->seed);
+    rc |= put(b, &sp->density, sizeof sp->density);
+    if (sp->layout == DA_LAYOUT_EXPLICIT)
+      for (int i = 0; i < s->num_branches; i++) {
+        int64_t nb = da_spec_explicit_blocks(s, i);
+        rc |= put(b, sp->explicit_masks[i], (size_t)(nb * nb));
+      }
+  }
+  return rc;
+}
+
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+static memo_entry *memo_find(da_context *ctx, const bytes_t *k, uint64_t h) {
+  for (memo_entry *e = ctx->memo[h % MEMO_BUCKETS]; e; e = e->next)
+    if (e->hash == h && e->klen == k->len && !memcmp(e->kbytes, k->buf, k->len)) return e;
+  return NULL;
+}
+
+static da_status copy_masks(da_context *ctx, da_plan *p, const da_spec *spec) {
+  if (spec->sparsity.layout != DA_LAYOUT_EXPLICIT) return DA_OK;
+  for (int i = 0; i < spec->num_branches; i++) {
+    int64_t nb = da_spec_explicit_blocks(spec, i);
+    size_t bytes = (size_t)nb * (size_t)nb;
+    if (nb > 0 && bytes / (size_t)nb != (size_t)nb) bytes = SIZE_MAX;
+    p->masks[i] = bytes == SIZE_MAX ? NULL : malloc(bytes ? bytes : 1);
+    DA_RETURN_IF(!p->masks[i], DA_ERR_NO_MEMORY, "plan: explicit mask %d (%lld x %lld) does not fit in memory", i,
+                 (long long)nb, (long long)nb);
+    memcpy(p->masks[i], spec->sparsity.explicit_masks[i], bytes);
+    p->spec.sparsity.explicit_masks[i] = p->masks[i];
+  }
+  return DA_OK;
+}
+
 da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                             const da_plan_options *opts, da_plan **out) {
   DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
   da_backend be;
   DA_TRY(pick_backend(ctx, backend, &be));
+  /* templates read from disk may change between calls: no memo then */
+  const char *tdir = getenv("DILATTN_TEMPLATE_DIR");
+  int use_memo = !(tdir && *tdir) && spec->num_branches >= 1 && spec->num_branches <= DA_MAX_BRANCHES &&
+                 da_spec_validate(spec, NULL, 0) == DA_OK;
+  bytes_t key = {0};
+  uint64_t h = 0;
+  memo_entry *hit = NULL;
+  if (use_memo) {
+    DA_RETURN_IF(memo_key(spec, be, opts, &key) != 0, DA_ERR_NO_MEMORY, "plan: out of memory");
+    h = fnv1a(key.buf, key.len);
+    pthread_mutex_lock(&ctx->memo_mu);
+    hit = memo_find(ctx, &key, h);
+    pthread_mutex_unlock(&ctx->memo_mu);
+  }
   da_plan *p = calloc(1, sizeof *p);
-  DA_RETURN_IF(!p, DA_ERR_NO_MEMORY, "plan: out of memory");
+  if (!p) {
+    free(key.buf);
+    return da__set_error(ctx, DA_ERR_NO_MEMORY, "plan: out of memory");
+  }
   p->ctx = ctx;
   p->spec = *spec;
   p->backend = be;
-  da_status st = da__render_ex(ctx, spec, be == DA_BACKEND_CUDA ? DA_TARGET_CUDA : DA_TARGET_HOST,
-                               opts, &p->r);
-  if (st != DA_OK) {
-    free(p);
-    return st;
-  }
-  if (spec->sparsity.layout == DA_LAYOUT_EXPLICIT) {
-    for (int i = 0; i < spec->num_branches; i++) {
-      int64_t nb = da_spec_explicit_blocks(spec, i);
-      size_t bytes = (size_t)nb * (size_t)nb;
-      if (nb > 0 && bytes / (size_t)nb != (size_t)nb) bytes = SIZE_MAX;
-      p->masks[i] = bytes == SIZE_MAX ? NULL : malloc(bytes ? bytes : 1);
-      if (!p->masks[i]) {
-        da_plan_destroy(p);
-        return da__set_error(ctx, DA_ERR_NO_MEMORY, "plan: explicit mask %d (%lld x %lld) does not fit in memory",
-                             i, (long long)nb, (long long)nb);
-      }
-      memcpy(p->masks[i], spec->sparsity.explicit_masks[i], bytes);
-      p->spec.sparsity.explicit_masks[i] = p->masks[i];
+  da_status st = copy_masks(ctx, p, spec);
+  if (st == DA_OK && hit) {
+    p->r = &hit->r;
+    p->host = hit->host;
+  } else if (st == DA_OK) {
+    st = da__render_ex(ctx, spec, be == DA_BACKEND_CUDA ? DA_TARGET_CUDA : DA_TARGET_HOST, opts, &p->own);
+    if (st == DA_OK) {
+      p->r = &p->own;
+      if (be == DA_BACKEND_HOST)
+        st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r->key, p->r->source, p->r->kernel_name, &p->host);
     }
   }
-  if (be == DA_BACKEND_CUDA)
-    st = da__cuda_plan_create(ctx, &ctx->kernels, &p->r, &p->spec, &p->cuda);
-  else
-    st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r.key, p->r.source, p->r.kernel_name, &p->host);
+  if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
+  if (st == DA_OK && use_memo && !hit) {
+    /* remember: the rendered facts move into the memo (first writer wins) */
+    memo_entry *e = calloc(1, sizeof *e);
+    if (e) {
+      pthread_mutex_lock(&ctx->memo_mu);
+      memo_entry *again = memo_find(ctx, &key, h);
+      if (!again) {
+        e->hash = h;
+        e->klen = key.len;
+        e->kbytes = key.buf;
+        key.buf = NULL;
+        e->r = p->own;
+        memset(&p->own, 0, sizeof p->own);
+        e->host = p->host;
+        e->next = ctx->memo[h % MEMO_BUCKETS];
+        ctx->memo[h % MEMO_BUCKETS] = e;
+        p->r = &e->r;
+      } else {
+        free(e);
+      }
+      pthread_mutex_unlock(&ctx->memo_mu);
+    }
+  }
+  free(key.buf);
   if (st != DA_OK) {
     da_plan_destroy(p);
     return st;
@@ -142,14 +282,14 @@ void da_plan_destroy(da_plan *p) {
   if (!p) return;
   da__cuda_plan_destroy(p->cuda);
   for (int i = 0; i < DA_MAX_BRANCHES; i++) free(p->masks[i]);
-  da__rendered_free(&p->r);
+  da__rendered_free(&p->own);
   free(p);
 }
 
 da_backend da_plan_backend(const da_plan *p) { return p ? p->backend : DA_BACKEND_AUTO; }
-const char *da_plan_kernel_name(const da_plan *p) { return p ? p->r.kernel_name : ""; }
-const char *da_plan_cache_key(const da_plan *p) { return p ? p->r.key : ""; }
-const char *da_plan_strategy(const da_plan *p) { return p ? p->r.strategy : ""; }
+const char *da_plan_kernel_name(const da_plan *p) { return p ? p->r->kernel_name : ""; }
+const char *da_plan_cache_key(const da_plan *p) { return p ? p->r->key : ""; }
+const char *da_plan_strategy(const da_plan *p) { return p ? p->r->strategy : ""; }
 
 static int num_threads(int64_t work) {
   const char *env = getenv("DILATTN_NUM_THREADS");
@@ -162,7 +302,7 @@ static int num_threads(int64_t work) {
 
 /* Workspace bytes for nthreads workers at seq_len, or SIZE_MAX on overflow. */
 static size_t ws_bytes(const da_plan *p, int64_t seq_len, int nthreads) {
-  int64_t per = p->r.ws_floats_per_token;
+  int64_t per = p->r->ws_floats_per_token;
   if (per == 0) return 0;
   if (seq_len > (int64_t)(SIZE_MAX / 4 / (size_t)per / (size_t)nthreads)) return SIZE_MAX;
   return (size_t)seq_len * (size_t)per * 4u * (size_t)nthreads;
@@ -291,6 +431,6 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
   }
   da__pool_free(p->ctx->pool, owned, need);
   da__pool_free(p->ctx->pool, scratch, sb * (size_t)nt);
-  DA_RETURN_IF(rc != 0, DA_ERR_NO_MEMORY, "host kernel %s: cannot allocate its tile buffer", p->r.kernel_name);
+  DA_RETURN_IF(rc != 0, DA_ERR_NO_MEMORY, "host kernel %s: cannot allocate its tile buffer", p->r->kernel_name);
   return DA_OK;
 }
