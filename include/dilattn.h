@@ -51,7 +51,8 @@ extern "C" {
   X(ERR_DEVICE, "device or runtime failure")                                          \
   X(ERR_NO_MEMORY, "out of memory")                                                   \
   X(ERR_IO, "file input/output failed")                                               \
-  X(ERR_INTERNAL, "internal error")
+  X(ERR_INTERNAL, "internal error")                                                   \
+  X(ERR_CANCELLED, "cancelled by the caller")
 
 typedef enum {
 #define DA__STATUS_ENUM(name, msg) DA_##name,
@@ -164,6 +165,20 @@ DA_API const char *da_context_last_error(const da_context *ctx);
 DA_API da_status da_plan_create(da_context *ctx, const da_spec *spec, da_backend backend,
                                 da_plan **out);
 DA_API void da_plan_destroy(da_plan *plan);
+
+/* Progress of da_plan_preload: called (serialized) after each spec with how many are
+ * done, the total, the index of the spec just finished and its status. Return nonzero to
+ * cancel: specs not yet started are skipped, NVRTC compiles in flight stop. */
+typedef int (*da_preload_progress)(void *user, int done, int total, int index, da_status status);
+
+/* JIT at model load: create plans for specs[0..count) with compiles in num_threads
+ * parallel threads (0 = online CPUs); specs sharing a kernel compile it once. plans
+ * (optional, count entries) receives each plan (NULL for a failed or skipped spec; the
+ * caller destroys them); without it the plans only warm the caches. Returns DA_OK, the
+ * first failing spec's status (detail names the spec index), or DA_ERR_CANCELLED. */
+DA_API da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count,
+                                 da_backend backend, int num_threads,
+                                 da_preload_progress progress, void *user, da_plan **plans);
 
 /* The backend a plan runs on (never AUTO). */
 DA_API da_backend da_plan_backend(const da_plan *plan);

@@ -44,7 +44,19 @@ static struct {
   nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
   nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
   nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+  nvrtcResult (*SetFlowCallback)(nvrtcProgram, int (*)(void *, void *), void *); /* 12.x+ */
 } g;
+
+/* Cancellation (da__nvrtc_set_cancel): NVRTC polls this through its flow callback. */
+static _Thread_local volatile int *tl_cancel;
+
+void da__nvrtc_set_cancel(volatile int *flag) { tl_cancel = flag; }
+
+static int flow_callback(void *payload, void *reserved) {
+  (void)reserved;
+  volatile int *flag = payload;
+  return flag && *flag ? 1 : 0;
+}
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -140,6 +152,7 @@ static void nvrtc_init(void) {
   ok &= load_sym(dl, "nvrtcGetProgramLog", &g.GetProgramLog, 1, missing, sizeof missing);
   load_sym(dl, "nvrtcGetNumSupportedArchs", &g.GetNumSupportedArchs, 0, missing, sizeof missing);
   load_sym(dl, "nvrtcGetSupportedArchs", &g.GetSupportedArchs, 0, missing, sizeof missing);
+  load_sym(dl, "nvrtcSetFlowCallback", &g.SetFlowCallback, 0, missing, sizeof missing);
   if (!ok) {
     snprintf(g.error, sizeof g.error,
              "NVRTC not usable: %s lacks %s (NVRTC 11.1 or newer is needed)", g.path, missing);
@@ -362,10 +375,21 @@ da_status da__nvrtc_compile(const da_context *ctx, const char *source, const cha
     return da__set_error(ctx, rc == NVRTC_ERROR_OUT_OF_MEMORY ? DA_ERR_NO_MEMORY : DA_ERR_INTERNAL,
                          "nvrtc: nvrtcCreateProgram(%s) failed: %s", name, g.GetErrorString(rc));
   }
+  volatile int *cancel = tl_cancel;
+  if (cancel && g.SetFlowCallback) g.SetFlowCallback(prog, flow_callback, (void *)cancel);
+  if (cancel && *cancel) {
+    free(opts);
+    g.DestroyProgram(&prog);
+    return da__set_error(ctx, DA_ERR_CANCELLED, "nvrtc: compiling %s cancelled", name);
+  }
   double t0 = now_ms();
   rc = g.CompileProgram(prog, n_opts, opts);
   double ms = now_ms() - t0;
   free(opts);
+  if (rc == 16 /* NVRTC_ERROR_CANCELLED */) {
+    g.DestroyProgram(&prog);
+    return da__set_error(ctx, DA_ERR_CANCELLED, "nvrtc: compiling %s cancelled", name);
+  }
   char *log = program_log(prog);
   if (!log) {
     g.DestroyProgram(&prog);

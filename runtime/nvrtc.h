@@ -41,6 +41,10 @@ DA_HIDDEN da_status da__nvrtc_compile(const da_context *ctx, const char *source,
                                       da__nvrtc_result *out);
 DA_HIDDEN void da__nvrtc_result_free(da__nvrtc_result *r);
 
+/* Compiles started on this thread poll *flag (NVRTC's flow callback, CUDA 12+) and stop
+ * with DA_ERR_CANCELLED once it is nonzero. NULL: no cancellation. */
+DA_HIDDEN void da__nvrtc_set_cancel(volatile int *flag);
+
 /* Parse a ptxas -v report out of log into r's registers/spill/shared/stack fields (-1
  * where absent). Exposed for the tests. */
 DA_HIDDEN void da__nvrtc_parse_ptxas(const char *log, da__nvrtc_result *r);

@@ -76,22 +76,12 @@ static void seg_shape(int64_t w, int64_t r, int64_t N, int64_t o, shape *s) {
   int64_t nseg = N / w, rem = N % w;
   int64_t lfull = ceil_div(w - o, r); /* >= 1: o < r <= w */
   int64_t lrem = rem > o ? ceil_div(rem - o, r) : 0;
-  if (nseg > 0) {
-    s->count = 1;
-    s->L[0] = lfull;
-    s->n_full = nseg;
-    if (lrem == lfull) {
-      s->n_full++; /* a ragged last segment with the same L shares the full table */
-    } else if (lrem > 0) {
-      s->count = 2;
-      s->L[1] = lrem;
-      s->n_last = 1;
-    }
-  } else if (lrem > 0) {
-    s->count = 1;
-    s->L[0] = lrem;
-    s->n_last = 1;
+  if (nseg > 0 && lrem == lfull) { /* a ragged last segment with the full L: one table */
+    nseg++;
+    lrem = 0;
   }
+  if (nseg > 0) s->L[s->count++] = lfull, s->n_full = nseg;
+  if (lrem > 0) s->L[s->count++] = lrem, s->n_last = 1;
 }
 
 /* ---- block rule ------------------------------------------------------------------------ */
@@ -109,6 +99,13 @@ static int64_t put_run(int64_t lo, int64_t hi, int64_t *out) {
     for (int64_t k = lo; k <= hi; k++) *out++ = k;
   return hi - lo + 1;
 }
+
+/* Appends x to out (when given) as element n. */
+#define EMIT(x)              \
+  do {                       \
+    if (out) out[n] = (x);   \
+    n++;                     \
+  } while (0)
 
 /* Key blocks row qb of an nqb-block table may see, ascending; written to out when out is
  * not NULL. Returns how many. Distances are compared as differences, never sums, so
@@ -134,28 +131,18 @@ static int64_t row_blocks(const rule *ru, int64_t nqb, int64_t qb, int64_t *out)
     /* strides ascending and distinct: qb - s for descending s, qb, qb + s for ascending s
      * is already ascending and distinct. */
     int64_t n = 0;
-    for (int j = k->num_strides - 1; j >= 0; j--)
-      if (k->strides[j] <= qb) {
-        if (out) out[n] = qb - k->strides[j];
-        n++;
-      }
-    if (out) out[n] = qb;
-    n++;
+    for (int j = (int)k->num_strides - 1; j >= 0; j--)
+      if (k->strides[j] <= qb) EMIT(qb - k->strides[j]);
+    EMIT(qb);
     for (int j = 0; j < k->num_strides; j++)
-      if (k->strides[j] < nqb - qb) {
-        if (out) out[n] = qb + k->strides[j];
-        n++;
-      }
+      if (k->strides[j] < nqb - qb) EMIT(qb + k->strides[j]);
     return n;
   }
   case DA_LAYOUT_RANDOM: {
     int64_t n = 0;
     for (int64_t kb = 0; kb < nqb; kb++) {
       uint64_t key = ((uint64_t)k->branch << 48) ^ ((uint64_t)qb << 24) ^ (uint64_t)kb;
-      if (kb == qb || (splitmix64(k->seed ^ key) >> 11) < k->threshold) {
-        if (out) out[n] = kb;
-        n++;
-      }
+      if (kb == qb || (splitmix64(k->seed ^ key) >> 11) < k->threshold) EMIT(kb);
     }
     return n;
   }
@@ -163,15 +150,13 @@ static int64_t row_blocks(const rule *ru, int64_t nqb, int64_t qb, int64_t *out)
     int64_t n = 0;
     const uint8_t *m = ru->mask + qb * ru->nb; /* top-left nqb x nqb part: nqb <= nb */
     for (int64_t kb = 0; kb < nqb; kb++)
-      if (m[kb]) {
-        if (out) out[n] = kb;
-        n++;
-      }
+      if (m[kb]) EMIT(kb);
     return n;
   }
   }
   return 0;
 }
+#undef EMIT
 
 /* ---- building a pattern ---------------------------------------------------------------- */
 
@@ -428,9 +413,21 @@ static void lru_push_front(da__pattern_cache *pc, entry *e) {
   if (!pc->tail) pc->tail = e;
 }
 
-static void entry_free(entry *e) {
-  free(e->pat.storage);
-  free(e);
+/* A new user of a cached entry: it becomes the most recently used. */
+static const da__pattern *lru_take(da__pattern_cache *pc, entry *e) {
+  e->refs++;
+  lru_unlink(pc, e);
+  lru_push_front(pc, e);
+  return &e->pat;
+}
+
+/* Frees e and the entries after it (linked by next). */
+static void free_chain(entry *e) {
+  for (entry *n; e; e = n) {
+    n = e->next;
+    free(e->pat.storage);
+    free(e);
+  }
 }
 
 /* ---- public (library-internal) API ----------------------------------------------------- */
@@ -470,14 +467,8 @@ da_status da__pattern_cache_create(size_t max_entries, da__pattern_cache **out) 
 
 void da__pattern_cache_destroy(da__pattern_cache *pc) {
   if (!pc) return;
-  for (entry *e = pc->head, *n; e; e = n) {
-    n = e->next;
-    entry_free(e);
-  }
-  for (entry *e = pc->detached, *n; e; e = n) {
-    n = e->next;
-    entry_free(e);
-  }
+  free_chain(pc->head);
+  free_chain(pc->detached);
   free(pc->buckets);
   pthread_mutex_destroy(&pc->mu);
   free(pc);
@@ -509,11 +500,8 @@ da_status da__pattern_cache_get(const da_context *ctx, da__pattern_cache *pc,
   entry *e = map_find(pc, key, h);
   if (e) {
     pc->hits++;
-    e->refs++;
-    lru_unlink(pc, e);
-    lru_push_front(pc, e);
+    *out = lru_take(pc, e);
     pthread_mutex_unlock(&pc->mu);
-    *out = &e->pat;
     return DA_OK;
   }
   pthread_mutex_unlock(&pc->mu);
@@ -534,12 +522,9 @@ da_status da__pattern_cache_get(const da_context *ctx, da__pattern_cache *pc,
   pc->misses++; /* counted when a built pattern is handed out: hits + misses = gets served */
   e = map_find(pc, key, h);
   if (e) { /* another thread built it meanwhile: use theirs */
-    e->refs++;
-    lru_unlink(pc, e);
-    lru_push_front(pc, e);
+    *out = lru_take(pc, e);
     pthread_mutex_unlock(&pc->mu);
-    entry_free(ne);
-    *out = &e->pat;
+    free_chain(ne); /* ne->next is NULL: never linked */
     return DA_OK;
   }
   ne->cached = 1;
@@ -565,10 +550,7 @@ da_status da__pattern_cache_get(const da_context *ctx, da__pattern_cache *pc,
     }
   }
   pthread_mutex_unlock(&pc->mu);
-  for (entry *n; dead; dead = n) {
-    n = dead->next;
-    entry_free(dead);
-  }
+  free_chain(dead);
   *out = &ne->pat;
   return DA_OK;
 }
@@ -580,7 +562,10 @@ void da__pattern_cache_release(da__pattern_cache *pc, const da__pattern *p) {
   int last = --e->refs == 0 && !e->cached;
   if (last) list_unlink(&pc->detached, NULL, e);
   pthread_mutex_unlock(&pc->mu);
-  if (last) entry_free(e);
+  if (last) {
+    e->next = NULL;
+    free_chain(e);
+  }
 }
 
 void da__pattern_cache_stats(da__pattern_cache *pc, da_pattern_cache_stats *out) {
@@ -628,7 +613,8 @@ static da_status add_branch(const da_context *ctx, da__pattern_cache *pc, const 
   double a = 0.0;
   for (int s = 0; s < p->count; s++) {
     const da__block_table *t = &p->seg[s];
-    a += (double)segs_using(p->n_full, p->n_last, s) * (double)(spec->causal ? t->pos_pairs_causal : t->pos_pairs);
+    int64_t pp = spec->causal ? t->pos_pairs_causal : t->pos_pairs;
+    a += (double)segs_using(p->n_full, p->n_last, s) * (double)pp;
   }
   da__pattern_cache_release(pc, p);
   *num += mult * a;

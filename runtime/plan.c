@@ -209,7 +209,7 @@ static da_status copy_masks(da_context *ctx, da_plan *p, const da_spec *spec) {
 da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                             const da_plan_options *opts, da_plan **out) {
   DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
-  da_backend be;
+  da_backend be = DA_BACKEND_HOST;
   DA_TRY(pick_backend(ctx, backend, &be));
   /* templates read from disk may change between calls: no memo then */
   const char *tdir = getenv("DILATTN_TEMPLATE_DIR");

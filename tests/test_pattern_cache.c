@@ -13,6 +13,7 @@
  *   gcc $F -g -fsanitize=address,undefined $S $L -o /tmp/tpc_asan && /tmp/tpc_asan
  *   gcc $F -g -O1 -fsanitize=thread $S $L -o /tmp/tpc_tsan && /tmp/tpc_tsan
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include "runtime/pattern_cache.h"
 
 #include <math.h>
@@ -88,8 +89,9 @@ static void check_table(const da_spec *s, int br, const da__block_table *t, cons
         pp++;
         ppc += c <= a;
       }
-  CHECK(t->pos_pairs == pp && t->pos_pairs_causal == ppc, "%s: pos_pairs %lld/%lld want %lld/%lld",
-        tag, (long long)t->pos_pairs, (long long)t->pos_pairs_causal, (long long)pp, (long long)ppc);
+  CHECK(t->pos_pairs == pp && t->pos_pairs_causal == ppc,
+        "%s: pos_pairs %lld/%lld want %lld/%lld", tag, (long long)t->pos_pairs,
+        (long long)t->pos_pairs_causal, (long long)pp, (long long)ppc);
 }
 
 /* A whole pattern: segment structure from positions, each table, storage layout, and the
@@ -153,7 +155,8 @@ static void fill_mask(uint8_t *m, int64_t nb, unsigned pct) {
 }
 
 static void exhaustive(void) {
-  static const int64_t wr[][2] = {{1, 1}, {4, 1}, {6, 2}, {7, 3}, {8, 4}, {9, 2}, {10, 3}, {12, 5}, {5, 5}};
+  static const int64_t wr[][2] = {{1, 1}, {4, 1},  {6, 2},  {7, 3}, {8, 4},
+                                  {9, 2}, {10, 3}, {12, 5}, {5, 5}};
   const int nwr = (int)(sizeof wr / sizeof wr[0]);
   da__pattern_cache *pc;
   CHECK(da__pattern_cache_create(100000, &pc) == DA_OK, "create");
@@ -413,8 +416,9 @@ static void *hammer(void *arg) {
       bad++;
       continue;
     }
-    if (p->n_full != twant[k][0] || p->seg[0].pairs != twant[k][1] ||
-        p->seg[0].pos_pairs != twant[k][2] || p->seg[0].kb[p->seg[0].pairs - 1] != p->seg[0].nqb - 1)
+    const da__block_table *t = &p->seg[0];
+    if (p->n_full != twant[k][0] || t->pairs != twant[k][1] || t->pos_pairs != twant[k][2] ||
+        t->kb[t->pairs - 1] != t->nqb - 1)
       bad++;
     /* hold every other pattern across the next get: evictions of entries in use */
     if (held) da__pattern_cache_release(tpc, held);
@@ -437,7 +441,8 @@ static void threads(void) {
     da__pattern_cache_release(tpc, p);
   }
   pthread_t th[NTHREADS];
-  for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, hammer, (void *)(uintptr_t)(i + 1));
+  for (int i = 0; i < NTHREADS; i++)
+    pthread_create(&th[i], NULL, hammer, (void *)(uintptr_t)(i + 1));
   intptr_t bad = 0;
   for (int i = 0; i < NTHREADS; i++) {
     void *r;

@@ -1,0 +1,94 @@
+/* preload.c - JIT at model load: create the plans for a list of specs with compiles
+ * running in parallel threads, report progress after each, and stop early when the
+ * progress callback asks to (NVRTC compiles in flight are cancelled through NVRTC's flow
+ * callback; a host compile in flight finishes, and nothing new starts). The kernel cache
+ * makes specs that share a kernel compile it once. */
+#include "runtime/internal.h"
+#include "runtime/nvrtc.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+  da_context *ctx;
+  const da_spec *specs;
+  int count, next, done;
+  da_backend backend;
+  da_preload_progress progress;
+  void *user;
+  da_plan **plans;
+  da_status *status;
+  char (*errors)[512];
+  volatile int cancel;
+  pthread_mutex_t mu;
+} job_t;
+
+static void *worker(void *arg) {
+  job_t *j = arg;
+  da__nvrtc_set_cancel(&j->cancel);
+  for (;;) {
+    pthread_mutex_lock(&j->mu);
+    int i = j->cancel ? j->count : j->next++;
+    pthread_mutex_unlock(&j->mu);
+    if (i >= j->count) break;
+    da_plan *p = NULL;
+    da_status st = da_plan_create(j->ctx, &j->specs[i], j->backend, &p);
+    if (st != DA_OK) snprintf(j->errors[i], sizeof j->errors[i], "%s", da_context_last_error(j->ctx));
+    pthread_mutex_lock(&j->mu);
+    j->status[i] = st;
+    j->plans[i] = p;
+    j->done++;
+    if (j->progress && j->progress(j->user, j->done, j->count, i, st)) j->cancel = 1;
+    pthread_mutex_unlock(&j->mu);
+  }
+  da__nvrtc_set_cancel(NULL);
+  return NULL;
+}
+
+da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count, da_backend backend,
+                          int num_threads, da_preload_progress progress, void *user, da_plan **plans) {
+  DA_RETURN_IF(!ctx || (!specs && count > 0) || count < 0, DA_ERR_INVALID_ARGUMENT,
+               "ctx and specs must not be NULL; count must not be negative");
+  if (count == 0) return DA_OK;
+  job_t j;
+  memset(&j, 0, sizeof j);
+  j.ctx = ctx, j.specs = specs, j.count = count, j.backend = backend, j.progress = progress, j.user = user;
+  j.plans = calloc((size_t)count, sizeof *j.plans);
+  j.status = calloc((size_t)count, sizeof *j.status);
+  j.errors = calloc((size_t)count, sizeof *j.errors);
+  if (!j.plans || !j.status || !j.errors) {
+    free(j.plans), free(j.status), free(j.errors);
+    return da__set_error(ctx, DA_ERR_NO_MEMORY, "preload: out of memory");
+  }
+  for (int i = 0; i < count; i++) j.status[i] = DA_ERR_CANCELLED;
+  pthread_mutex_init(&j.mu, NULL);
+  int nt = num_threads > 0 ? num_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (nt < 1) nt = 1;
+  if (nt > count) nt = count;
+  if (nt > 64) nt = 64;
+  pthread_t th[64];
+  int started[64] = {0};
+  for (int t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, worker, &j) == 0;
+  worker(&j);
+  for (int t = 1; t < nt; t++)
+    if (started[t]) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&j.mu);
+  da_status result = DA_OK;
+  for (int i = 0; i < count && result == DA_OK; i++)
+    if (j.status[i] != DA_OK && j.status[i] != DA_ERR_CANCELLED)
+      result = da__set_error(ctx, j.status[i], "preload: spec %d: %s", i, j.errors[i]);
+  if (result == DA_OK && j.cancel) {
+    int left = 0;
+    for (int i = 0; i < count; i++) left += j.status[i] == DA_ERR_CANCELLED;
+    result = da__set_error(ctx, DA_ERR_CANCELLED, "preload: cancelled with %d of %d specs not loaded", left, count);
+  }
+  for (int i = 0; i < count; i++) {
+    if (plans) plans[i] = j.plans[i];
+    else da_plan_destroy(j.plans[i]);
+  }
+  free(j.plans), free(j.status), free(j.errors);
+  return result;
+}

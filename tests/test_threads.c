@@ -1,0 +1,149 @@
+/* test_threads.c - thread safety and preloading on the host backend: 4 threads create
+ * plans for overlapping specs and execute them at the same time, each checked against the
+ * reference (CTest runs this binary built with ThreadSanitizer too: test_threads_tsan);
+ * da_plan_preload compiles in parallel with progress reports, returns every plan, and
+ * stops early when the progress callback cancels.
+ * Run: build/tests/test_threads   (ctest -R threads) */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "test_util.h"
+
+#define NSPEC 5
+static da_context *shared_ctx;
+static da_spec specs[NSPEC];
+
+static void make_specs(double tag) {
+  for (int i = 0; i < NSPEC; i++) {
+    da_spec *s = &specs[i];
+    da_spec_init(s);
+    s->num_branches = 2;
+    s->segment_lengths[0] = 16 << (i % 3);
+    s->segment_lengths[1] = 64;
+    s->dilation_rates[0] = 1;
+    s->dilation_rates[1] = 1 + i % 2;
+    s->num_heads = 4;
+    s->num_kv_heads = 2;
+    s->head_dim = 16;
+    s->causal = i % 2;
+    s->has_scale = 1;
+    s->scale = tag + 0.01 * i; /* distinct kernels per test run */
+  }
+}
+
+typedef struct {
+  int id, ok;
+  char err[512];
+} targ_t;
+
+static void *thread_main(void *arg) {
+  targ_t *t = arg;
+  t->ok = 1;
+  int64_t B = 1, N = 100 + t->id * 7;
+  int64_t nq = B * N * 4 * 16, nk = B * N * 2 * 16;
+  float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk);
+  float *v = malloc(sizeof(float) * (size_t)nk), *out = malloc(sizeof(float) * (size_t)nq);
+  float *lse = malloc(sizeof(float) * (size_t)(B * 4 * N));
+  double *dq = malloc(8 * (size_t)nq), *dk = malloc(8 * (size_t)nk), *dv = malloc(8 * (size_t)nk);
+  double *ro = malloc(8 * (size_t)nq), *rl = malloc(8 * (size_t)(B * 4 * N));
+  uint64_t st = 100 + (uint64_t)t->id;
+  for (int64_t i = 0; i < nq; i++) dq[i] = q[i] = (float)(2 * tu_uniform(&st) - 1);
+  for (int64_t i = 0; i < nk; i++) dk[i] = k[i] = (float)(2 * tu_uniform(&st) - 1), dv[i] = v[i] = (float)(2 * tu_uniform(&st) - 1);
+  for (int round = 0; round < 3 && t->ok; round++)
+    for (int j = 0; j < NSPEC && t->ok; j++) {
+      const da_spec *s = &specs[(j + t->id) % NSPEC]; /* overlapping specs, different order */
+      da_plan *p = NULL;
+      if (da_plan_create(shared_ctx, s, DA_BACKEND_HOST, &p) != DA_OK) {
+        snprintf(t->err, sizeof t->err, "plan: %s", da_context_last_error(shared_ctx));
+        t->ok = 0;
+        break;
+      }
+      da_args a;
+      da_args_init(&a, s, B, N, q, k, v, out, lse);
+      if (da_plan_execute(p, &a) != DA_OK) {
+        snprintf(t->err, sizeof t->err, "execute: %s", da_context_last_error(shared_ctx));
+        t->ok = 0;
+      }
+      da_plan_destroy(p);
+      da_ref_attention(s, B, N, dq, dk, dv, ro, rl);
+      double eo, el;
+      if (t->ok && !tu_compare(DA_DTYPE_FLOAT32, nq, out, ro, B * 4 * N, lse, rl, 1.0, &eo, &el)) {
+        snprintf(t->err, sizeof t->err, "spec %d: out err %g lse err %g", (j + t->id) % NSPEC, eo, el);
+        t->ok = 0;
+      }
+    }
+  free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
+  return NULL;
+}
+
+typedef struct {
+  int calls, last_done, cancel_after;
+  int seen[NSPEC];
+} prog_t;
+
+static int on_progress(void *user, int done, int total, int index, da_status st) {
+  prog_t *p = user;
+  p->calls++;
+  p->last_done = done;
+  if (index >= 0 && index < NSPEC) p->seen[index] += st == DA_OK;
+  (void)total;
+  return p->cancel_after && done >= p->cancel_after;
+}
+
+int main(void) {
+  const char *tag = getenv("DILATTN_TEST_TAG"); /* lets the TSan build use fresh kernels */
+  make_specs(tag ? atof(tag) : 0.5);
+  da_context_create(&shared_ctx);
+  pthread_t th[4];
+  targ_t args[4];
+  for (int i = 0; i < 4; i++) {
+    args[i].id = i;
+    pthread_create(&th[i], NULL, thread_main, &args[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    TU_CHECK(args[i].ok, "thread %d: %s", i, args[i].err);
+  }
+  da_context_destroy(shared_ctx);
+
+  /* preload: every plan back, progress once per spec */
+  make_specs(tag ? atof(tag) + 0.3 : 0.8);
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_plan *plans[NSPEC];
+  prog_t pr;
+  memset(&pr, 0, sizeof pr);
+  TU_CHECK(da_plan_preload(ctx, specs, NSPEC, DA_BACKEND_HOST, 2, on_progress, &pr, plans) == DA_OK, "preload: %s",
+           da_context_last_error(ctx));
+  TU_CHECK(pr.calls == NSPEC && pr.last_done == NSPEC, "progress called %d times, last done %d", pr.calls, pr.last_done);
+  for (int i = 0; i < NSPEC; i++) {
+    TU_CHECK(plans[i] != NULL && pr.seen[i] == 1, "preloaded plan %d", i);
+    da_plan_destroy(plans[i]);
+  }
+  /* cancellation after the first finished spec: the rest are skipped */
+  da_context_destroy(ctx);
+  make_specs(tag ? atof(tag) + 0.6 : 1.1);
+  da_context_create(&ctx);
+  memset(&pr, 0, sizeof pr);
+  pr.cancel_after = 1;
+  da_status st = da_plan_preload(ctx, specs, NSPEC, DA_BACKEND_HOST, 1, on_progress, &pr, plans);
+  int got = 0;
+  for (int i = 0; i < NSPEC; i++) {
+    got += plans[i] != NULL;
+    da_plan_destroy(plans[i]);
+  }
+  TU_CHECK(st == DA_ERR_CANCELLED && got == 1 && pr.calls == 1, "cancel: status %s, %d plans, %d progress calls",
+           da_status_name(st), got, pr.calls);
+  TU_CHECK(strstr(da_context_last_error(ctx), "cancelled") != NULL, "cancel message: %s", da_context_last_error(ctx));
+  /* a failing spec is reported by index */
+  da_spec bad[2] = {specs[0], specs[1]};
+  bad[1].dilation_rates[0] = 99;
+  st = da_plan_preload(ctx, bad, 2, DA_BACKEND_HOST, 2, NULL, NULL, NULL);
+  TU_CHECK(st == DA_ERR_INVALID_SPEC && strstr(da_context_last_error(ctx), "spec 1"), "bad spec: %s %s",
+           da_status_name(st), da_context_last_error(ctx));
+  da_context_destroy(ctx);
+  return tu_report();
+}
