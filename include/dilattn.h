@@ -266,6 +266,12 @@ typedef struct {
   double reuse_rate;       /* share of requests served without a raw allocation */
 } da_pool_stats;
 
+/* Density of plan's spec at seq_len: the attended (query, key) pairs of every head and
+ * branch, causal and sparsity applied, over the same count with no sparsity (1.0 for a
+ * spec without sparsity). Built from the block tables of the context's pattern cache.
+ * DA_ERR_INVALID_ARGUMENT when a table would be too large (more than 2^26 entries). */
+DA_API da_status da_plan_density(da_plan *plan, int64_t seq_len, double *density);
+
 /* Snapshot of the context's pattern cache and host memory pool. Thread-safe. */
 DA_API da_status da_context_pattern_cache_stats(const da_context *ctx, da_pattern_cache_stats *out);
 DA_API da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out);

@@ -425,13 +425,15 @@ static int cmd_run(int argc, char **argv) {
       }
     }
   }
+  double density = -1;
+  if (rc == EXIT_OK && da_plan_density(plan, N, &density) != DA_OK) density = -1;
   if (rc == EXIT_OK)
     printf("{\"kernel\":\"%s\",\"backend\":\"%s\",\"strategy\":\"%s\",\"batch\":%lld,"
-           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"execute_ms\":%.2f,"
+           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"execute_ms\":%.2f,"
            "\"out\":\"%s\",\"lse\":%s%s%s}\n",
            da_plan_kernel_name(plan), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",
            da_plan_strategy(plan), (long long)B, (long long)N, spec.num_heads, spec.head_dim,
-           dtype_name(spec.dtype), exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
+           dtype_name(spec.dtype), density, exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
   da_plan_destroy(plan);
   da_context_destroy(ctx);
   da__npy_free(&q);

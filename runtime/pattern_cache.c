@@ -164,28 +164,30 @@ static int64_t table_block(const rule *ru, int64_t L) {
   return ru->k.layout == DA_LAYOUT_NONE ? L : ru->k.block;
 }
 
-/* Pass 1: the table's block count and pair count, refusing oversized tables before any
- * allocation (counting stops as soon as the bound is passed). */
-static da_status table_size(const da_context *ctx, const rule *ru, int64_t L, int64_t *nqb_out,
-                            int64_t *pairs_out) {
-  int64_t nqb = ceil_div(L, table_block(ru, L));
-  DA_RETURN_IF(nqb >= DA__PATTERN_MAX_ENTRIES, DA_ERR_INVALID_ARGUMENT,
-               "pattern cache: %lld query blocks (L = %lld, block = %lld) exceed the table "
-               "bound of 2^26 entries; use a larger sparsity.block",
-               (long long)nqb, (long long)L, (long long)table_block(ru, L));
-  if (ru->k.layout == DA_LAYOUT_RANDOM)
-    DA_RETURN_IF(nqb * nqb > DA__PATTERN_MAX_SCAN, DA_ERR_INVALID_ARGUMENT,
-                 "pattern cache: random layout with %lld blocks per side needs %lld block "
-                 "tests, over the bound of 2^28; use a larger sparsity.block",
-                 (long long)nqb, (long long)(nqb * nqb));
+/* Pass 1: the table's block count and pair count. `used` entries of the pattern's bound
+ * are taken by its other table: refuses before any allocation, and counting stops as soon
+ * as the bound is passed (rows are < 2^26 long: no overflow). */
+static da_status table_size(const da_context *ctx, const rule *ru, int64_t L, int64_t used,
+                            int64_t *nqb_out, int64_t *pairs_out) {
+  const int64_t bs = table_block(ru, L), nqb = ceil_div(L, bs);
+  const int64_t room = DA__PATTERN_MAX_ENTRIES - used;
+  DA_RETURN_IF(nqb >= room, DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: %lld query blocks (L = %lld, block %lld) exceed the bound of "
+               "2^26 table entries; use a larger sparsity.block",
+               (long long)nqb, (long long)L, (long long)bs);
+  DA_RETURN_IF(ru->k.layout == DA_LAYOUT_RANDOM && nqb * nqb > DA__PATTERN_MAX_SCAN,
+               DA_ERR_INVALID_ARGUMENT,
+               "pattern cache: a random layout of %lld blocks per side needs %lld block tests, "
+               "over the bound of 2^28; use a larger sparsity.block",
+               (long long)nqb, (long long)(nqb * nqb));
   int64_t pairs = 0;
   for (int64_t qb = 0; qb < nqb; qb++) {
-    pairs += row_blocks(ru, nqb, qb, NULL); /* a row is < 2^26: no overflow */
-    DA_RETURN_IF(pairs > DA__PATTERN_MAX_ENTRIES, DA_ERR_INVALID_ARGUMENT,
-                 "pattern cache: table of L = %lld positions, block %lld has more than 2^26 "
-                 "allowed block pairs; refused (use a larger sparsity.block or a sparser "
-                 "layout)",
-                 (long long)L, (long long)table_block(ru, L));
+    pairs += row_blocks(ru, nqb, qb, NULL);
+    DA_RETURN_IF(nqb + 1 + pairs > room, DA_ERR_INVALID_ARGUMENT,
+                 "pattern cache: the tables of L = %lld positions, block %lld exceed the bound "
+                 "of 2^26 entries (row offsets plus allowed block pairs); use a larger "
+                 "sparsity.block or a sparser layout",
+                 (long long)L, (long long)bs);
   }
   *nqb_out = nqb;
   *pairs_out = pairs;
@@ -193,29 +195,33 @@ static da_status table_size(const da_context *ctx, const rule *ru, int64_t L, in
 }
 
 /* Pass 2: rows into t->row_start / t->kb (already pointing into storage) and the exact
- * position-pair counts. Block qb holds positions [qb*bs, min((qb+1)*bs, L)). */
+ * position-pair counts. Block b holds positions [b*bs, min((b+1)*bs, L)): all full but the
+ * last. Blocks share one grid, so causal (c <= a) keeps every key of an earlier block, the
+ * triangle of the diagonal block (nq == nk there) and nothing of a later block. Per row the
+ * key sizes are summed first (each sum <= L <= 2^40), then multiplied with overflow checks. */
 static da_status table_fill(const da_context *ctx, const rule *ru, da__block_table *t) {
-  const int64_t bs = t->block, L = t->L;
-  int64_t n = 0, pp = 0, ppc = 0;
+  const int64_t bs = t->block, L = t->L, last = t->nqb - 1, last_size = L - last * bs;
+  int64_t n = 0, pp = 0, ppc = 0, both, earlier, diag;
   int ovf = 0;
   for (int64_t qb = 0; qb < t->nqb; qb++) {
     t->row_start[qb] = n;
     int64_t cnt = row_blocks(ru, t->nqb, qb, t->kb + n);
-    int64_t nq = min64(bs, L - qb * bs);
-    for (int64_t j = n; j < n + cnt; j++) {
-      int64_t kb = t->kb[j], nk = min64(bs, L - kb * bs), both, causal;
-      ovf |= __builtin_mul_overflow(nq, nk, &both);
-      /* Blocks share one grid: every key of an earlier block precedes every query of a
-       * later one, so causal keeps a whole earlier block, the triangle c <= a of the
-       * diagonal block (nq == nk there) and nothing of a later block. */
-      if (kb < qb) causal = both;
-      else if (kb > qb) causal = 0;
-      else ovf |= __builtin_mul_overflow(nq % 2 ? nq : nq / 2, nq % 2 ? (nq + 1) / 2 : nq + 1,
-                                         &causal); /* nq (nq + 1) / 2 */
-      ovf |= __builtin_add_overflow(pp, both, &pp);
-      ovf |= __builtin_add_overflow(ppc, causal, &ppc);
+    int64_t nq = qb == last ? last_size : bs, keys = 0, before = 0, has_diag = 0;
+    for (const int64_t *kb = t->kb + n, *end = kb + cnt; kb < end; kb++) {
+      int64_t nk = *kb == last ? last_size : bs;
+      keys += nk;
+      before += *kb < qb ? nk : 0;
+      has_diag |= *kb == qb;
     }
     n += cnt;
+    ovf |= __builtin_mul_overflow(nq, keys, &both);
+    ovf |= __builtin_mul_overflow(nq, before, &earlier);
+    ovf |= __builtin_add_overflow(pp, both, &pp);
+    ovf |= __builtin_add_overflow(ppc, earlier, &ppc);
+    if (has_diag) { /* nq (nq + 1) / 2, halving the even factor first */
+      ovf |= __builtin_mul_overflow(nq % 2 ? nq : nq / 2, nq % 2 ? (nq + 1) / 2 : nq + 1, &diag);
+      ovf |= __builtin_add_overflow(ppc, diag, &ppc);
+    }
   }
   t->row_start[t->nqb] = n;
   t->pairs = n;
@@ -233,7 +239,7 @@ static da_status build_pattern(const da_context *ctx, const rule *ru, const shap
   memset(pat, 0, sizeof *pat);
   int64_t nqb[2] = {0, 0}, pairs[2] = {0, 0}, total = 0;
   for (int i = 0; i < sh->count; i++) {
-    DA_TRY(table_size(ctx, ru, sh->L[i], &nqb[i], &pairs[i]));
+    DA_TRY(table_size(ctx, ru, sh->L[i], total, &nqb[i], &pairs[i]));
     total += nqb[i] + 1 + pairs[i];
   }
   if (total > 0) {

@@ -16,11 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Most entries (key blocks, and row offsets) one table may hold: larger tables are refused
- * with DA_ERR_INVALID_ARGUMENT rather than allocated (2^26 entries = 512 MiB). */
+/* Most int64 entries (row offsets plus key blocks, both tables) one pattern may hold:
+ * larger patterns are refused with DA_ERR_INVALID_ARGUMENT rather than allocated
+ * (2^26 entries = 512 MiB; building one that size takes about a second). */
 #define DA__PATTERN_MAX_ENTRIES ((int64_t)1 << 26)
-/* Layouts whose rows must test every key block (random, explicit): most (qb, kb) tests
- * one table may take, nqb^2 (2^28: nqb <= 16384, a fraction of a second). */
+/* The random layout tests every (qb, kb) pair (twice: count, then fill): most tests one
+ * table may take, nqb^2 <= 2^28, i.e. nqb <= 16384 (about 1.7 s at the bound on a slow
+ * 2-core VM). Explicit masks are scanned too, but their nb^2 bytes already exist. */
 #define DA__PATTERN_MAX_SCAN ((int64_t)1 << 28)
 /* Longest sequence accepted (the runtime's bound on N). */
 #define DA__PATTERN_MAX_SEQ ((int64_t)1 << 40)

@@ -5,6 +5,7 @@
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/pattern_cache.h"
 #include "runtime/pool.h"
 
 #include <errno.h>
@@ -32,6 +33,7 @@ typedef struct memo_entry {
 struct da_context {
   da__kernel_cache kernels;
   da__pool *pool; /* host workspace and tile buffers */
+  da__pattern_cache *patterns; /* block tables of sparse layouts */
   pthread_mutex_t memo_mu;
   memo_entry *memo[MEMO_BUCKETS];
 };
@@ -58,7 +60,8 @@ da_status da_context_create(da_context **out) {
   }
   pthread_mutex_init(&c->memo_mu, NULL);
   c->pool = da__pool_create();
-  if (!c->pool) {
+  if (!c->pool || da__pattern_cache_create(0, &c->patterns) != DA_OK) {
+    da__pool_destroy(c->pool);
     da__kernel_cache_destroy(&c->kernels);
     free(c);
     return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its memory pool");
@@ -68,6 +71,18 @@ da_status da_context_create(da_context **out) {
 }
 
 da__kernel_cache *da__context_kernels(da_context *c) { return &c->kernels; }
+
+da_status da_context_pattern_cache_stats(const da_context *ctx, da_pattern_cache_stats *out) {
+  DA_RETURN_IF(!ctx || !out, DA_ERR_INVALID_ARGUMENT, "ctx and out must not be NULL");
+  da__pattern_cache_stats(ctx->patterns, out);
+  return DA_OK;
+}
+
+da_status da_plan_density(da_plan *p, int64_t seq_len, double *density) {
+  const da_context *ctx = p ? p->ctx : NULL;
+  DA_RETURN_IF(!p || !density, DA_ERR_INVALID_ARGUMENT, "plan and density must not be NULL");
+  return da__pattern_density(ctx, p->ctx->patterns, &p->spec, seq_len, density);
+}
 
 da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out) {
   DA_RETURN_IF(!ctx || !out, DA_ERR_INVALID_ARGUMENT, "ctx and out must not be NULL");
@@ -87,6 +102,7 @@ void da_context_destroy(da_context *c) {
   pthread_mutex_destroy(&c->memo_mu);
   da__kernel_cache_destroy(&c->kernels);
   da__pool_destroy(c->pool);
+  da__pattern_cache_destroy(c->patterns);
   free(c);
 }
 

@@ -572,6 +572,17 @@ static void refusals(void) {
   s.sparsity.layout = DA_LAYOUT_NONE;
   st = da__pattern_cache_get(NULL, pc, &s, 1, (int64_t)1 << 40, 0, &p);
   CHECK(st == DA_ERR_INVALID_ARGUMENT && p == NULL, "pos_pairs overflow refused");
+  /* the bound is exact: local_window 0, block 1 needs 2 L + 1 entries (offsets and pairs) */
+  s.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW;
+  s.sparsity.window = 0;
+  s.segment_lengths[1] = ((int64_t)1 << 25) - 1;
+  st = da__pattern_cache_get(NULL, pc, &s, 1, s.segment_lengths[1], 0, &p);
+  CHECK(st == DA_OK && p->storage_len == ((int64_t)1 << 26) - 1, "2^26 - 1 entries accepted");
+  da__pattern_cache_release(pc, p);
+  p = NULL;
+  s.segment_lengths[1] = (int64_t)1 << 25;
+  st = da__pattern_cache_get(NULL, pc, &s, 1, s.segment_lengths[1], 0, &p);
+  CHECK(st == DA_ERR_INVALID_ARGUMENT && p == NULL, "2^26 + 1 entries refused");
   /* but a large well-formed table is fine: 2^20 positions, blocks of 64, window 1 */
   s.segment_lengths[1] = (int64_t)1 << 20;
   s.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW;
@@ -594,7 +605,7 @@ static void refusals(void) {
   s.sparsity.layout = DA_LAYOUT_EXPLICIT;
   CHECK(da__pattern_cache_get(NULL, pc, &s, 0, 16, 0, &p) == DA_ERR_INVALID_ARGUMENT && p == NULL,
         "explicit without a mask");
-  expect_stats(pc, 1, 8, 0, 1, 0, "refusals leave the cache alone");
+  expect_stats(pc, 2, 8, 0, 2, 0, "refusals leave the cache alone");
   da__pattern_cache_destroy(pc);
 }
 

@@ -55,8 +55,7 @@ struct da_qtile {
 /* Dilated indices (query a, key c) fit in {{ p.idx_bits }} bits for every branch. */
 typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 
-/* Per-branch constants and sparsity predicate; kernels are instantiated per branch so
- * each sees literal w, r and its own predicate. */
+/* Per-branch constants and sparsity predicate. */
 template <int BR> struct da_branch;
 {% for _, br in ipairs(p.branches) do %}
 /* ---- branch {{ br.index }}: segment length {{ br.w }}, dilation rate {{ br.r }} ------------------ */
@@ -83,10 +82,21 @@ template <> struct da_branch<{{ br.index }}> {
 };
 {% end %}
 
+/* Runtime dispatch to the branch's predicate: used outside the unrolled inner loops
+ * (tile classification, the per-tile block verdicts), so one attend serves all branches
+ * and compile time does not grow with the number of branches. */
+__device__ __forceinline__ bool allowed(int br, const da_cuda_args &A, da_idx qb, da_idx kb) {
+  switch (br) {
+{% for _, br in ipairs(p.branches) do %}
+  case {{ br.index }}: return da_branch<{{ br.index }}>::allowed(A, qb, kb);
+{% end %}
+  default: return false;
+  }
+}
+
 /* Tile class of keys [c0, c0 + TK) for queries with dilated indices a_first..a_last:
  * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Block-uniform. */
-template <int BR>
-__device__ int classify(const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
+__device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
   bool full = (!CAUSAL || c0 + TK - 1 <= a_first) && c0 + TK <= kend;
 {% if p.sparse then %}
   da_i64 qb0 = a_first / BLOCK, qb1 = a_last / BLOCK;
@@ -95,7 +105,7 @@ __device__ int classify(const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_
   if (pairs <= (da_i64)TQ * TK) {
     int any = 0, all = 1;
     for (da_i64 i = threadIdx.x; i < pairs; i += NTHREADS) {
-      bool ok = da_branch<BR>::allowed(A, (da_idx)(qb0 + i / (kb1 - kb0 + 1)), (da_idx)(kb0 + i % (kb1 - kb0 + 1)));
+      bool ok = allowed(br, A, (da_idx)(qb0 + i / (kb1 - kb0 + 1)), (da_idx)(kb0 + i % (kb1 - kb0 + 1)));
       any |= ok;
       all &= ok;
     }
@@ -137,10 +147,9 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int ro
   }
 }
 
-template <int BR>
-__device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+__device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  constexpr da_i64 w = da_branch<BR>::W, r = da_branch<BR>::R;
+  const da_i64 w = BR_W[br], r = BR_R[br];
   const da_i64 seg_len = min(w, A.seq_len - s0);
   const da_i64 L = (seg_len - off + r - 1) / r;
   const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
@@ -155,7 +164,7 @@ __device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &
   /* find the first tile that is not skipped */
   da_i64 c0 = 0;
   int cls = 0;
-  while (c0 < kend && (cls = classify<BR>(A, c0, kend, a_first, a_last)) == 0) c0 += TK;
+  while (c0 < kend && (cls = classify(br, A, c0, kend, a_first, a_last)) == 0) c0 += TK;
   if (c0 >= kend) return;
   int stage = 0;
   {
@@ -169,7 +178,7 @@ __device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &
     /* prefetch the next tile that is not skipped into the other stage */
     da_i64 n0 = c0 + TK;
     int ncls = 0;
-    while (n0 < kend && (ncls = classify<BR>(A, n0, kend, a_first, a_last)) == 0) n0 += TK;
+    while (n0 < kend && (ncls = classify(br, A, n0, kend, a_first, a_last)) == 0) n0 += TK;
     if (n0 < kend) {
       int nk = (int)min((da_i64)TK, kend - n0);
       da_u16 *kn = Ks + (stage ^ 1) * TK * DP, *vn = Vs + (stage ^ 1) * TK * DP;
@@ -189,7 +198,7 @@ __device__ void attend(da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &
       for (int i = threadIdx.x; i < TQ * nkb; i += NTHREADS) {
         int row = i / nkb, kbi = i % nkb;
         da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
-        blk_ok[row * BLK_COLS + kbi] = row < nq && da_branch<BR>::allowed(A, a / BLOCK, kb_first + kbi);
+        blk_ok[row * BLK_COLS + kbi] = row < nq && allowed(br, A, a / BLOCK, kb_first + kbi);
       }
       __syncthreads();
     }
@@ -339,10 +348,9 @@ struct da_state {
   float m, l;
 };
 
-template <int BR>
-__device__ void attend(da_state &S, float *Ks, float *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+__device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  constexpr da_i64 w = da_branch<BR>::W, r = da_branch<BR>::R;
+  const da_i64 w = BR_W[br], r = BR_R[br];
   const da_i64 seg_len = min(w, A.seq_len - s0);
   const da_i64 L = (seg_len - off + r - 1) / r;
   const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
@@ -350,7 +358,7 @@ __device__ void attend(da_state &S, float *Ks, float *Vs, const da_cuda_args &A,
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
   const da_i64 a = a0 + (da_i64)row * astride;
   for (da_i64 c0 = 0; c0 < kend; c0 += TK) {
-    int cls = classify<BR>(A, c0, kend, a_first, a_last);
+    int cls = classify(br, A, c0, kend, a_first, a_last);
     if (cls == 0) continue;
     int nk = (int)min((da_i64)TK, kend - c0);
     __syncthreads();
@@ -372,7 +380,7 @@ __device__ void attend(da_state &S, float *Ks, float *Vs, const da_cuda_args &A,
       float xs = dot * SCALE_LOG2;
       bool ok = row < nq && (cls == 1 || ((!CAUSAL || c0 + c <= a)
 {% if p.sparse then %}
-                                          && da_branch<BR>::allowed(A, (da_idx)(a / BLOCK), (da_idx)((c0 + c) / BLOCK))
+                                          && allowed(br, A, (da_idx)(a / BLOCK), (da_idx)((c0 + c) / BLOCK))
 {% end %}
                                           ));
       if (!ok) continue;
@@ -467,11 +475,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(con
     const da_i64 s0 = (gs / w) * w, rel = first - s0;
     if (rel % r != off) continue; /* residue not covered by this branch */
     const da_i64 a0 = (rel - off) / r + j0 * (LCM_R / r), astride = LCM_R / r;
-    switch (br) {
-{% for _, br in ipairs(p.branches) do %}
-    case {{ br.index }}: attend<{{ br.index }}>(S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq); break;
-{% end %}
-    }
+    attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
   }
   tile_end(S, A, b, h, T, 0);
 }
@@ -498,11 +502,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(co
   T.pstep = r;
   da_state S;
   tile_begin(S, Qs, A, b, h, T);
-  switch (br) {
-{% for _, br in ipairs(p.branches) do %}
-  case {{ br.index }}: attend<{{ br.index }}>(S, Ks, Vs, A, b, hkv, s0, off, a0, 1, T.nq); break;
-{% end %}
-  }
+  attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, 1, T.nq);
   tile_end(S, A, b, h, T, {{ p.strategy == "split" and 1 or 0 }});
 }
 {% end %}
