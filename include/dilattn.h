@@ -180,6 +180,32 @@ DA_API da_status da_plan_preload(da_context *ctx, const da_spec *specs, int coun
                                  da_backend backend, int num_threads,
                                  da_preload_progress progress, void *user, da_plan **plans);
 
+/* ---- AOT bundles (`dilattn gen --bundle`, CMake dilattn_add_kernels) ------------------
+ * Kernels compiled ahead of time are looked up after the context's memory and before the
+ * disk cache and the compiler. A bundle built by another library version is skipped with
+ * a warning (DA_OK); one compiled for another arch simply does not match, with a warning
+ * at lookup. With DILATTN_DISABLE_JIT set, a kernel found in no bundle and not on disk is
+ * an error naming it. Bundles listed in DILATTN_BUNDLES (manifest paths separated by ':')
+ * are registered when a context is created. */
+
+/* Register the bundle whose manifest.json is at manifest_path (artifacts next to it).
+ * Returns DA_OK, DA_ERR_IO (unreadable), DA_ERR_PARSE (not a bundle manifest). */
+DA_API da_status da_context_register_bundle(da_context *ctx, const char *manifest_path);
+
+/* A bundle linked into the program (what the generated <name>_bundle.c defines). The
+ * data must outlive the context. */
+typedef struct {
+  const char *name;
+  const char *manifest;     /* manifest.json text */
+  size_t manifest_len;
+  int count;                /* artifacts */
+  const char *const *files; /* their "file" names in the manifest */
+  const unsigned char *const *data;
+  const size_t *sizes;
+} da_bundle_data;
+
+DA_API da_status da_context_register_bundle_data(da_context *ctx, const da_bundle_data *bundle);
+
 /* The backend a plan runs on (never AUTO). */
 DA_API da_backend da_plan_backend(const da_plan *plan);
 

@@ -8,6 +8,9 @@
 #include "runtime/npy.h"
 #include "runtime/nvrtc.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/bundle.h"
+#include "runtime/bundle_writer.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/disk_cache.h"
 
 #include <errno.h>
@@ -53,7 +56,7 @@ static int fail(int code, const char *fmt, ...) {
 static int usage(void) {
   fputs("usage:\n"
         "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
-        "               [--compile]\n"
+        "               [--compile] [--bundle NAME]\n"
         "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "               [--backend auto|host|cuda]\n"
         "  dilattn cache stats|list|verify|clear\n"
@@ -158,14 +161,36 @@ static int write_atomic(const char *path, const char *text) {
   return write_atomic_bytes(path, text, strlen(text));
 }
 
+static int valid_bundle_name(const char *n) {
+  if (!n || !*n || strlen(n) > 64 || (n[0] >= '0' && n[0] <= '9')) return 0;
+  for (; *n; n++)
+    if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || (*n >= '0' && *n <= '9') || *n == '_')) return 0;
+  return 1;
+}
+
+/* Record an artifact written to dir/file in a bundle item. */
+static void add_artifact(da__bundle_item *it, const char *arch, const char *key, const char *file, const void *data,
+                         size_t size) {
+  if (it->nart >= 16) return;
+  snprintf(it->art[it->nart].arch, sizeof it->art[it->nart].arch, "%s", arch);
+  snprintf(it->art[it->nart].key, sizeof it->art[it->nart].key, "%s", key);
+  snprintf(it->art[it->nart].file, sizeof it->art[it->nart].file, "%s", file);
+  da__sha256_hex(data, size, it->art[it->nart].sha256);
+  it->art[it->nart].size = size;
+  it->nart++;
+}
+
 static int cmd_gen(int argc, char **argv) {
-  const char *outdir = ".", *target = "host", *arch = NULL;
+  const char *outdir = ".", *target = "host", *arch = NULL, *bundle = NULL;
   int report = 0, compile = 0, nconf = 0;
   const char *configs[256];
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch")) {
+    if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch") ||
+        !strcmp(argv[i], "--bundle")) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
-      const char **dst = !strcmp(argv[i], "-o") ? &outdir : !strcmp(argv[i], "--target") ? &target : &arch;
+      const char **dst = !strcmp(argv[i], "-o") ? &outdir : !strcmp(argv[i], "--target") ? &target
+                                                         : !strcmp(argv[i], "--arch")     ? &arch
+                                                                                          : &bundle;
       *dst = argv[++i];
     } else if (!strcmp(argv[i], "--report")) {
       report = 1;
@@ -182,6 +207,8 @@ static int cmd_gen(int argc, char **argv) {
   if (nconf == 0) return fail(EXIT_INPUT, "gen: no CONFIG.json given");
   if (strcmp(target, "host") && strcmp(target, "cuda"))
     return fail(EXIT_INPUT, "--target: '%s' is not host or cuda", target);
+  if (bundle && !valid_bundle_name(bundle))
+    return fail(EXIT_INPUT, "--bundle %s: the name must be a C identifier (letters, digits, _), at most 64", bundle);
   int cuda = !strcmp(target, "cuda");
   char archs[16][16];
   int narch = 0;
@@ -195,75 +222,110 @@ static int cmd_gen(int argc, char **argv) {
   if (stat(outdir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return fail(EXIT_INPUT, "-o %s: not a folder", outdir);
   /* Validate every config before writing anything. */
-  da_spec *specs = calloc((size_t)nconf, sizeof *specs);
-  if (!specs) return fail(EXIT_RUNTIME, "out of memory");
-  for (int i = 0; i < nconf; i++) {
-    int rc = load_config(configs[i], &specs[i]);
-    if (rc) {
-      free(specs);
-      return rc;
-    }
-  }
-  da_context *ctx = NULL;
-  if (da_context_create(&ctx) != DA_OK) {
-    free(specs);
-    return fail(EXIT_RUNTIME, "out of memory");
-  }
+  da__bundle_item *items = calloc((size_t)nconf, sizeof *items);
+  if (!items) return fail(EXIT_RUNTIME, "out of memory");
   int rc = EXIT_OK;
   for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
+    rc = load_config(configs[i], &items[i].spec);
+    items[i].config_path = configs[i];
+  }
+  da_context *ctx = NULL;
+  if (rc == EXIT_OK && da_context_create(&ctx) != DA_OK) rc = fail(EXIT_RUNTIME, "out of memory");
+  int maj = 0, min = 0, nopts = 0;
+  const char *const *opts = da__cuda_nvrtc_opts(&nopts);
+  char nvrtc_ver[32] = "";
+  if (rc == EXIT_OK && cuda && (compile || report)) {
+    da_status st = da__nvrtc_version(ctx, &maj, &min);
+    if (st != DA_OK) rc = fail(exit_code(st), "%s", da_context_last_error(ctx));
+    snprintf(nvrtc_ver, sizeof nvrtc_ver, "%d.%d", maj, min);
+  }
+  for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
+    da__bundle_item *it = &items[i];
     da__rendered r;
-    da_status st = da__render_ex(ctx, &specs[i], cuda ? DA_TARGET_CUDA : DA_TARGET_HOST, NULL, &r);
+    da_status st = da__render_ex(ctx, &it->spec, cuda ? DA_TARGET_CUDA : DA_TARGET_HOST, NULL, &r);
     if (st != DA_OK) {
       rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
       break;
     }
+    it->spec_json = da_spec_to_json(&it->spec);
+    snprintf(it->kernel, sizeof it->kernel, "%s", r.kernel_name);
+    snprintf(it->source_key, sizeof it->source_key, "%s", r.key);
+    snprintf(it->target, sizeof it->target, "%s", target);
+    snprintf(it->source_file, sizeof it->source_file, "%s.%s", r.kernel_name, cuda ? "cu" : "c");
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s.%s", outdir, r.kernel_name, cuda ? "cu" : "c");
+    snprintf(path, sizeof path, "%s/%s", outdir, it->source_file);
     if (write_atomic(path, r.source) != 0) {
       rc = fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
     } else if (!report && !compile) {
       printf("%s\n", path);
     } else if (!cuda) {
-      da__host_module m;
-      st = da__host_compile(ctx, r.source, r.kernel_name, &m);
+      char dir[4096], so[4200];
+      double ms = 0;
+      st = da__host_build(ctx, r.source, dir, sizeof dir, so, sizeof so, &ms);
       if (st != DA_OK) {
         rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
       } else {
-        printf("{\"kernel\":\"%s\",\"arch\":\"host\",\"cc\":\"%s\",\"strategy\":\"%s\","
-               "\"cache_key\":\"%s\",\"source\":\"%s\",\"compile_ms\":%.1f}\n",
-               r.kernel_name, da__host_cc(), r.strategy, r.key, path, m.compile_ms);
-        da__host_module_unload(&m);
+        size_t n = 0;
+        char msg[256];
+        char *bytes = slurp(so, &n, msg, sizeof msg);
+        da__host_build_cleanup(dir);
+        char key[65], file[340], out[4500];
+        da__host_artifact_key(r.key, key);
+        snprintf(file, sizeof file, "%s.host.so", r.kernel_name);
+        snprintf(out, sizeof out, "%s/%s", outdir, file);
+        if (!bytes) rc = fail(EXIT_RUNTIME, "%s", msg);
+        else if (compile && write_atomic_bytes(out, bytes, n) != 0)
+          rc = fail(EXIT_INPUT, "cannot write %s: %s", out, strerror(errno));
+        else if (compile) add_artifact(it, "host", key, file, bytes, n);
+        if (rc == EXIT_OK && report)
+          printf("{\"kernel\":\"%s\",\"arch\":\"host\",\"cc\":\"%s\",\"strategy\":\"%s\","
+                 "\"cache_key\":\"%s\",\"source\":\"%s\",\"compile_ms\":%.1f}\n",
+                 r.kernel_name, da__host_cc(), r.strategy, r.key, path, ms);
+        else if (rc == EXIT_OK)
+          printf("%s\n", out);
+        free(bytes);
       }
     } else {
       for (int a = 0; a < narch && rc == EXIT_OK; a++) {
-        char file[300];
-        snprintf(file, sizeof file, "%s.cu", r.kernel_name);
         da__nvrtc_result res;
-        st = da__nvrtc_compile(ctx, r.source, file, archs[a], NULL, 0, &res);
+        char file[340];
+        snprintf(file, sizeof file, "%s.cu", r.kernel_name);
+        st = da__nvrtc_compile(ctx, r.source, file, archs[a], opts, nopts, &res);
         if (st != DA_OK) {
           rc = fail(exit_code(st), "%s (%s): %s", configs[i], archs[a], da_context_last_error(ctx));
           break;
         }
-        char bin[4200];
-        snprintf(bin, sizeof bin, "%s/%s.%s.cubin", outdir, r.kernel_name, archs[a]);
+        char bin[4600], key[65];
+        snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, archs[a]);
+        snprintf(bin, sizeof bin, "%s/%s", outdir, file);
+        da__cuda_artifact_key(r.key, archs[a], maj, min, key);
         if (compile && write_atomic_bytes(bin, res.cubin, res.cubin_size) != 0)
           rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
-        else if (report)
+        else if (compile)
+          add_artifact(it, archs[a], key, file, res.cubin, res.cubin_size);
+        if (rc == EXIT_OK && report)
           printf("{\"kernel\":\"%s\",\"arch\":\"%s\",\"registers\":%d,\"spill_bytes\":%d,"
                  "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"compile_ms\":%.1f,"
                  "\"strategy\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"cache_key\":\"%s\"}\n",
                  r.kernel_name, archs[a], res.registers, res.spill_bytes,
                  r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0), res.shared_bytes,
                  res.stack_bytes, res.compile_ms, r.strategy, r.cuda_path, r.threads, r.key);
-        else
+        else if (rc == EXIT_OK)
           printf("%s\n", bin);
         da__nvrtc_result_free(&res);
       }
     }
     da__rendered_free(&r);
   }
+  if (rc == EXIT_OK && bundle) {
+    if (da__bundle_write(outdir, bundle, items, nconf, nvrtc_ver[0] ? nvrtc_ver : NULL) != 0)
+      rc = fail(EXIT_INPUT, "cannot write bundle %s into %s: %s", bundle, outdir, strerror(errno));
+    else
+      printf("%s/manifest.json\n%s/%s.h\n%s/%s_bundle.c\n", outdir, outdir, bundle, outdir, bundle);
+  }
+  for (int i = 0; i < nconf; i++) free(items[i].spec_json);
+  free(items);
   da_context_destroy(ctx);
-  free(specs);
   return rc;
 }
 

@@ -47,6 +47,11 @@ da_status da__cuda_backend_available(const da_context *ctx) {
 
 static const char *const NVRTC_OPTS[] = {"-lineinfo"};
 
+const char *const *da__cuda_nvrtc_opts(int *n) {
+  *n = (int)(sizeof NVRTC_OPTS / sizeof NVRTC_OPTS[0]);
+  return NVRTC_OPTS;
+}
+
 void da__cuda_artifact_key(const char *source_key, const char *arch, int maj, int min, char key[65]) {
   char text[512];
   snprintf(text, sizeof text, "dilattn-cubin schema=%d source=%s arch=%s nvrtc=%d.%d opts=%s", DA_CACHE_SCHEMA_VERSION,
@@ -56,7 +61,7 @@ void da__cuda_artifact_key(const char *source_key, const char *arch, int maj, in
 
 typedef struct {
   da__kernel_cache *cache;
-  const char *source, *name, *arch, *key;
+  const char *source, *name, *arch, *key, *source_key;
 } nvrtc_job;
 
 static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, size_t *n) {
@@ -76,8 +81,8 @@ static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *o
   const nvrtc_job *j = arg;
   char path[4400], meta[300];
   snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\"", j->name);
-  return da__kernel_cache_disk_or_build(ctx, j->cache, j->arch, j->key, build_cubin, (void *)j, meta, &out->blob,
-                                        &out->blob_size, path, sizeof path);
+  return da__kernel_cache_find_or_build(ctx, j->cache, j->arch, j->key, j->source_key, j->name, build_cubin, (void *)j,
+                                        meta, &out->blob, &out->blob_size, path, sizeof path);
 }
 
 static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_spec *spec) {
@@ -113,7 +118,7 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   DA_TRY(da__nvrtc_version(ctx, &maj, &min));
   char key[65];
   da__cuda_artifact_key(r->key, da__cuda_arch(dev), maj, min, key);
-  nvrtc_job job = {cache, r->source, r->kernel_name, da__cuda_arch(dev), key};
+  nvrtc_job job = {cache, r->source, r->kernel_name, da__cuda_arch(dev), key, r->key};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
   da__cuda_plan *p = calloc(1, sizeof *p);

@@ -17,6 +17,10 @@ DA_HIDDEN da_status da__cuda_backend_available(const da_context *ctx);
 DA_HIDDEN void da__cuda_artifact_key(const char *source_key, const char *arch, int nvrtc_major,
                                      int nvrtc_minor, char key[65]);
 
+/* The NVRTC options every CUDA artifact is compiled with (part of its key): JIT and
+ * `dilattn gen --compile` use the same. */
+DA_HIDDEN const char *const *da__cuda_nvrtc_opts(int *n);
+
 /* Compile (or fetch) r's module for the current device and load it. spec supplies the
  * explicit masks, copied to the device. */
 DA_HIDDEN da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache,

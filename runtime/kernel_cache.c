@@ -31,6 +31,7 @@ int da__kernel_cache_init(da__kernel_cache *c) {
     return -1;
   }
   c->disk = da__disk_cache_open();
+  c->bundles = da__bundles_create();
   return 0;
 }
 
@@ -45,6 +46,7 @@ void da__kernel_cache_destroy(da__kernel_cache *c) {
   }
   c->head = NULL;
   da__disk_cache_close(c->disk);
+  da__bundles_destroy(c->bundles);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
 }
@@ -108,14 +110,28 @@ da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const
   return st;
 }
 
-da_status da__kernel_cache_disk_or_build(const da_context *ctx, da__kernel_cache *c, const char *arch,
-                                        const char *key, da__kbuild build, void *arg, const char *meta,
-                                        void **bytes, size_t *n, char *path, size_t cap) {
+static int jit_disabled(void) {
+  const char *e = getenv("DILATTN_DISABLE_JIT");
+  return e && *e && strcmp(e, "0");
+}
+
+da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c, const char *arch,
+                                         const char *key, const char *source_key, const char *kernel,
+                                         da__kbuild build, void *arg, const char *meta, void **bytes, size_t *n,
+                                         char *path, size_t cap) {
   path[0] = '\0';
+  if (da__bundles_find(c->bundles, arch, key, source_key, bytes, n)) {
+    __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
+    return DA_OK;
+  }
   if (da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
     return DA_OK;
   }
+  DA_RETURN_IF(jit_disabled(), DA_ERR_UNSUPPORTED,
+               "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
+               "(%zu artifacts) and not in the disk cache",
+               kernel, arch, key, da__bundles_count(c->bundles));
   int fd = da__disk_cache_lock(c->disk, arch, key);
   /* second look: another process may have built it while we waited for the lock */
   if (fd >= 0 && da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
@@ -182,15 +198,13 @@ static da_status load_from_bytes(const da_context *ctx, const void *bytes, size_
 static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *out) {
   const host_job *j = arg;
   /* artifact key: the source's key plus what turns it into a shared object here */
-  char text[512], key[65], path[4400], meta[512];
-  snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
-           j->render_key, da__host_cc(), da__host_flags());
-  da__sha256_hex(text, strlen(text), key);
+  char key[65], path[4400], meta[512];
+  da__host_artifact_key(j->render_key, key);
   snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\",\"source_key\":\"%s\"", j->symbol, j->render_key);
   void *bytes = NULL;
   size_t n = 0;
-  DA_TRY(da__kernel_cache_disk_or_build(ctx, j->cache, "host", key, build_host, (void *)j, meta, &bytes, &n,
-                                        path, sizeof path));
+  DA_TRY(da__kernel_cache_find_or_build(ctx, j->cache, "host", key, j->render_key, j->symbol, build_host, (void *)j,
+                                        meta, &bytes, &n, path, sizeof path));
   da_status st = path[0] ? da__host_load(ctx, path, j->symbol, &out->host)
                          : load_from_bytes(ctx, bytes, n, j->symbol, &out->host);
   free(bytes);

@@ -4,6 +4,7 @@
 #ifndef DA_KERNEL_CACHE_H
 #define DA_KERNEL_CACHE_H
 
+#include "runtime/bundle.h"
 #include "runtime/disk_cache.h"
 #include "runtime/host_compiler.h"
 
@@ -17,7 +18,9 @@ typedef struct {
   da__kentry *head;
   long long hits, misses, compiles; /* memory hits, memory misses, artifacts produced */
   long long disk_hits, builds;      /* of the misses: found on disk, compiled here */
+  long long bundle_hits;            /* of the misses: found in a registered AOT bundle */
   da__disk_cache *disk;             /* memory-only when unusable */
+  da__bundles *bundles;             /* registered AOT bundles */
 } da__kernel_cache;
 
 /* What an entry holds: a loaded host module, or an artifact (a cubin) as bytes. */
@@ -39,14 +42,17 @@ DA_HIDDEN da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache
                                          const char *key, da__kproduce produce, void *arg,
                                          const da__kpayload **out);
 
-/* Disk, then build: look (arch, key) up on disk; on a miss take the key's cross-process
- * lock, look again, else call build (which returns malloc'ed bytes) and store them.
- * Returns the bytes (malloc'ed) and the entry's path on disk ("" when not stored). */
+/* Bundles, disk, then build (DESIGN.md's lookup order after memory): look (arch, key) up
+ * in the registered AOT bundles, then on disk; on a miss take the key's cross-process
+ * lock, look again, else call build (which returns malloc'ed bytes) and store them. With
+ * DILATTN_DISABLE_JIT set a kernel found nowhere is an error naming it. Returns the bytes
+ * (malloc'ed) and the entry's path on disk ("" when not on disk). */
 typedef da_status (*da__kbuild)(const da_context *ctx, void *arg, void **bytes, size_t *n);
-DA_HIDDEN da_status da__kernel_cache_disk_or_build(const da_context *ctx, da__kernel_cache *c,
-                                                   const char *arch, const char *key, da__kbuild build,
-                                                   void *arg, const char *meta, void **bytes,
-                                                   size_t *n, char *path, size_t cap);
+DA_HIDDEN da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c,
+                                                   const char *arch, const char *key, const char *source_key,
+                                                   const char *kernel, da__kbuild build, void *arg,
+                                                   const char *meta, void **bytes, size_t *n, char *path,
+                                                   size_t cap);
 
 /* Host kernels: compile source and resolve symbol on a miss. */
 DA_HIDDEN da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c,

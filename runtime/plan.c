@@ -5,10 +5,12 @@
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/log.h"
 #include "runtime/pattern_cache.h"
 #include "runtime/pool.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,11 +68,55 @@ da_status da_context_create(da_context **out) {
     free(c);
     return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its memory pool");
   }
+  /* bundles named by the environment */
+  const char *env = getenv("DILATTN_BUNDLES");
+  if (env && *env) {
+    char *list = strdup(env), *save = NULL;
+    for (char *m = list ? strtok_r(list, ":", &save) : NULL; m; m = strtok_r(NULL, ":", &save))
+      if (da_context_register_bundle(c, m) != DA_OK)
+        da__log(DA_LOG_WARN, "DILATTN_BUNDLES: %s", da_context_last_error(c));
+    free(list);
+  }
   *out = c;
   return DA_OK;
 }
 
 da__kernel_cache *da__context_kernels(da_context *c) { return &c->kernels; }
+
+da_status da_context_register_bundle(da_context *ctx, const char *manifest_path) {
+  DA_RETURN_IF(!ctx || !manifest_path, DA_ERR_INVALID_ARGUMENT, "ctx and manifest_path must not be NULL");
+  FILE *f = fopen(manifest_path, "rb");
+  DA_RETURN_IF(!f, DA_ERR_IO, "bundle: cannot read %s: %s", manifest_path, strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 > cap) {
+      char *nt = cap > (64u << 20) ? NULL : realloc(text, cap = cap ? cap * 2 : 8192);
+      if (!nt) break;
+      text = nt;
+    }
+    size_t n = fread(text + len, 1, cap - len, f);
+    len += n;
+    if (n == 0) break;
+  }
+  fclose(f);
+  DA_RETURN_IF(!text, DA_ERR_NO_MEMORY, "bundle: out of memory reading %s", manifest_path);
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", manifest_path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  da_status st = da__bundles_add(ctx, ctx->kernels.bundles, text, len, manifest_path, dir, NULL, NULL, NULL, 0);
+  free(text);
+  return st;
+}
+
+da_status da_context_register_bundle_data(da_context *ctx, const da_bundle_data *b) {
+  DA_RETURN_IF(!ctx || !b || !b->manifest || b->count < 0 || (b->count > 0 && (!b->files || !b->data || !b->sizes)),
+               DA_ERR_INVALID_ARGUMENT, "bundle data is incomplete");
+  return da__bundles_add(ctx, ctx->kernels.bundles, b->manifest, b->manifest_len, b->name ? b->name : "(linked)",
+                         NULL, b->files, b->data, b->sizes, b->count);
+}
 
 da_status da_context_pattern_cache_stats(const da_context *ctx, da_pattern_cache_stats *out) {
   DA_RETURN_IF(!ctx || !out, DA_ERR_INVALID_ARGUMENT, "ctx and out must not be NULL");

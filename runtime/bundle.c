@@ -1,0 +1,218 @@
+/* bundle.c - AOT bundle registry (issue 5). A manifest lists kernels and their compiled
+ * artifacts (host shared objects, cubins per arch) with artifact keys and SHA-256 sums:
+ * {"format":"dilattn-bundle","schema":1,"library":"0.1.0","nvrtc":"13.0","name":...,
+ *  "kernels":[{"kernel":...,"config":{...},"source_key":...,"source":"x.cu",
+ *              "artifacts":[{"arch":"sm_90","key":...,"file":...,"size":N,"sha256":...}]}]}
+ * Registration records where each artifact is (a file next to the manifest, or bytes
+ * linked into the program); lookups verify the checksum before handing bytes out. */
+#define _GNU_SOURCE
+#include "runtime/bundle.h"
+
+#include "gen/render.h"
+#include "runtime/host_compiler.h"
+#include "runtime/log.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  char arch[32], key[65], source_key[65], sha256[65];
+  char *kernel, *origin, *path; /* path: file artifact, NULL when embedded */
+  const unsigned char *data;    /* embedded artifact (lives as long as the program) */
+  size_t size;
+  int warned;
+} art_t;
+
+struct da__bundles {
+  pthread_mutex_t mu;
+  art_t *arts;
+  size_t n, cap;
+};
+
+void da__host_artifact_key(const char *source_key, char key[65]) {
+  char text[512];
+  snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
+           source_key, da__host_cc(), da__host_flags());
+  da__sha256_hex(text, strlen(text), key);
+}
+
+da__bundles *da__bundles_create(void) {
+  da__bundles *b = calloc(1, sizeof *b);
+  if (b) pthread_mutex_init(&b->mu, NULL);
+  return b;
+}
+
+void da__bundles_destroy(da__bundles *b) {
+  if (!b) return;
+  for (size_t i = 0; i < b->n; i++) free(b->arts[i].kernel), free(b->arts[i].origin), free(b->arts[i].path);
+  free(b->arts);
+  pthread_mutex_destroy(&b->mu);
+  free(b);
+}
+
+size_t da__bundles_count(da__bundles *b) { return b ? b->n : 0; }
+
+static int is_hex64(const char *s) {
+  if (!s || strlen(s) != 64) return 0;
+  for (; *s; s++)
+    if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) return 0;
+  return 1;
+}
+
+static const char *str_member(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+
+da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *text, size_t len, const char *origin,
+                          const char *dir, const char *const *names, const unsigned char *const *blobs,
+                          const size_t *sizes, int nblobs) {
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  DA_RETURN_IF(!root, DA_ERR_PARSE, "bundle %s: manifest is not JSON: line %d, column %d: %s", origin, err.line,
+               err.column, err.text);
+  da_status st = DA_OK;
+  const char *fmt = str_member(root, "format"), *lib = str_member(root, "library");
+  json_t *kernels = json_object_get(root, "kernels");
+  json_int_t schema = json_integer_value(json_object_get(root, "schema"));
+  if (!json_is_object(root) || !fmt || strcmp(fmt, "dilattn-bundle") || !lib || !json_is_array(kernels)) {
+    st = da__set_error(ctx, DA_ERR_PARSE,
+                       "bundle %s: not a dilattn bundle manifest (needs format \"dilattn-bundle\", library, kernels)",
+                       origin);
+    goto done;
+  }
+  if (strcmp(lib, DA_VERSION_STRING) || schema != DA_CACHE_SCHEMA_VERSION) {
+    da__log(DA_LOG_WARN, "bundle %s was built by dilattn %s (cache schema %lld); this is %s (schema %d): skipped, "
+                         "its kernels will be compiled at run time",
+            origin, lib, (long long)schema, DA_VERSION_STRING, DA_CACHE_SCHEMA_VERSION);
+    goto done;
+  }
+  /* registering the same bundle again is a no-op */
+  pthread_mutex_lock(&b->mu);
+  for (size_t i = 0; i < b->n; i++)
+    if (!strcmp(b->arts[i].origin, origin)) {
+      pthread_mutex_unlock(&b->mu);
+      goto done;
+    }
+  pthread_mutex_unlock(&b->mu);
+  /* validate everything before registering anything */
+  size_t total = 0, ki;
+  json_t *k;
+  json_array_foreach(kernels, ki, k) {
+    json_t *arts = json_object_get(k, "artifacts");
+    if (!str_member(k, "kernel") || !is_hex64(str_member(k, "source_key")) || !json_is_array(arts)) {
+      st = da__set_error(ctx, DA_ERR_PARSE, "bundle %s: kernels[%zu] lacks kernel, source_key or artifacts", origin, ki);
+      goto done;
+    }
+    size_t ai;
+    json_t *a;
+    json_array_foreach(arts, ai, a) {
+      const char *arch = str_member(a, "arch"), *file = str_member(a, "file");
+      json_int_t size = json_integer_value(json_object_get(a, "size"));
+      if (!arch || strlen(arch) >= 32 || !is_hex64(str_member(a, "key")) || !is_hex64(str_member(a, "sha256")) ||
+          !file || strchr(file, '/') || size < 0) {
+        st = da__set_error(ctx, DA_ERR_PARSE, "bundle %s: kernels[%zu].artifacts[%zu] is incomplete or invalid", origin,
+                           ki, ai);
+        goto done;
+      }
+      total++;
+    }
+  }
+  pthread_mutex_lock(&b->mu);
+  if (b->n + total > b->cap) {
+    size_t cap = b->cap ? b->cap : 16;
+    while (cap < b->n + total) cap *= 2;
+    art_t *na = realloc(b->arts, cap * sizeof *na);
+    if (!na) {
+      pthread_mutex_unlock(&b->mu);
+      st = da__set_error(ctx, DA_ERR_NO_MEMORY, "bundle %s: out of memory", origin);
+      goto done;
+    }
+    b->arts = na;
+    b->cap = cap;
+  }
+  json_array_foreach(kernels, ki, k) {
+    size_t ai;
+    json_t *a;
+    json_array_foreach(json_object_get(k, "artifacts"), ai, a) {
+      art_t *t = &b->arts[b->n];
+      memset(t, 0, sizeof *t);
+      snprintf(t->arch, sizeof t->arch, "%s", str_member(a, "arch"));
+      snprintf(t->key, sizeof t->key, "%s", str_member(a, "key"));
+      snprintf(t->sha256, sizeof t->sha256, "%s", str_member(a, "sha256"));
+      snprintf(t->source_key, sizeof t->source_key, "%s", str_member(k, "source_key"));
+      t->size = (size_t)json_integer_value(json_object_get(a, "size"));
+      t->kernel = strdup(str_member(k, "kernel"));
+      t->origin = strdup(origin);
+      const char *file = str_member(a, "file");
+      if (dir) {
+        if (asprintf(&t->path, "%s/%s", dir, file) < 0) t->path = NULL;
+      } else {
+        for (int i = 0; i < nblobs; i++)
+          if (!strcmp(names[i], file)) t->data = blobs[i], t->size = sizes[i];
+      }
+      if (t->kernel && t->origin && (t->path || t->data)) b->n++;
+      else free(t->kernel), free(t->origin), free(t->path);
+    }
+  }
+  pthread_mutex_unlock(&b->mu);
+done:
+  json_decref(root);
+  return st;
+}
+
+static unsigned char *read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *buf = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *n = (size_t)sz;
+  return buf;
+}
+
+int da__bundles_find(da__bundles *b, const char *arch, const char *key, const char *source_key, void **bytes,
+                     size_t *n) {
+  if (!b) return 0;
+  pthread_mutex_lock(&b->mu);
+  art_t *hit = NULL, *other = NULL;
+  for (size_t i = 0; i < b->n && !hit; i++) {
+    art_t *t = &b->arts[i];
+    if (!strcmp(t->key, key) && !strcmp(t->arch, arch)) hit = t;
+    else if (source_key && !strcmp(t->source_key, source_key) && strcmp(t->arch, arch)) other = t;
+  }
+  if (!hit && other && !other->warned) {
+    other->warned = 1;
+    da__log(DA_LOG_WARN, "bundle %s has kernel %s for %s, not for %s (or not for this compiler): compiling it at run time",
+            other->origin, other->kernel, other->arch, arch);
+  }
+  art_t copy;
+  if (hit) copy = *hit;
+  pthread_mutex_unlock(&b->mu);
+  if (!hit) return 0;
+  size_t len = 0;
+  unsigned char *data = NULL;
+  if (copy.path) {
+    data = read_file(copy.path, &len);
+  } else {
+    data = malloc(copy.size ? copy.size : 1);
+    if (data) memcpy(data, copy.data, copy.size), len = copy.size;
+  }
+  char hex[65] = "";
+  if (data) da__sha256_hex(data, len, hex);
+  if (!data || len != copy.size || strcmp(hex, copy.sha256)) {
+    da__log(DA_LOG_WARN, "bundle %s: artifact of %s for %s is %s; skipped", copy.origin, copy.kernel, arch,
+            data ? "corrupt (checksum mismatch)" : "missing");
+    free(data);
+    return 0;
+  }
+  *bytes = data;
+  *n = len;
+  return 1;
+}

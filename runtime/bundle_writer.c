@@ -1,0 +1,218 @@
+/* bundle_writer.c - the files `dilattn gen --bundle NAME` writes next to the kernels:
+ *   manifest.json    kernels, configs, source and artifact keys, arches, versions, sums
+ *   NAME.h           one typed entry point per config (spec, plan, run)
+ *   NAME_bundle.c    the compiled artifacts as arrays + NAME_register(ctx)
+ * Part of the CLI, not of the library. */
+#define _GNU_SOURCE
+#include "runtime/bundle_writer.h"
+
+#include "gen/render.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Write via a temp file + rename. */
+static int finish_file(FILE *f, const char *tmp, const char *path) {
+  int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+static FILE *open_tmp(const char *path, char *tmp, size_t cap) {
+  snprintf(tmp, cap, "%s.tmp-XXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) return NULL;
+  fchmod(fd, 0644);
+  return fdopen(fd, "w");
+}
+
+/* C identifier from a config's file name: "configs/long-net.json" -> "long_net". */
+static void ident_of(const char *path, char *out, size_t cap) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = 0;
+  for (const char *p = base; *p && *p != '.' && n + 1 < cap; p++)
+    out[n++] = (char)(isalnum((unsigned char)*p) ? *p : '_');
+  out[n] = '\0';
+  if (!n || isdigit((unsigned char)out[0])) {
+    memmove(out + 1, out, n + 1 < cap ? n + 1 : cap - 1);
+    out[0] = 'k';
+  }
+}
+
+static int write_manifest(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc) {
+  json_t *root = json_object(), *ks = json_array();
+  json_object_set_new(root, "format", json_string("dilattn-bundle"));
+  json_object_set_new(root, "schema", json_integer(DA_CACHE_SCHEMA_VERSION));
+  json_object_set_new(root, "library", json_string(DA_VERSION_STRING));
+  json_object_set_new(root, "nvrtc", nvrtc ? json_string(nvrtc) : json_null());
+  json_object_set_new(root, "name", json_string(name));
+  for (int i = 0; i < n; i++) {
+    const da__bundle_item *it = &items[i];
+    json_t *k = json_object(), *arts = json_array();
+    json_object_set_new(k, "kernel", json_string(it->kernel));
+    json_object_set_new(k, "config_file", json_string(it->config_path));
+    json_object_set_new(k, "config", json_loads(it->spec_json, 0, NULL));
+    json_object_set_new(k, "source_key", json_string(it->source_key));
+    json_object_set_new(k, "source", json_string(it->source_file));
+    json_object_set_new(k, "target", json_string(it->target));
+    for (int a = 0; a < it->nart; a++) {
+      json_t *o = json_object();
+      json_object_set_new(o, "arch", json_string(it->art[a].arch));
+      json_object_set_new(o, "key", json_string(it->art[a].key));
+      json_object_set_new(o, "file", json_string(it->art[a].file));
+      json_object_set_new(o, "size", json_integer((json_int_t)it->art[a].size));
+      json_object_set_new(o, "sha256", json_string(it->art[a].sha256));
+      json_array_append_new(arts, o);
+    }
+    json_object_set_new(k, "artifacts", arts);
+    json_array_append_new(ks, k);
+  }
+  json_object_set_new(root, "kernels", ks);
+  char path[4400], tmp[4500];
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  int rc = -1;
+  if (f) {
+    rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_SORT_KEYS) == 0 ? 0 : -1;
+    fputc('\n', f);
+    rc |= finish_file(f, tmp, path);
+  }
+  json_decref(root);
+  return rc;
+}
+
+static const char *elem_type(da_dtype t) { return t == DA_DTYPE_FLOAT32 ? "float" : "uint16_t"; }
+
+static void write_spec_init(FILE *f, const da_spec *s) {
+  fprintf(f, "  da_spec_init(s);\n  s->num_branches = %d;\n", s->num_branches);
+  for (int i = 0; i < s->num_branches; i++)
+    fprintf(f, "  s->segment_lengths[%d] = %lld; s->dilation_rates[%d] = %lld;\n", i, (long long)s->segment_lengths[i],
+            i, (long long)s->dilation_rates[i]);
+  fprintf(f, "  s->mode = (da_mode)%d; s->offsets = (da_offsets)%d; s->causal = %d;\n", s->mode, s->offsets, s->causal);
+  if (s->has_scale) fprintf(f, "  s->has_scale = 1; s->scale = %.17g;\n", s->scale);
+  fprintf(f, "  s->num_heads = %d; s->num_kv_heads = %d; s->head_dim = %d; s->dtype = (da_dtype)%d;\n", s->num_heads,
+          s->num_kv_heads, s->head_dim, s->dtype);
+  const da_sparsity *sp = &s->sparsity;
+  if (sp->layout != DA_LAYOUT_NONE) {
+    fprintf(f, "  s->sparsity.layout = (da_layout)%d; s->sparsity.block = %lld; s->sparsity.window = %lld;\n",
+            sp->layout, (long long)sp->block, (long long)sp->window);
+    fprintf(f, "  s->sparsity.global = %lld; s->sparsity.num_strides = %d; s->sparsity.seed = %lluull;\n",
+            (long long)sp->global, sp->num_strides, (unsigned long long)sp->seed);
+    fprintf(f, "  s->sparsity.density = %.17g;\n", sp->density);
+    for (int j = 0; j < sp->num_strides; j++) fprintf(f, "  s->sparsity.strides[%d] = %lld;\n", j, (long long)sp->strides[j]);
+  }
+}
+
+static int write_header(const char *dir, const char *name, const da__bundle_item *items, int n) {
+  char path[4400], tmp[4500];
+  snprintf(path, sizeof path, "%s/%s.h", dir, name);
+  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  if (!f) return -1;
+  fprintf(f, "/* %s.h - generated by dilattn %s (`dilattn gen --bundle %s`): one typed entry point per\n"
+             " * config. %s_<config>_plan registers the bundle's compiled kernels with the context (once)\n"
+             " * and creates the plan; %s_<config>_run executes it on contiguous tensors. Do not edit. */\n",
+          name, DA_VERSION_STRING, name, name, name);
+  fprintf(f, "#ifndef %s_DILATTN_BUNDLE_H\n#define %s_DILATTN_BUNDLE_H\n\n#include <dilattn.h>\n#include <stdint.h>\n\n", name, name);
+  fprintf(f, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+  fprintf(f, "/* Register this bundle's compiled kernels with ctx (idempotent). Defined in %s_bundle.c. */\n", name);
+  fprintf(f, "da_status %s_register(da_context *ctx);\n\n", name);
+  for (int i = 0; i < n; i++) {
+    const da__bundle_item *it = &items[i];
+    char id[200];
+    ident_of(it->config_path, id, sizeof id);
+    const char *T = elem_type(it->spec.dtype);
+    fprintf(f, "/* %s: %s\n * kernel %s */\n", it->config_path, it->spec_json, it->kernel);
+    fprintf(f, "static inline void %s_%s_spec(da_spec *s) {\n", name, id);
+    write_spec_init(f, &it->spec);
+    fprintf(f, "}\n\n");
+    fprintf(f, "static inline da_status %s_%s_plan(da_context *ctx, da_backend backend, da_plan **out) {\n"
+               "  da_status st = %s_register(ctx);\n  if (st != DA_OK) return st;\n  da_spec s;\n  %s_%s_spec(&s);\n"
+               "  return da_plan_create(ctx, &s, backend, out);\n}\n\n",
+            name, id, name, name, id);
+    fprintf(f, "/* q, out: [batch, seq_len, %d, %d]; k, v: [batch, seq_len, %d, %d]; lse: [batch, %d, seq_len] or NULL */\n",
+            it->spec.num_heads, it->spec.head_dim, it->spec.num_kv_heads, it->spec.head_dim, it->spec.num_heads);
+    fprintf(f, "static inline da_status %s_%s_run(da_plan *plan, int64_t batch, int64_t seq_len, const %s *q,\n"
+               "    const %s *k, const %s *v, %s *out, float *lse, void *stream) {\n"
+               "  da_spec s;\n  %s_%s_spec(&s);\n  da_args a;\n  da_args_init(&a, &s, batch, seq_len, q, k, v, out, lse);\n"
+               "  a.stream = stream;\n  return da_plan_execute(plan, &a);\n}\n\n",
+            name, id, T, T, T, T, name, id);
+  }
+  fprintf(f, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
+  return finish_file(f, tmp, path);
+}
+
+static int write_data(const char *dir, const char *name, const da__bundle_item *items, int n) {
+  char path[4400], tmp[4500], mpath[4400];
+  snprintf(path, sizeof path, "%s/%s_bundle.c", dir, name);
+  snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
+  FILE *m = fopen(mpath, "rb");
+  if (!m) return -1;
+  FILE *f = open_tmp(path, tmp, sizeof tmp);
+  if (!f) {
+    fclose(m);
+    return -1;
+  }
+  fprintf(f, "/* %s_bundle.c - generated by dilattn %s: the compiled kernels of bundle %s and its\n"
+             " * manifest, linked into the program; %s_register() hands them to a context. */\n",
+          name, DA_VERSION_STRING, name, name);
+  fprintf(f, "#include <dilattn.h>\n#include <stddef.h>\n\nstatic const char manifest[] =\n\"");
+  int c;
+  size_t mlen = 0;
+  while ((c = fgetc(m)) != EOF) {
+    mlen++;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c == '\n') fprintf(f, "\\n\"\n\"");
+    else fputc(c, f);
+  }
+  fclose(m);
+  fprintf(f, "\";\n\n");
+  int count = 0;
+  for (int i = 0; i < n; i++)
+    for (int a = 0; a < items[i].nart; a++) {
+      char ap[4400];
+      snprintf(ap, sizeof ap, "%s/%s", dir, items[i].art[a].file);
+      FILE *af = fopen(ap, "rb");
+      if (!af) {
+        fclose(f);
+        unlink(tmp);
+        return -1;
+      }
+      fprintf(f, "static const unsigned char art_%d[] = {", count);
+      size_t k = 0;
+      while ((c = fgetc(af)) != EOF) fprintf(f, "%s%d", (k++ % 24) ? "," : ",\n  ", c);
+      fclose(af);
+      fprintf(f, "%s0};\n", k ? ",\n  " : "");
+      count++;
+    }
+  fprintf(f, "\nstatic const char *const files[] = {");
+  for (int i = 0; i < n; i++)
+    for (int a = 0; a < items[i].nart; a++) fprintf(f, "\"%s\", ", items[i].art[a].file);
+  fprintf(f, "NULL};\nstatic const unsigned char *const data[] = {");
+  for (int i = 0; i < count; i++) fprintf(f, "art_%d, ", i);
+  fprintf(f, "NULL};\nstatic const size_t sizes[] = {");
+  for (int i = 0; i < n; i++)
+    for (int a = 0; a < items[i].nart; a++) fprintf(f, "%zu, ", items[i].art[a].size);
+  fprintf(f, "0};\n\n");
+  fprintf(f, "da_status %s_register(da_context *ctx) {\n"
+             "  static const da_bundle_data bundle = {\"%s\", manifest, %zu, %d, files, data, sizes};\n"
+             "  return da_context_register_bundle_data(ctx, &bundle);\n}\n",
+          name, name, mlen, count);
+  return finish_file(f, tmp, path);
+}
+
+int da__bundle_write(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc) {
+  if (write_manifest(dir, name, items, n, nvrtc) != 0) return -1;
+  if (write_header(dir, name, items, n) != 0) return -1;
+  return write_data(dir, name, items, n);
+}

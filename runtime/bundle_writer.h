@@ -1,0 +1,24 @@
+/* bundle_writer.h - what `dilattn gen --bundle` writes (manifest, typed header, linked data). */
+#ifndef DA_BUNDLE_WRITER_H
+#define DA_BUNDLE_WRITER_H
+
+#include <stddef.h>
+
+#include "dilattn.h"
+
+typedef struct {
+  const char *config_path;
+  da_spec spec;
+  char *spec_json;
+  char kernel[256], source_key[65], source_file[320], target[8];
+  int nart;
+  struct {
+    char arch[32], key[65], file[340], sha256[65];
+    size_t size;
+  } art[16];
+} da__bundle_item;
+
+/* Write manifest.json, <name>.h and <name>_bundle.c into dir. 0 on success. */
+int da__bundle_write(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc);
+
+#endif

@@ -1,0 +1,213 @@
+/* test_bundle.c - AOT bundles (issue 5): the lookup order memory -> bundle -> disk ->
+ * compile; DILATTN_DISABLE_JIT with and without the bundle (the error names the kernel);
+ * a bundle of another library version skipped; an artifact for another arch or compiler
+ * not used; a corrupt artifact skipped; a corrupt, incomplete or missing manifest is a
+ * clear error, never a crash; bundles linked in as data.
+ * Run: build/tests/test_bundle build/dilattn   (ctest -R bundle) */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/kernel_cache.h"
+#include "test_util.h"
+
+static char base[] = "/tmp/dilattn-bundle-XXXXXX";
+static char bdir[600], cfg[600];
+
+static da_spec example(void) {
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 2;
+  s.segment_lengths[0] = 32, s.segment_lengths[1] = 64;
+  s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+  s.num_heads = 2, s.num_kv_heads = 2, s.head_dim = 8;
+  s.has_scale = 1, s.scale = 0.3125;
+  return s;
+}
+
+static int runs(da_context *ctx) {
+  da_spec s = example();
+  da_plan *p = NULL;
+  if (da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) != DA_OK) return 0;
+  float q[100 * 16], out[100 * 16];
+  for (int i = 0; i < 1600; i++) q[i] = (float)(i % 7) * 0.1f;
+  da_args a;
+  da_args_init(&a, &s, 1, 100, q, q, q, out, NULL);
+  int ok = da_plan_execute(p, &a) == DA_OK && out[17] == out[17];
+  da_plan_destroy(p);
+  return ok;
+}
+
+static void fresh_cache(const char *name) {
+  char d[700];
+  snprintf(d, sizeof d, "%s/cache-%s", base, name);
+  setenv("DILATTN_CACHE_DIR", d, 1);
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)len + 1);
+  if (fread(b, 1, (size_t)len, f) != (size_t)len) len = 0;
+  b[len] = 0;
+  fclose(f);
+  *n = (size_t)len;
+  return b;
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Copy the bundle into a new folder with the manifest edited by sed expression expr. */
+static void variant(const char *name, const char *expr, char *manifest_out, size_t cap) {
+  char cmd[2000];
+  snprintf(cmd, sizeof cmd, "rm -rf %s/%s && cp -r %s %s/%s && sed -i '%s' %s/%s/manifest.json", base, name, bdir, base,
+           name, expr, base, name);
+  TU_CHECK(system(cmd) == 0, "variant %s", name);
+  snprintf(manifest_out, cap, "%s/%s/manifest.json", base, name);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !mkdtemp(base)) return 1;
+  snprintf(bdir, sizeof bdir, "%s/bundle", base);
+  snprintf(cfg, sizeof cfg, "%s/example.json", base);
+  write_text(cfg, "{\"segment_lengths\":[32,64],\"dilation_rates\":[1,2],\"num_heads\":2,\"head_dim\":8,\"scale\":0.3125}");
+  char cmd[2000], manifest[700];
+  snprintf(cmd, sizeof cmd, "mkdir -p %s && %s gen %s --compile --bundle example -o %s > /dev/null", bdir, argv[1], cfg, bdir);
+  TU_CHECK(system(cmd) == 0, "dilattn gen --bundle failed");
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", bdir);
+
+  /* 1. bundle only, JIT disabled: the kernel comes from the bundle, nothing compiles */
+  fresh_cache("1");
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  da_context *c;
+  da_context_create(&c);
+  TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "register: %s", da_context_last_error(c));
+  TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "registering twice");
+  TU_CHECK(runs(c), "plan from the bundle: %s", da_context_last_error(c));
+  da__kernel_cache *kc = da__context_kernels(c);
+  TU_CHECK(kc->bundle_hits == 1 && kc->builds == 0 && kc->disk_hits == 0, "order: bundle %lld disk %lld builds %lld",
+           kc->bundle_hits, kc->disk_hits, kc->builds);
+  TU_CHECK(runs(c) && kc->bundle_hits == 1, "memory comes before the bundle");
+  da_context_destroy(c);
+
+  /* 2. JIT disabled and no bundle: an error naming the kernel */
+  fresh_cache("2");
+  da_context_create(&c);
+  da_spec s = example();
+  da_plan *p = NULL;
+  da_status st = da_plan_create(c, &s, DA_BACKEND_HOST, &p);
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(c), "DILATTN_DISABLE_JIT") &&
+               strstr(da_context_last_error(c), "da_fwd_lnmod_w32_64_r1_2_h2_2_d8_f32"),
+           "no bundle, no JIT: %s %s", da_status_name(st), da_context_last_error(c));
+  da_context_destroy(c);
+  unsetenv("DILATTN_DISABLE_JIT");
+
+  /* 3. the disk cache comes after bundles: with both, the bundle answers */
+  fresh_cache("3");
+  da_context_create(&c);
+  TU_CHECK(runs(c) && da__context_kernels(c)->builds == 1, "JIT fills the disk cache");
+  da_context_destroy(c);
+  da_context_create(&c);
+  da_context_register_bundle(c, manifest);
+  TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 1 && da__context_kernels(c)->disk_hits == 0,
+           "bundle before disk");
+  da_context_destroy(c);
+  da_context_create(&c);
+  TU_CHECK(runs(c) && da__context_kernels(c)->disk_hits == 1, "disk before compile");
+  da_context_destroy(c);
+
+  /* 4. another library version: skipped (DA_OK), JIT takes over */
+  char m2[700];
+  variant("oldver", "s/\"library\": \"[^\"]*\"/\"library\": \"0.0.1\"/", m2, sizeof m2);
+  fresh_cache("4");
+  da_context_create(&c);
+  TU_CHECK(da_context_register_bundle(c, m2) == DA_OK, "old version registration: %s", da_context_last_error(c));
+  TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 0 && da__context_kernels(c)->builds == 1,
+           "old-version bundle used");
+  da_context_destroy(c);
+
+  /* 5. an artifact for another arch: not used, JIT */
+  variant("otherarch", "s/\"arch\": \"host\"/\"arch\": \"sm_80\"/", m2, sizeof m2);
+  fresh_cache("5");
+  da_context_create(&c);
+  TU_CHECK(da_context_register_bundle(c, m2) == DA_OK, "other arch registration");
+  TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 0 && da__context_kernels(c)->builds == 1,
+           "other-arch artifact used");
+  da_context_destroy(c);
+
+  /* 6. a corrupt artifact: skipped with a warning, JIT */
+  char so[900];
+  snprintf(cmd, sizeof cmd, "rm -rf %s/corrupt && cp -r %s %s/corrupt && f=$(ls %s/corrupt/*.host.so) && printf 'Q' | dd of=$f bs=1 seek=3000 conv=notrunc 2>/dev/null",
+           base, bdir, base, base);
+  TU_CHECK(system(cmd) == 0, "corrupting");
+  snprintf(so, sizeof so, "%s/corrupt/manifest.json", base);
+  fresh_cache("6");
+  da_context_create(&c);
+  TU_CHECK(da_context_register_bundle(c, so) == DA_OK, "corrupt artifact registration");
+  TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 0 && da__context_kernels(c)->builds == 1,
+           "corrupt artifact used");
+  da_context_destroy(c);
+
+  /* 7. manifests that are broken: clear errors */
+  da_context_create(&c);
+  char bad[700];
+  snprintf(bad, sizeof bad, "%s/garbage.json", base);
+  write_text(bad, "{\"format\": \"dilattn-bundle\", \"kernels\": [");
+  TU_CHECK(da_context_register_bundle(c, bad) == DA_ERR_PARSE && strstr(da_context_last_error(c), "not JSON"),
+           "truncated manifest: %s", da_context_last_error(c));
+  write_text(bad, "{\"format\": \"something-else\", \"library\": \"0.1.0\", \"kernels\": []}");
+  TU_CHECK(da_context_register_bundle(c, bad) == DA_ERR_PARSE, "foreign manifest");
+  write_text(bad, "{\"format\":\"dilattn-bundle\",\"schema\":1,\"library\":\"" DA_VERSION_STRING "\","
+                  "\"kernels\":[{\"kernel\":\"k\",\"source_key\":\"zz\",\"artifacts\":[]}]}");
+  TU_CHECK(da_context_register_bundle(c, bad) == DA_ERR_PARSE && strstr(da_context_last_error(c), "kernels[0]"),
+           "incomplete manifest: %s", da_context_last_error(c));
+  snprintf(bad, sizeof bad, "%s/absent/manifest.json", base);
+  TU_CHECK(da_context_register_bundle(c, bad) == DA_ERR_IO && strstr(da_context_last_error(c), "absent"),
+           "missing manifest: %s", da_context_last_error(c));
+  TU_CHECK(da_context_register_bundle(c, NULL) == DA_ERR_INVALID_ARGUMENT, "NULL manifest");
+  da_context_destroy(c);
+
+  /* 8. a bundle linked in as data */
+  fresh_cache("8");
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  size_t mlen = 0, slen = 0;
+  char *mtext = slurp(manifest, &mlen);
+  snprintf(cmd, sizeof cmd, "%s/%s", bdir, "");
+  char sofile[300] = "";
+  {
+    const char *at = strstr(mtext, "\"file\": \"");
+    if (at) sscanf(at + 9, "%299[^\"]", sofile);
+  }
+  char sopath[1000];
+  snprintf(sopath, sizeof sopath, "%s/%s", bdir, sofile);
+  char *sobytes = slurp(sopath, &slen);
+  const char *files[1] = {sofile};
+  const unsigned char *data[1] = {(const unsigned char *)sobytes};
+  size_t sizes[1] = {slen};
+  da_bundle_data bd = {"linked", mtext, mlen, 1, files, data, sizes};
+  da_context_create(&c);
+  TU_CHECK(da_context_register_bundle_data(c, &bd) == DA_OK, "register data: %s", da_context_last_error(c));
+  TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 1, "plan from linked data: %s", da_context_last_error(c));
+  da_context_destroy(c);
+  /* DILATTN_BUNDLES registers at context creation */
+  setenv("DILATTN_BUNDLES", manifest, 1);
+  da_context_create(&c);
+  TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 1, "DILATTN_BUNDLES: %s", da_context_last_error(c));
+  da_context_destroy(c);
+  unsetenv("DILATTN_BUNDLES");
+  unsetenv("DILATTN_DISABLE_JIT");
+  free(mtext);
+  free(sobytes);
+
+  snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);
+  return tu_report();
+}
