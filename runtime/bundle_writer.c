@@ -190,9 +190,9 @@ static int write_data(const char *dir, const char *name, const da__bundle_item *
       }
       fprintf(f, "static const unsigned char art_%d[] = {", count);
       size_t k = 0;
-      while ((c = fgetc(af)) != EOF) fprintf(f, "%s%d", (k++ % 24) ? "," : ",\n  ", c);
+      for (; (c = fgetc(af)) != EOF; k++) fprintf(f, "%s%d", k == 0 ? "\n  " : (k % 24) ? "," : ",\n  ", c);
       fclose(af);
-      fprintf(f, "%s0};\n", k ? ",\n  " : "");
+      fprintf(f, "%s0}; /* %zu bytes and a terminator */\n", k ? "," : "", k);
       count++;
     }
   fprintf(f, "\nstatic const char *const files[] = {");

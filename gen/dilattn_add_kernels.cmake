@@ -1,0 +1,52 @@
+# dilattn_add_kernels.cmake - build-time kernel generation for a user's target.
+#
+#   dilattn_add_kernels(<target> CONFIGS a.json b.json [ARCHS sm_80 sm_90] [NAME bundle]
+#                       [TARGET host|cuda])
+#
+# Runs `dilattn gen --compile --bundle NAME` at build time (TARGET cuda, the default
+# when ARCHS are given, compiles a cubin per arch with NVRTC; TARGET host compiles host
+# shared objects with the C compiler), adds the generated NAME_bundle.c (the compiled
+# kernels as data) to <target>, puts NAME.h (one typed entry point per config: spec,
+# plan, run) on its include path, and links dilattn::dilattn. At run time NAME_<config>_plan
+# registers the bundle with the context, so the plan starts without a compiler
+# (DILATTN_DISABLE_JIT=1 proves it).
+function(dilattn_add_kernels target)
+  cmake_parse_arguments(DK "" "NAME;TARGET" "CONFIGS;ARCHS" ${ARGN})
+  if(NOT DK_CONFIGS)
+    message(FATAL_ERROR "dilattn_add_kernels(${target}): CONFIGS is required")
+  endif()
+  if(NOT DK_NAME)
+    set(DK_NAME ${target}_kernels)
+  endif()
+  if(NOT DK_TARGET)
+    if(DK_ARCHS)
+      set(DK_TARGET cuda)
+    else()
+      set(DK_TARGET host)
+    endif()
+  endif()
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/${DK_NAME})
+  set(configs "")
+  foreach(c ${DK_CONFIGS})
+    get_filename_component(abs ${c} ABSOLUTE)
+    list(APPEND configs ${abs})
+  endforeach()
+  set(arch_args "")
+  if(DK_TARGET STREQUAL "cuda")
+    if(NOT DK_ARCHS)
+      set(DK_ARCHS sm_80 sm_90)
+    endif()
+    string(REPLACE ";" "," arch_list "${DK_ARCHS}")
+    set(arch_args --arch ${arch_list})
+  endif()
+  add_custom_command(
+    OUTPUT ${out}/${DK_NAME}_bundle.c ${out}/${DK_NAME}.h ${out}/manifest.json
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${out}
+    COMMAND dilattn::cli gen ${configs} --target ${DK_TARGET} ${arch_args} --compile --bundle ${DK_NAME} -o ${out}
+    DEPENDS ${configs}
+    COMMENT "dilattn: generating and compiling kernels for ${target} (${DK_NAME}, ${DK_TARGET})"
+    VERBATIM)
+  target_sources(${target} PRIVATE ${out}/${DK_NAME}_bundle.c)
+  target_include_directories(${target} PRIVATE ${out})
+  target_link_libraries(${target} PRIVATE dilattn::dilattn)
+endfunction()
