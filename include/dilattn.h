@@ -265,11 +265,19 @@ typedef struct {
   int tile_k;            /* keys per tile; 0 = default (host 64), 1..1024 */
   int fused_min_queries; /* the fused tiling is used only when a tile can hold at least
                             this many queries (gcd(w)/lcm(r)); 0 = default (16) */
+  int64_t seq_len_hint;  /* expected N: picks the tuning database's nearest shape bucket
+                            (0 = 65536) when the three tunables above are 0 */
 } da_plan_options;
 
-/* da_plan_create with tunables (opts may be NULL = defaults). Same contract. */
+/* da_plan_create with tunables (opts may be NULL). When opts is NULL or its tunables are
+ * all 0, the best entry of the tuning database (`dilattn tune`; $DILATTN_TUNING_DB, else
+ * <cache dir>/tuning.jsonl; DILATTN_TUNING=0 ignores it) for this spec, backend and the
+ * nearest shape bucket is used, else the planner's defaults. Same contract otherwise. */
 DA_API da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                                    const da_plan_options *opts, da_plan **out);
+
+/* The tunables the plan was built with (tuned or default, as resolved): tile_q, tile_k. */
+DA_API da_status da_plan_get_options(const da_plan *plan, da_plan_options *out);
 
 /* The tiling strategy the plan chose: "fused" (one online softmax across branches),
  * "split" (per-branch tiles merged exactly through workspace) or "single" (one branch

@@ -6,6 +6,7 @@
 #include "gen/render.h"
 #include "runtime/host_compiler.h"
 #include "runtime/npy.h"
+#include "runtime/tune.h"
 #include "runtime/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/bundle.h"
@@ -59,6 +60,8 @@ static int usage(void) {
         "               [--compile] [--bundle NAME]\n"
         "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "               [--backend auto|host|cuda]\n"
+        "  dilattn tune  CONFIG.json... --seq-len N [--batch B] [--backend auto|host|cuda] [-o RESULTS.csv]\n"
+        "               [--plot PNG] [--reps R] [--threads T] [--db TUNING.jsonl]\n"
         "  dilattn cache stats|list|verify|clear\n"
         "  dilattn info\n"
         "exit codes: 0 ok, 2 bad input, 3 compile failure, 4 device/runtime failure, 1 internal\n",
@@ -104,7 +107,11 @@ static char *slurp(const char *path, size_t *len, char *msg, size_t cap) {
   return buf;
 }
 
-static int load_config(const char *path, da_spec *spec) {
+int da__cli_load_config(const char *path, da_spec *spec);
+
+static int load_config(const char *path, da_spec *spec) { return da__cli_load_config(path, spec); }
+
+int da__cli_load_config(const char *path, da_spec *spec) {
   char msg[1024];
   size_t len;
   char *text = slurp(path, &len, msg, sizeof msg);
@@ -464,7 +471,8 @@ static int cmd_run(int argc, char **argv) {
   double exec_ms = 0;
   if (rc == EXIT_OK && da_context_create(&ctx) != DA_OK) rc = fail(EXIT_RUNTIME, "out of memory");
   if (rc == EXIT_OK) {
-    da_status st = da_plan_create(ctx, &spec, backend, &plan);
+    da_plan_options hint = {0, 0, 0, N}; /* tuned parameters for this shape, if any */
+    da_status st = da_plan_create_ex(ctx, &spec, backend, &hint, &plan);
     if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", config, da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) {
@@ -489,13 +497,15 @@ static int cmd_run(int argc, char **argv) {
   }
   double density = -1;
   if (rc == EXIT_OK && da_plan_density(plan, N, &density) != DA_OK) density = -1;
+  da_plan_options used = {0, 0, 0, 0};
+  if (rc == EXIT_OK) da_plan_get_options(plan, &used);
   if (rc == EXIT_OK)
     printf("{\"kernel\":\"%s\",\"backend\":\"%s\",\"strategy\":\"%s\",\"batch\":%lld,"
-           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"execute_ms\":%.2f,"
+           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"tile_q\":%d,\"tile_k\":%d,\"execute_ms\":%.2f,"
            "\"out\":\"%s\",\"lse\":%s%s%s}\n",
            da_plan_kernel_name(plan), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",
            da_plan_strategy(plan), (long long)B, (long long)N, spec.num_heads, spec.head_dim,
-           dtype_name(spec.dtype), density, exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
+           dtype_name(spec.dtype), density, used.tile_q, used.tile_k, exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
   da_plan_destroy(plan);
   da_context_destroy(ctx);
   da__npy_free(&q);
@@ -594,6 +604,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info();
   if (!strcmp(cmd, "cache")) return cmd_cache(argc - 2, argv + 2);
+  if (!strcmp(cmd, "tune")) return da__cmd_tune(argc - 2, argv + 2);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     usage();
     return EXIT_OK;

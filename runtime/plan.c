@@ -8,6 +8,7 @@
 #include "runtime/log.h"
 #include "runtime/pattern_cache.h"
 #include "runtime/pool.h"
+#include "runtime/tuning_db.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,6 +39,9 @@ struct da_context {
   da__pattern_cache *patterns; /* block tables of sparse layouts */
   pthread_mutex_t memo_mu;
   memo_entry *memo[MEMO_BUCKETS];
+  int tuning_loaded;          /* the tuning database, read once (under memo_mu) */
+  da__tune_record *tuning;
+  int ntuning;
 };
 
 struct da_plan {
@@ -146,6 +150,7 @@ void da_context_destroy(da_context *c) {
       free(e);
     }
   pthread_mutex_destroy(&c->memo_mu);
+  free(c->tuning);
   da__kernel_cache_destroy(&c->kernels);
   da__pool_destroy(c->pool);
   da__pattern_cache_destroy(c->patterns);
@@ -205,12 +210,13 @@ static int put(bytes_t *b, const void *p, size_t n) {
 }
 
 static int memo_key(const da_spec *s, da_backend be, const da_plan_options *o, bytes_t *b) {
-  int64_t v[16];
+  int64_t v[20];
   int n = 0;
   v[n++] = be;
   v[n++] = o ? o->tile_q : 0;
   v[n++] = o ? o->tile_k : 0;
   v[n++] = o ? o->fused_min_queries : 0;
+  v[n++] = (o && o->seq_len_hint > 0) ? da__tuning_bucket(o->seq_len_hint) : -1;
   v[n++] = s->num_branches;
   v[n++] = s->mode;
   v[n++] = s->offsets;
@@ -268,6 +274,37 @@ static da_status copy_masks(da_context *ctx, da_plan *p, const da_spec *spec) {
   return DA_OK;
 }
 
+/* Best database parameters for spec (1) or none (0). */
+static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, int64_t hint, da_plan_options *out) {
+  const char *off = getenv("DILATTN_TUNING");
+  if (off && !strcmp(off, "0")) return 0;
+  pthread_mutex_lock(&ctx->memo_mu);
+  if (!ctx->tuning_loaded) {
+    char path[4200];
+    da__tuning_db_path(path, sizeof path);
+    int mismatch = 0;
+    ctx->ntuning = da__tuning_db_read(path, &ctx->tuning, &mismatch);
+    if (ctx->ntuning < 0) {
+      if (mismatch) da__log(DA_LOG_INFO, "tuning db %s is for another environment: ignored", path);
+      ctx->ntuning = 0;
+    }
+    ctx->tuning_loaded = 1;
+  }
+  int n = ctx->ntuning;
+  pthread_mutex_unlock(&ctx->memo_mu);
+  if (n == 0) return 0;
+  char *js = da_spec_to_json(spec), hash[65];
+  if (!js) return 0;
+  da__sha256_hex(js, strlen(js), hash);
+  free(js);
+  const da__tune_record *r = da__tuning_best(ctx->tuning, n, hash, be == DA_BACKEND_CUDA ? "cuda" : "host",
+                                             da__tuning_bucket(hint > 0 ? hint : 65536));
+  if (!r) return 0;
+  *out = r->params;
+  out->seq_len_hint = hint;
+  return 1;
+}
+
 da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                             const da_plan_options *opts, da_plan **out) {
   DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
@@ -296,6 +333,12 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   p->spec = *spec;
   p->backend = be;
   da_status st = copy_masks(ctx, p, spec);
+  /* untuned request: the tuning database may have better parameters (looked up on a
+   * memo miss only, so a warm plan stays a hash and a compare) */
+  da_plan_options tuned;
+  if (st == DA_OK && !hit && (!opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries)) &&
+      tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
+    opts = &tuned;
   if (st == DA_OK && hit) {
     p->r = &hit->r;
     p->host = hit->host;
@@ -351,6 +394,15 @@ void da_plan_destroy(da_plan *p) {
 da_backend da_plan_backend(const da_plan *p) { return p ? p->backend : DA_BACKEND_AUTO; }
 const char *da_plan_kernel_name(const da_plan *p) { return p ? p->r->kernel_name : ""; }
 const char *da_plan_cache_key(const da_plan *p) { return p ? p->r->key : ""; }
+da_status da_plan_get_options(const da_plan *p, da_plan_options *out) {
+  const da_context *ctx = p ? p->ctx : NULL;
+  DA_RETURN_IF(!p || !out, DA_ERR_INVALID_ARGUMENT, "plan and out must not be NULL");
+  memset(out, 0, sizeof *out);
+  out->tile_q = p->r->tile_q;
+  out->tile_k = p->r->tile_k;
+  return DA_OK;
+}
+
 const char *da_plan_strategy(const da_plan *p) { return p ? p->r->strategy : ""; }
 
 static int num_threads(int64_t work) {

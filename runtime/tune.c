@@ -1,0 +1,403 @@
+/* tune.c - `dilattn tune` (issue 6): for each config, enumerate the planner's tunables
+ * (query and key tile sizes, fused versus per-branch tiling), prune statically (tile
+ * buffer size; on CUDA shared memory and ptxas spills), compile the candidates in
+ * parallel threads, check each against the float64 reference on a small input, time the
+ * survivors (warm-up, median of --reps runs), label every failure (compile, runtime,
+ * correctness, constraints) instead of stopping, and record everything in the tuning
+ * database (plan creation then uses the best entry) plus a CSV and, with --plot, a PNG
+ * (one bar per candidate: grey ok, blue the default, green the best, red failed). */
+#define _GNU_SOURCE
+#include "runtime/tune.h"
+
+#include "gen/render.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/png.h"
+#include "runtime/tuning_db.h"
+#include "tests/reference.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CAND 40
+
+typedef struct {
+  da_plan_options o;
+  da_plan *plan;
+  da__tune_record rec;
+} cand_t;
+
+typedef struct {
+  da_context *ctx;
+  const da_spec *spec;
+  da_backend backend;
+  cand_t *c;
+  int n, next, done;
+  pthread_mutex_t mu;
+} compile_job;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void progress(const char *what, int done, int total) {
+  if (!isatty(2)) return;
+  int w = 30, fill = total ? done * w / total : w;
+  fprintf(stderr, "\r%-12s [", what);
+  for (int i = 0; i < w; i++) fputc(i < fill ? '#' : ' ', stderr);
+  fprintf(stderr, "] %d/%d", done, total);
+  if (done == total) fputc('\n', stderr);
+  fflush(stderr);
+}
+
+static void first_line(char *dst, size_t cap, const char *prefix, const char *text) {
+  snprintf(dst, cap, "%s: %s", prefix, text);
+  dst[strcspn(dst, "\n")] = '\0';
+}
+
+static void *compile_worker(void *arg) {
+  compile_job *j = arg;
+  for (;;) {
+    pthread_mutex_lock(&j->mu);
+    int i = j->next++;
+    pthread_mutex_unlock(&j->mu);
+    if (i >= j->n) break;
+    cand_t *c = &j->c[i];
+    if (!strcmp(c->rec.status, "constraints")) goto next;
+    da_status st = da_plan_create_ex(j->ctx, j->spec, j->backend, &c->o, &c->plan);
+    if (st != DA_OK) {
+      snprintf(c->rec.status, sizeof c->rec.status, "%s", st == DA_ERR_INVALID_ARGUMENT ? "constraints" : "compile");
+      first_line(c->rec.label, sizeof c->rec.label, da_status_name(st), da_context_last_error(j->ctx));
+    } else {
+      snprintf(c->rec.strategy, sizeof c->rec.strategy, "%s", da_plan_strategy(c->plan));
+    }
+  next:
+    pthread_mutex_lock(&j->mu);
+    progress("compiling", ++j->done, j->n);
+    pthread_mutex_unlock(&j->mu);
+  }
+  return NULL;
+}
+
+/* Host arrays in the spec's dtype with values in [-1, 1), and their float64 copies. */
+typedef struct {
+  void *q, *k, *v, *out;
+  float *lse;
+  double *dq, *dk, *dv;
+  int64_t B, N, nq, nk;
+} inputs_t;
+
+static int make_inputs(const da_spec *s, int64_t B, int64_t N, int with_double, inputs_t *in) {
+  memset(in, 0, sizeof *in);
+  in->B = B, in->N = N;
+  in->nq = B * N * s->num_heads * s->head_dim;
+  in->nk = B * N * s->num_kv_heads * s->head_dim;
+  size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+  in->q = malloc((size_t)in->nq * es), in->out = malloc((size_t)in->nq * es);
+  in->k = malloc((size_t)in->nk * es), in->v = malloc((size_t)in->nk * es);
+  in->lse = malloc(sizeof(float) * (size_t)(B * s->num_heads * N));
+  if (!in->q || !in->out || !in->k || !in->v || !in->lse) return -1;
+  uint64_t st = 12345;
+  void *arrs[3] = {in->q, in->k, in->v};
+  int64_t counts[3] = {in->nq, in->nk, in->nk};
+  double **dbl[3] = {&in->dq, &in->dk, &in->dv};
+  for (int a = 0; a < 3; a++) {
+    if (with_double && !(*dbl[a] = malloc(sizeof(double) * (size_t)counts[a]))) return -1;
+    for (int64_t i = 0; i < counts[a]; i++) {
+      st = st * 6364136223846793005ull + 1442695040888963407ull;
+      int k = (int)((st >> 33) % 2048) - 1024; /* x = k / 1024: exact in fp32 and fp16 */
+      float x = (float)k / 1024.0f;
+      double back = x;
+      if (s->dtype == DA_DTYPE_FLOAT32) {
+        ((float *)arrs[a])[i] = x;
+      } else if (s->dtype == DA_DTYPE_BFLOAT16) {
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        ((uint16_t *)arrs[a])[i] = h;
+        uint32_t w = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &w, 4);
+        back = f;
+      } else {
+        int mag = k < 0 ? -k : k, e = 0;
+        while ((mag >> (e + 1)) > 0) e++;
+        uint16_t h = k == 0 ? 0 : (uint16_t)((k < 0 ? 0x8000u : 0) | ((uint32_t)(e + 5) << 10) |
+                                             (((uint32_t)mag << (10 - e)) & 0x3ffu));
+        ((uint16_t *)arrs[a])[i] = h;
+      }
+      if (with_double) (*dbl[a])[i] = back;
+    }
+  }
+  return 0;
+}
+
+static void free_inputs(inputs_t *in) {
+  free(in->q), free(in->k), free(in->v), free(in->out), free(in->lse), free(in->dq), free(in->dk), free(in->dv);
+}
+
+static double elem(const da_spec *s, const void *p, int64_t i) {
+  if (s->dtype == DA_DTYPE_FLOAT32) return ((const float *)p)[i];
+  uint16_t h = ((const uint16_t *)p)[i];
+  if (s->dtype == DA_DTYPE_BFLOAT16) {
+    uint32_t w = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+  }
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(m + 1024, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+/* Run plan on in (device copies on CUDA). Returns 0 or -1 with label. */
+static int run_plan(da_context *ctx, da_plan *plan, const da_spec *s, inputs_t *in, int reps, double *t,
+                    char *label, size_t cap) {
+  int cuda = da_plan_backend(plan) == DA_BACKEND_CUDA;
+  da__cuda *dev = NULL;
+  void *d[5] = {0};
+  size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2, lb = sizeof(float) * (size_t)(in->B * s->num_heads * in->N);
+  size_t sizes[5] = {(size_t)in->nq * es, (size_t)in->nk * es, (size_t)in->nk * es, (size_t)in->nq * es, lb};
+  void *host[5] = {in->q, in->k, in->v, in->out, in->lse};
+  int rc = 0;
+  if (cuda) {
+    rc = da__cuda_get(ctx, &dev) != DA_OK;
+    for (int i = 0; i < 5 && !rc; i++) rc = da__cuda_malloc(ctx, dev, sizes[i], &d[i]) != DA_OK;
+    for (int i = 0; i < 3 && !rc; i++) rc = da__cuda_memcpy_htod(ctx, dev, d[i], host[i], sizes[i]) != DA_OK;
+  }
+  da_args a;
+  if (!rc) da_args_init(&a, s, in->B, in->N, cuda ? d[0] : in->q, cuda ? d[1] : in->k, cuda ? d[2] : in->v,
+                        cuda ? d[3] : in->out, cuda ? d[4] : in->lse);
+  for (int r = -1; r < reps && !rc; r++) { /* r = -1: warm-up */
+    double t0 = now_ms();
+    rc = da_plan_execute(plan, &a) != DA_OK || (cuda && da__cuda_sync(ctx, dev, NULL) != DA_OK);
+    if (r >= 0) t[r] = now_ms() - t0;
+  }
+  if (cuda && !rc) rc = da__cuda_memcpy_dtoh(ctx, dev, in->out, d[3], sizes[3]) != DA_OK ||
+                        da__cuda_memcpy_dtoh(ctx, dev, in->lse, d[4], lb) != DA_OK;
+  if (rc) first_line(label, cap, "runtime", da_context_last_error(ctx));
+  for (int i = 0; i < 5 && cuda; i++) da__cuda_free(dev, d[i]);
+  return rc ? -1 : 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void draw_plot(const char *path, cand_t *c, int n, int best) {
+  const int W = 40 + n * 24, H = 300;
+  unsigned char *img = malloc((size_t)W * H * 3);
+  if (!img) return;
+  memset(img, 255, (size_t)W * H * 3);
+  double mx = 0;
+  for (int i = 0; i < n; i++)
+    if (!strcmp(c[i].rec.status, "ok") && c[i].rec.median_ms > mx) mx = c[i].rec.median_ms;
+  da__png_rect(img, W, H, 20, H - 20, W - 20, H - 19, 0x000000); /* axis */
+  for (int i = 0; i < n; i++) {
+    int x0 = 24 + i * 24, ok = !strcmp(c[i].rec.status, "ok");
+    int hbar = ok && mx > 0 ? (int)((H - 40) * c[i].rec.median_ms / mx) : 6;
+    uint32_t col = !ok ? 0xcc3333 : i == best ? 0x33aa33 : c[i].rec.is_default ? 0x3366cc : 0x999999;
+    da__png_rect(img, W, H, x0, H - 20 - hbar, x0 + 18, H - 20, col);
+  }
+  if (da__png_write(path, W, H, img) != 0) fprintf(stderr, "dilattn: error: cannot write %s\n", path);
+  free(img);
+}
+
+int da__cli_load_config(const char *path, da_spec *spec); /* cli.c */
+
+static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend, int reps, int threads, FILE *csv,
+                    const char *plot, const char *db) {
+  da_spec s;
+  int rc = da__cli_load_config(config, &s);
+  if (rc) return rc;
+  da_context *ctx;
+  if (da_context_create(&ctx) != DA_OK) return 4;
+  if (backend == DA_BACKEND_AUTO) backend = da__cuda_get(ctx, &(da__cuda *){0}) == DA_OK ? DA_BACKEND_CUDA : DA_BACKEND_HOST;
+  int cuda = backend == DA_BACKEND_CUDA;
+  char *js = da_spec_to_json(&s), hash[65];
+  da__sha256_hex(js, strlen(js), hash);
+  /* candidates: the default first, then the grid */
+  cand_t c[MAX_CAND];
+  int n = 0;
+  static const int tqs[] = {8, 16, 32, 64}, tks[] = {16, 32, 64, 128};
+  int multi = s.mode == DA_MODE_LONGNET && s.num_branches > 1;
+  int fmins[2] = {1, 1 << 30};
+  memset(c, 0, sizeof c);
+  n = 1; /* c[0]: all defaults */
+  for (int a = 0; a < (cuda ? 1 : 4); a++)
+    for (int b = 0; b < 4; b++)
+      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
+        c[n].o.tile_q = cuda ? 0 : tqs[a];
+        c[n].o.tile_k = tks[b];
+        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
+        n++;
+      }
+  for (int i = 0; i < n; i++) {
+    da__tune_record *r = &c[i].rec;
+    snprintf(r->spec_hash, sizeof r->spec_hash, "%s", hash);
+    snprintf(r->backend, sizeof r->backend, "%s", cuda ? "cuda" : "host");
+    snprintf(r->status, sizeof r->status, "ok");
+    r->seq_len = N, r->batch = B, r->bucket = da__tuning_bucket(N), r->params = c[i].o, r->is_default = i == 0;
+    r->median_ms = r->min_ms = r->max_ms = -1;
+    /* static pruning: the host tile buffer (q, acc, k, v, scores in fp32) */
+    int tq = c[i].o.tile_q ? c[i].o.tile_q : 32, tk = c[i].o.tile_k ? c[i].o.tile_k : 64;
+    double bytes = 4.0 * (2.0 * tq * s.head_dim + 2.0 * tk * s.head_dim + (double)tq * tk);
+    if (!cuda && bytes > 512.0 * 1024) { /* must stay in a core's L2 */
+      snprintf(r->status, sizeof r->status, "constraints");
+      snprintf(r->label, sizeof r->label, "constraints: tile buffer %.0f KiB > 512 KiB", bytes / 1024);
+    }
+  }
+  /* compile in parallel; the default spec is the kernel the tuner would replace, so the
+   * database is not consulted for it (DILATTN_TUNING=0 for this process) */
+  setenv("DILATTN_TUNING", "0", 1);
+  compile_job j = {ctx, &s, backend, c, n, 0, 0, PTHREAD_MUTEX_INITIALIZER};
+  pthread_t th[16];
+  int nt = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (nt > 16) nt = 16;
+  if (nt < 1) nt = 1;
+  for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, compile_worker, &j);
+  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  /* correctness on a small input, then timing */
+  inputs_t small, big;
+  int64_t Ns = N < 384 ? N : 384;
+  if (make_inputs(&s, 1, Ns, 1, &small) || make_inputs(&s, B, N, 0, &big)) {
+    fprintf(stderr, "dilattn: error: out of memory for the tuning inputs\n");
+    return 4;
+  }
+  double *ro = malloc(sizeof(double) * (size_t)small.nq), *rl = malloc(sizeof(double) * (size_t)(s.num_heads * Ns));
+  da_ref_attention(&s, 1, Ns, small.dq, small.dk, small.dv, ro, rl);
+  double vmax = 0;
+  for (int64_t i = 0; i < small.nk; i++) vmax = fmax(vmax, fabs(small.dv[i]));
+  double tol = (s.dtype == DA_DTYPE_FLOAT32 ? 2e-5 : s.dtype == DA_DTYPE_FLOAT16 ? 1e-2 : 3e-2) * vmax;
+  int best = -1;
+  double *times = malloc(sizeof(double) * (size_t)(reps > 0 ? reps : 1));
+  for (int i = 0; i < n; i++) {
+    da__tune_record *r = &c[i].rec;
+    if (c[i].plan && !strcmp(r->status, "ok")) {
+      double t1;
+      if (run_plan(ctx, c[i].plan, &s, &small, 0, &t1, r->label, sizeof r->label) != 0) {
+        snprintf(r->status, sizeof r->status, "runtime");
+      } else {
+        double err = 0;
+        for (int64_t x = 0; x < small.nq; x++) err = fmax(err, fabs(elem(&s, small.out, x) - ro[x]));
+        if (!(err <= tol)) {
+          snprintf(r->status, sizeof r->status, "correctness");
+          snprintf(r->label, sizeof r->label, "correctness: max error %.3g > %.3g", err, tol);
+        } else if (run_plan(ctx, c[i].plan, &s, &big, reps, times, r->label, sizeof r->label) != 0) {
+          snprintf(r->status, sizeof r->status, "runtime");
+        } else {
+          qsort(times, (size_t)reps, sizeof *times, cmp_d);
+          r->median_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+          r->min_ms = times[0], r->max_ms = times[reps - 1], r->reps = reps;
+          if (best < 0 || r->median_ms < c[best].rec.median_ms) best = i;
+        }
+      }
+    }
+    progress("timing", i + 1, n);
+    da_plan_destroy(c[i].plan);
+  }
+  free(times), free(ro), free(rl);
+  free_inputs(&small), free_inputs(&big);
+  unsetenv("DILATTN_TUNING");
+  /* results */
+  da__tune_record recs[MAX_CAND];
+  for (int i = 0; i < n; i++) {
+    recs[i] = c[i].rec;
+    const da__tune_record *r = &c[i].rec;
+    if (csv)
+      fprintf(csv, "%s,%s,%lld,%lld,%d,%d,%d,%s,%s,%.4f,%.4f,%.4f,%d,%s,\"%s\"\n", config, r->backend,
+              (long long)N, (long long)B, r->params.tile_q, r->params.tile_k, r->params.fused_min_queries, r->strategy,
+              r->status, r->median_ms, r->min_ms, r->max_ms, r->is_default, i == best ? "best" : "", r->label);
+  }
+  da_status st = da__tuning_db_merge(ctx, db, recs, n);
+  if (st != DA_OK) fprintf(stderr, "dilattn: error: %s\n", da_context_last_error(ctx));
+  int failed = 0;
+  for (int i = 0; i < n; i++) failed += strcmp(c[i].rec.status, "ok") != 0;
+  printf("{\"config\":\"%s\",\"backend\":\"%s\",\"seq_len\":%lld,\"batch\":%lld,\"candidates\":%d,\"failed\":%d,"
+         "\"default_ms\":%.4f,\"best_ms\":%.4f,\"speedup\":%.3f,\"best\":{\"tile_q\":%d,\"tile_k\":%d,"
+         "\"fused_min_queries\":%d,\"strategy\":\"%s\"},\"db\":\"%s\"}\n",
+         config, cuda ? "cuda" : "host", (long long)N, (long long)B, n, failed, c[0].rec.median_ms,
+         best >= 0 ? c[best].rec.median_ms : -1.0,
+         best >= 0 && c[0].rec.median_ms > 0 ? c[0].rec.median_ms / c[best].rec.median_ms : 0.0,
+         best >= 0 ? c[best].rec.params.tile_q : 0, best >= 0 ? c[best].rec.params.tile_k : 0,
+         best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.strategy : "", db);
+  if (plot) draw_plot(plot, c, n, best);
+  free(js);
+  da_context_destroy(ctx);
+  return st == DA_OK ? (best >= 0 ? 0 : 4) : 4;
+}
+
+int da__cmd_tune(int argc, char **argv) {
+  const char *configs[64], *csv_path = NULL, *plot = NULL, *backend_s = "host", *db_arg = NULL;
+  int nconf = 0, reps = 10, threads = 0;
+  int64_t N = 0, B = 1;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    int more = i + 1 < argc;
+    if (!strcmp(a, "--seq-len") && more) N = strtoll(argv[++i], NULL, 10);
+    else if (!strcmp(a, "--batch") && more) B = strtoll(argv[++i], NULL, 10);
+    else if (!strcmp(a, "--backend") && more) backend_s = argv[++i];
+    else if (!strcmp(a, "-o") && more) csv_path = argv[++i];
+    else if (!strcmp(a, "--plot") && more) plot = argv[++i];
+    else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
+    else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
+    else if (!strcmp(a, "--db") && more) db_arg = argv[++i];
+    else if (a[0] == '-') {
+      fprintf(stderr, "dilattn: error: tune: unknown option or missing value: %s\n", a);
+      return 2;
+    } else if (nconf < 64) configs[nconf++] = a;
+  }
+  if (!nconf || N < 1 || N > ((int64_t)1 << 32) || B < 1 || B > 65535 || reps < 1 || reps > 1000) {
+    fprintf(stderr, "dilattn: error: tune: needs CONFIG.json... --seq-len N (1..2^32), --batch 1..65535, "
+                    "--reps 1..1000\n");
+    return 2;
+  }
+  da_backend backend = !strcmp(backend_s, "host") ? DA_BACKEND_HOST : !strcmp(backend_s, "cuda") ? DA_BACKEND_CUDA
+                       : !strcmp(backend_s, "auto") ? DA_BACKEND_AUTO : (da_backend)-1;
+  if ((int)backend < 0) {
+    fprintf(stderr, "dilattn: error: --backend: '%s' is not auto, host or cuda\n", backend_s);
+    return 2;
+  }
+  char db[4200];
+  if (db_arg) snprintf(db, sizeof db, "%s", db_arg);
+  else da__tuning_db_path(db, sizeof db);
+  FILE *csv = NULL;
+  char tmp[4300];
+  if (csv_path) {
+    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", csv_path);
+    int fd = mkstemp(tmp);
+    csv = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!csv) {
+      fprintf(stderr, "dilattn: error: -o %s: %s\n", csv_path, strerror(errno));
+      return 2;
+    }
+    fprintf(csv, "config,backend,seq_len,batch,tile_q,tile_k,fused_min_queries,strategy,status,median_ms,min_ms,"
+                 "max_ms,default,best,label\n");
+  }
+  int rc = 0;
+  for (int i = 0; i < nconf; i++) {
+    char pl[4300];
+    if (plot && nconf > 1) snprintf(pl, sizeof pl, "%s.%d.png", plot, i);
+    int r = tune_one(configs[i], N, B, backend, reps, threads, csv, plot ? (nconf > 1 ? pl : plot) : NULL, db);
+    if (r && !rc) rc = r;
+    if (r == 2) break;
+  }
+  if (csv) {
+    int ok = fflush(csv) == 0 && fsync(fileno(csv)) == 0;
+    ok = fclose(csv) == 0 && ok;
+    if (!ok || rename(tmp, csv_path) != 0) {
+      unlink(tmp);
+      fprintf(stderr, "dilattn: error: cannot write %s\n", csv_path);
+      if (!rc) rc = 2;
+    }
+  }
+  return rc;
+}

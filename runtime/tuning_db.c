@@ -1,0 +1,249 @@
+/* tuning_db.c - the tuning database (DESIGN.md decision 9). Line 1 is the environment
+ * header {"dilattn_tuning_db":1,"env":{...}}; every other line is one record. Writers
+ * take an flock on <db>.lock, re-read the file, merge, write a temp file and rename it,
+ * so two tuners writing at once lose no record. A file whose header names another
+ * environment is ignored by readers and never overwritten. */
+#define _GNU_SOURCE
+#include "runtime/tuning_db.h"
+
+#include "runtime/cuda_driver.h"
+#include "runtime/disk_cache.h"
+#include "runtime/host_compiler.h"
+#include "runtime/nvrtc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+int da__tuning_bucket(int64_t n) {
+  int b = 0;
+  while (n > 1) n >>= 1, b++;
+  return b;
+}
+
+void da__tuning_db_path(char *out, size_t cap) {
+  const char *e = getenv("DILATTN_TUNING_DB");
+  if (e && *e) {
+    snprintf(out, cap, "%s", e);
+    return;
+  }
+  da__disk_cache *dc = da__disk_cache_open();
+  const char *root = dc ? da__disk_cache_root(dc) : "/tmp/dilattn/v1";
+  /* root is ".../v1": the database sits beside it */
+  snprintf(out, cap, "%.*s/tuning.jsonl", (int)(strlen(root) > 3 ? strlen(root) - 3 : strlen(root)), root);
+  da__disk_cache_close(dc);
+}
+
+static char env_line[1024];
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void make_env(void) {
+  char cpu[256] = "unknown";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10)) {
+      char *c = strchr(line, ':');
+      if (c) {
+        snprintf(cpu, sizeof cpu, "%s", c + 2);
+        cpu[strcspn(cpu, "\n\"\\")] = 0;
+      }
+      break;
+    }
+  if (f) fclose(f);
+  char gpu[300] = "none";
+  da__cuda *dev = NULL;
+  if (da__cuda_get(NULL, &dev) == DA_OK)
+    snprintf(gpu, sizeof gpu, "%.200s %s driver %d", da__cuda_device_name(dev), da__cuda_arch(dev),
+             da__cuda_driver_version(dev));
+  gpu[strcspn(gpu, "\"\\")] = 0;
+  int maj = 0, min = 0;
+  char nvrtc[32] = "none";
+  if (da__nvrtc_version(NULL, &maj, &min) == DA_OK) snprintf(nvrtc, sizeof nvrtc, "%d.%d", maj, min);
+  char cc[128];
+  snprintf(cc, sizeof cc, "%s", da__host_cc());
+  cc[strcspn(cc, "\"\\")] = 0;
+  snprintf(env_line, sizeof env_line,
+           "{\"dilattn_tuning_db\":1,\"env\":{\"library\":\"%s\",\"cpu\":\"%s\",\"cpus\":%ld,\"cc\":\"%s\","
+           "\"gpu\":\"%s\",\"nvrtc\":\"%s\"}}",
+           DA_VERSION_STRING, cpu, sysconf(_SC_NPROCESSORS_ONLN), cc, gpu, nvrtc);
+}
+
+const char *da__tuning_env(void) {
+  pthread_once(&env_once, make_env);
+  return env_line;
+}
+
+static int same_env(const char *header) {
+  json_t *a = json_loads(header, 0, NULL), *b = json_loads(da__tuning_env(), 0, NULL);
+  int same = a && b && json_equal(json_object_get(a, "env"), json_object_get(b, "env"));
+  json_decref(a);
+  json_decref(b);
+  return same;
+}
+
+static void get_str(json_t *o, const char *k, char *dst, size_t cap) {
+  const char *v = json_string_value(json_object_get(o, k));
+  snprintf(dst, cap, "%s", v ? v : "");
+}
+
+static int parse_record(const char *line, da__tune_record *r) {
+  json_t *o = json_loads(line, 0, NULL);
+  if (!json_is_object(o)) {
+    json_decref(o);
+    return -1;
+  }
+  memset(r, 0, sizeof *r);
+  get_str(o, "spec_hash", r->spec_hash, sizeof r->spec_hash);
+  get_str(o, "backend", r->backend, sizeof r->backend);
+  get_str(o, "strategy", r->strategy, sizeof r->strategy);
+  get_str(o, "status", r->status, sizeof r->status);
+  get_str(o, "label", r->label, sizeof r->label);
+  r->seq_len = json_integer_value(json_object_get(o, "seq_len"));
+  r->batch = json_integer_value(json_object_get(o, "batch"));
+  r->bucket = (int)json_integer_value(json_object_get(o, "bucket"));
+  r->params.tile_q = (int)json_integer_value(json_object_get(o, "tile_q"));
+  r->params.tile_k = (int)json_integer_value(json_object_get(o, "tile_k"));
+  r->params.fused_min_queries = (int)json_integer_value(json_object_get(o, "fused_min_queries"));
+  r->median_ms = json_number_value(json_object_get(o, "median_ms"));
+  r->min_ms = json_number_value(json_object_get(o, "min_ms"));
+  r->max_ms = json_number_value(json_object_get(o, "max_ms"));
+  r->reps = (int)json_integer_value(json_object_get(o, "reps"));
+  r->is_default = json_is_true(json_object_get(o, "default"));
+  json_decref(o);
+  return strlen(r->spec_hash) == 64 && r->backend[0] ? 0 : -1;
+}
+
+static void format_record(const da__tune_record *r, FILE *f) {
+  json_t *o = json_object();
+  json_object_set_new(o, "spec_hash", json_string(r->spec_hash));
+  json_object_set_new(o, "backend", json_string(r->backend));
+  json_object_set_new(o, "seq_len", json_integer(r->seq_len));
+  json_object_set_new(o, "batch", json_integer(r->batch));
+  json_object_set_new(o, "bucket", json_integer(r->bucket));
+  json_object_set_new(o, "tile_q", json_integer(r->params.tile_q));
+  json_object_set_new(o, "tile_k", json_integer(r->params.tile_k));
+  json_object_set_new(o, "fused_min_queries", json_integer(r->params.fused_min_queries));
+  json_object_set_new(o, "strategy", json_string(r->strategy));
+  json_object_set_new(o, "status", json_string(r->status));
+  json_object_set_new(o, "label", json_string(r->label));
+  json_object_set_new(o, "median_ms", json_real(isfinite(r->median_ms) ? r->median_ms : -1));
+  json_object_set_new(o, "min_ms", json_real(isfinite(r->min_ms) ? r->min_ms : -1));
+  json_object_set_new(o, "max_ms", json_real(isfinite(r->max_ms) ? r->max_ms : -1));
+  json_object_set_new(o, "reps", json_integer(r->reps));
+  json_object_set_new(o, "default", json_boolean(r->is_default));
+  char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  if (s) fprintf(f, "%s\n", s);
+  free(s);
+  json_decref(o);
+}
+
+int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
+  *out = NULL;
+  if (mismatch) *mismatch = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return errno == ENOENT ? 0 : -1;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int n = 0, ncap = 0, first = 1;
+  da__tune_record *v = NULL;
+  while ((len = getline(&line, &cap, f)) >= 0) {
+    if (first) {
+      first = 0;
+      if (!same_env(line)) {
+        if (mismatch) *mismatch = 1;
+        n = -1;
+        break;
+      }
+      continue;
+    }
+    if (n == ncap) {
+      da__tune_record *nv = realloc(v, (size_t)(ncap = ncap ? 2 * ncap : 64) * sizeof *v);
+      if (!nv) break;
+      v = nv;
+    }
+    if (parse_record(line, &v[n]) == 0) n++; /* a damaged line is skipped */
+  }
+  free(line);
+  fclose(f);
+  if (n < 0) {
+    free(v);
+    return -1;
+  }
+  *out = v;
+  return n;
+}
+
+static int same_slot(const da__tune_record *a, const da__tune_record *b) {
+  return !strcmp(a->spec_hash, b->spec_hash) && !strcmp(a->backend, b->backend) && a->bucket == b->bucket &&
+         a->batch == b->batch && a->params.tile_q == b->params.tile_q && a->params.tile_k == b->params.tile_k &&
+         a->params.fused_min_queries == b->params.fused_min_queries;
+}
+
+da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n) {
+  char lock[4200];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  DA_RETURN_IF(fd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock, strerror(errno));
+  while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  da__tune_record *old = NULL;
+  int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
+  da_status st = DA_OK;
+  if (nold < 0) {
+    st = da__set_error(ctx, DA_ERR_IO,
+                       mismatch ? "tuning db %s was written for another environment; it is left as it is (set "
+                                  "DILATTN_TUNING_DB to another file)"
+                                : "tuning db %s cannot be read",
+                       path);
+  } else {
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
+    int tfd = mkstemp(tmp);
+    FILE *f = tfd >= 0 ? fdopen(tfd, "w") : NULL;
+    if (!f) {
+      st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot write next to %s: %s", path, strerror(errno));
+    } else {
+      fprintf(f, "%s\n", da__tuning_env());
+      for (int i = 0; i < nold; i++) {
+        int replaced = 0;
+        for (int j = 0; j < n && !replaced; j++) replaced = same_slot(&old[i], &recs[j]);
+        if (!replaced) format_record(&old[i], f);
+      }
+      for (int j = 0; j < n; j++) format_record(&recs[j], f);
+      int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+      ok = fclose(f) == 0 && ok;
+      if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot replace %s: %s", path, strerror(errno));
+      }
+    }
+  }
+  free(old);
+  flock(fd, LOCK_UN);
+  close(fd);
+  return st;
+}
+
+const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const char *spec_hash, const char *backend,
+                                       int want_bucket) {
+  int best_bucket = -1;
+  for (int i = 0; i < n; i++) /* nearest bucket that has an ok record */
+    if (!strcmp(recs[i].spec_hash, spec_hash) && !strcmp(recs[i].backend, backend) && !strcmp(recs[i].status, "ok") &&
+        (best_bucket < 0 || abs(recs[i].bucket - want_bucket) < abs(best_bucket - want_bucket)))
+      best_bucket = recs[i].bucket;
+  const da__tune_record *best = NULL;
+  for (int i = 0; i < n; i++)
+    if (recs[i].bucket == best_bucket && !strcmp(recs[i].spec_hash, spec_hash) && !strcmp(recs[i].backend, backend) &&
+        !strcmp(recs[i].status, "ok") && (!best || recs[i].median_ms < best->median_ms))
+      best = &recs[i];
+  return best;
+}

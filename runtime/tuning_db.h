@@ -1,0 +1,49 @@
+/* tuning_db.h - the tuning database (DESIGN.md decision 9): JSON lines, an environment
+ * header then one record per (spec, backend, shape bucket, tile parameters) with its
+ * timings and status; merged by re-read and atomic replace under a lock; a file written
+ * for another environment is ignored and never overwritten. Plan creation asks it for
+ * the best parameters of a spec. */
+#ifndef DA_TUNING_DB_H
+#define DA_TUNING_DB_H
+
+#include <stdint.h>
+
+#include "runtime/internal.h"
+
+typedef struct {
+  char spec_hash[65];
+  char backend[8];       /* host | cuda */
+  int64_t seq_len, batch;
+  int bucket;            /* floor(log2(seq_len)) */
+  da_plan_options params;
+  char strategy[16];
+  char status[16];       /* ok | compile | runtime | correctness | constraints */
+  char label[200];       /* why, for failures */
+  double median_ms, min_ms, max_ms;
+  int reps, is_default;
+} da__tune_record;
+
+/* Path of the database: $DILATTN_TUNING_DB, else <cache dir>/tuning.jsonl. */
+DA_HIDDEN void da__tuning_db_path(char *out, size_t cap);
+
+/* This machine's environment header line (JSON, no newline): library, CPU, compiler,
+ * GPU, driver and NVRTC versions. */
+DA_HIDDEN const char *da__tuning_env(void);
+
+/* Read every record of a database written for this environment. Returns the count
+ * (records malloc'ed into *out), 0 for a missing file, -1 for one of another
+ * environment (*mismatch set) or unreadable. */
+DA_HIDDEN int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch);
+
+/* Merge records into the database under its lock (re-read, replace records with the same
+ * spec, backend, bucket, batch and parameters, append the rest, atomic rename). Refuses
+ * (DA_ERR_IO, nothing written) a file of another environment. */
+DA_HIDDEN da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n);
+
+/* Best ok record for spec_hash/backend whose bucket is nearest to want_bucket. */
+DA_HIDDEN const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const char *spec_hash,
+                                                 const char *backend, int want_bucket);
+
+DA_HIDDEN int da__tuning_bucket(int64_t seq_len);
+
+#endif

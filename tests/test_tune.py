@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""test_tune.py - `dilattn tune` on the host backend (issue 6): a whole sweep (CSV, PNG,
+database), failures labelled instead of aborting, the database round trip (a plan picks
+the tuned parameters; DILATTN_TUNING=0 does not), a database of another environment
+ignored and not overwritten, and two tuners writing one database at once losing no record.
+
+Run: python3 tests/test_tune.py build/dilattn   (ctest -R tune)
+"""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+DILATTN = os.path.abspath(sys.argv[1])
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    passed += bool(cond)
+    failed += not cond
+    if not cond:
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([DILATTN, *args], capture_output=True, text=True, env=e)
+
+
+tmp = tempfile.mkdtemp(prefix="dilattn-tune-")
+try:
+    db = os.path.join(tmp, "db.jsonl")
+    cfg_a = os.path.join(tmp, "a.json")
+    cfg_b = os.path.join(tmp, "b.json")
+    cfg_c = os.path.join(tmp, "wide.json")
+    json.dump({"segment_lengths": [32, 64], "dilation_rates": [1, 2], "num_heads": 2, "head_dim": 16}, open(cfg_a, "w"))
+    json.dump({"segment_lengths": [48], "dilation_rates": [3], "num_heads": 2, "head_dim": 8, "causal": True}, open(cfg_b, "w"))
+    json.dump({"segment_lengths": [64], "dilation_rates": [1], "num_heads": 1, "head_dim": 512}, open(cfg_c, "w"))
+
+    # 1. a whole sweep
+    out_csv, png = os.path.join(tmp, "a.csv"), os.path.join(tmp, "a.png")
+    p = run("tune", cfg_a, "--seq-len", "256", "--reps", "3", "-o", out_csv, "--plot", png, "--db", db)
+    check(p.returncode == 0, f"tune exit {p.returncode}: {p.stderr}")
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    rows = list(csv.DictReader(open(out_csv)))
+    check(len(rows) == summary["candidates"] and len(rows) >= 17, f"{len(rows)} CSV rows, summary {summary}")
+    check(sum(r["default"] == "1" for r in rows) == 1, "exactly one default candidate")
+    check(sum(r["best"] == "best" for r in rows) == 1, "exactly one best candidate")
+    check({r["strategy"] for r in rows if r["status"] == "ok"} >= {"fused", "split"}, "both strategies swept")
+    check(all(float(r["median_ms"]) > 0 for r in rows if r["status"] == "ok"), "timings recorded")
+    check(open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", "plot is a PNG")
+    lines = open(db).read().splitlines()
+    check(json.loads(lines[0]).get("dilattn_tuning_db") == 1, "database header")
+    recs = [json.loads(x) for x in lines[1:]]
+    check(len(recs) == len(rows), f"{len(recs)} records for {len(rows)} candidates")
+    best = next(r for r in rows if r["best"] == "best")
+
+    # 2. failures are labelled, the sweep goes on (head_dim 512: big tiles break the L2 budget)
+    p = run("tune", cfg_c, "--seq-len", "128", "--reps", "2", "-o", os.path.join(tmp, "c.csv"), "--db", db)
+    rows_c = list(csv.DictReader(open(os.path.join(tmp, "c.csv"))))
+    bad = [r for r in rows_c if r["status"] != "ok"]
+    check(p.returncode == 0 and bad and all(r["status"] == "constraints" and "KiB" in r["label"] for r in bad),
+          f"constraint labels: {[(r['status'], r['label']) for r in bad]}")
+    check(any(r["status"] == "ok" for r in rows_c), "some wide candidates ran")
+
+    # 3. a plan picks the tuned parameters for the nearest shape bucket
+    rng = np.random.default_rng(1)
+    for n in "qkv":
+        np.save(os.path.join(tmp, f"{n}.npy"), rng.standard_normal((1, 300, 2, 16)).astype(np.float32))
+    args = ["run", cfg_a, "--q", os.path.join(tmp, "q.npy"), "--k", os.path.join(tmp, "k.npy"),
+            "--v", os.path.join(tmp, "v.npy"), "-o", os.path.join(tmp, "o.npy")]
+    p = run(*args, env={"DILATTN_TUNING_DB": db})
+    info = json.loads(p.stdout)
+    want_q = int(best["tile_q"]) or 32
+    want_k = int(best["tile_k"]) or 64
+    check(p.returncode == 0 and info["tile_q"] == want_q and info["tile_k"] == want_k and info["strategy"] == best["strategy"],
+          f"run used {info.get('tile_q')}/{info.get('tile_k')}/{info.get('strategy')}, best is {want_q}/{want_k}/{best['strategy']}")
+    p = run(*args, env={"DILATTN_TUNING_DB": db, "DILATTN_TUNING": "0"})
+    info = json.loads(p.stdout)
+    check(info["tile_q"] == 32 and info["tile_k"] == 64, f"DILATTN_TUNING=0 still tuned: {info}")
+
+    # 4. another environment's database: ignored by plans, not overwritten by the tuner
+    foreign = os.path.join(tmp, "foreign.jsonl")
+    header = json.loads(lines[0])
+    header["env"]["cpu"] = "some other machine"
+    text = json.dumps(header) + "\n" + "\n".join(lines[1:]) + "\n"
+    open(foreign, "w").write(text)
+    p = run("tune", cfg_a, "--seq-len", "256", "--reps", "1", "--db", foreign)
+    check(p.returncode != 0 and "another environment" in p.stderr, f"tuner on a foreign db: {p.returncode} {p.stderr}")
+    check(open(foreign).read() == text, "foreign database was modified")
+    p = run(*args, env={"DILATTN_TUNING_DB": foreign})
+    info = json.loads(p.stdout)
+    check(info["tile_q"] == 32 and info["tile_k"] == 64, f"foreign database used: {info}")
+
+    # 5. two tuners writing one database at once lose no record
+    shared = os.path.join(tmp, "shared.jsonl")
+    procs = [subprocess.Popen([DILATTN, "tune", c, "--seq-len", "128", "--reps", "2", "--threads", "1", "--db", shared],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in (cfg_a, cfg_b)]
+    outs = [p.communicate() for p in procs]
+    check(all(p.returncode == 0 for p in procs), f"concurrent tuners: {[o[1] for o in outs]}")
+    counts = [json.loads(o[0].strip().splitlines()[-1])["candidates"] for o in outs]
+    recs = [json.loads(x) for x in open(shared).read().splitlines()[1:]]
+    check(len(recs) == sum(counts), f"{len(recs)} records, expected {sum(counts)}")
+    check(len({r["spec_hash"] for r in recs}) == 2, "records of both specs present")
+
+    # 6. bad arguments
+    p = run("tune", cfg_a)
+    check(p.returncode == 2 and "--seq-len" in p.stderr, "missing --seq-len")
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
