@@ -10,6 +10,7 @@
 
 #include "gen/render.h"
 #include "runtime/host_compiler.h"
+#include "runtime/fileio.h"
 #include "runtime/log.h"
 
 #include <jansson.h>
@@ -161,21 +162,6 @@ done:
   return st;
 }
 
-static unsigned char *read_file(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *buf = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  *n = (size_t)sz;
-  return buf;
-}
 
 int da__bundles_find(da__bundles *b, const char *arch, const char *key, const char *source_key, void **bytes,
                      size_t *n) {
@@ -199,7 +185,7 @@ int da__bundles_find(da__bundles *b, const char *arch, const char *key, const ch
   size_t len = 0;
   unsigned char *data = NULL;
   if (copy.path) {
-    data = read_file(copy.path, &len);
+    data = (unsigned char *)da__read_file(copy.path, &len);
   } else {
     data = malloc(copy.size ? copy.size : 1);
     if (data) memcpy(data, copy.data, copy.size), len = copy.size;

@@ -13,6 +13,7 @@
 #include "runtime/bundle_writer.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/disk_cache.h"
+#include "runtime/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,28 +141,8 @@ static int parse_archs(const char *list, char archs[][16], int cap) {
   return n;
 }
 
-/* Write bytes to path atomically. */
 static int write_atomic_bytes(const char *path, const void *data, size_t len) {
-  char tmp[4200];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) return -1;
-  int fd = mkstemp(tmp);
-  if (fd < 0) return -1;
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = write(fd, (const char *)data + done, len - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += (size_t)n;
-  }
-  int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
-  ok = (close(fd) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    errno = e;
-    return -1;
-  }
-  return 0;
+  return da__write_file_atomic(path, data, len, 0644);
 }
 
 static int write_atomic(const char *path, const char *text) {

@@ -12,6 +12,7 @@
 #include "runtime/disk_cache.h"
 
 #include "gen/render.h"
+#include "runtime/fileio.h"
 #include "runtime/log.h"
 
 #include <dirent.h>
@@ -95,31 +96,6 @@ static void entry_path(const da__disk_cache *dc, const char *arch, const char *k
   snprintf(out, cap, "%s/%s/%.2s/%s%s", dc->root, arch, key, key, ext);
 }
 
-static char *read_all(const char *path, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NULL;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (1ll << 31)) {
-    close(fd);
-    return NULL;
-  }
-  char *buf = malloc((size_t)st.st_size + 1);
-  size_t done = 0;
-  while (buf && done < (size_t)st.st_size) {
-    ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += (size_t)n;
-  }
-  close(fd);
-  if (!buf || done != (size_t)st.st_size) {
-    free(buf);
-    return NULL;
-  }
-  buf[done] = '\0';
-  *len = done;
-  return buf;
-}
 
 static void remove_entry(const da__disk_cache *dc, const char *arch, const char *key) {
   char p[4400];
@@ -136,7 +112,7 @@ static char *load_verified(const da__disk_cache *dc, const char *arch, const cha
   entry_path(dc, arch, key, ".json", jp, sizeof jp);
   entry_path(dc, arch, key, ".bin", bp, sizeof bp);
   size_t jlen = 0, blen = 0;
-  char *jt = read_all(jp, &jlen);
+  char *jt = da__read_file(jp, &jlen);
   *why = NULL;
   if (!jt) return NULL; /* no entry: a plain miss */
   json_t *j = json_loadb(jt, jlen, 0, NULL);
@@ -146,7 +122,7 @@ static char *load_verified(const da__disk_cache *dc, const char *arch, const cha
   char *bin = NULL;
   if (!sum || !jkey || strcmp(jkey, key) || want < 0) {
     *why = "unreadable metadata";
-  } else if (!(bin = read_all(bp, &blen))) {
+  } else if (!(bin = da__read_file(bp, &blen))) {
     *why = "artifact missing";
   } else if ((json_int_t)blen != want) {
     *why = "artifact truncated";
@@ -193,33 +169,6 @@ int da__disk_cache_get(da__disk_cache *dc, const char *arch, const char *key, ch
   return 1;
 }
 
-/* Write data to path via a temp file in the same folder. */
-static int write_file_atomic(const char *path, const void *data, size_t len) {
-  char tmp[4500];
-  snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) return -1;
-  /* a full disk under RLIMIT_FSIZE raises SIGXFSZ; treat it as the write error it is */
-  struct sigaction ign = {.sa_handler = SIG_IGN}, old;
-  sigaction(SIGXFSZ, &ign, &old);
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = write(fd, (const char *)data + done, len - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += (size_t)n;
-  }
-  sigaction(SIGXFSZ, &old, NULL);
-  int ok = done == len && fchmod(fd, 0600) == 0 && fsync(fd) == 0;
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno ? errno : EIO;
-    unlink(tmp);
-    errno = e;
-    return -1;
-  }
-  return 0;
-}
 
 static void evict(da__disk_cache *dc, const char *keep_key);
 
@@ -239,8 +188,8 @@ int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, co
                    meta ? "," : "", meta ? meta : "");
   if (n < 0) return -1;
   int rc = -1;
-  if (mkdir_p(dir, 0700) == 0 && write_file_atomic(bp, data, size) == 0 &&
-      write_file_atomic(jp, json, strlen(json)) == 0)
+  if (mkdir_p(dir, 0700) == 0 && da__write_file_atomic(bp, data, size, 0600) == 0 &&
+      da__write_file_atomic(jp, json, strlen(json), 0600) == 0)
     rc = 0;
   int e = errno;
   free(json);
@@ -388,7 +337,7 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
       char jp[4400];
       size_t jl;
       entry_path(dc, e->arch, e->key, ".json", jp, sizeof jp);
-      json = read_all(jp, &jl);
+      json = da__read_file(jp, &jl);
     }
     sum->entries++;
     sum->bytes += e->size;

@@ -5,6 +5,7 @@
 #include "runtime/kernel_cache.h"
 
 #include "gen/render.h"
+#include "runtime/fileio.h"
 #include "runtime/log.h"
 
 #include <errno.h>
@@ -153,27 +154,12 @@ typedef struct {
   const char *source, *symbol, *render_key;
 } host_job;
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  *len = (size_t)sz;
-  return buf;
-}
 
 static da_status build_host(const da_context *ctx, void *arg, void **bytes, size_t *n) {
   const host_job *j = arg;
   char dir[4096], so[4200];
   DA_TRY(da__host_build(ctx, j->source, dir, sizeof dir, so, sizeof so, NULL));
-  *bytes = read_file(so, n);
+  *bytes = da__read_file(so, n);
   da__host_build_cleanup(dir);
   DA_RETURN_IF(!*bytes, DA_ERR_IO, "host compile: cannot read back %s", so);
   return DA_OK;

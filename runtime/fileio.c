@@ -1,0 +1,71 @@
+/* fileio.c - whole-file reads and atomic writes (temp file in the same folder, fsync,
+ * rename), shared by the disk cache, bundles, the tuning database and the CLI. A write
+ * that fails leaves nothing behind; SIGXFSZ (a file size limit) is treated as the write
+ * error it is. */
+#define _GNU_SOURCE
+#include "runtime/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *da__read_file(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (1ll << 31)) {
+    close(fd);
+    errno = EFBIG;
+    return NULL;
+  }
+  char *buf = malloc((size_t)st.st_size + 1);
+  size_t done = 0;
+  while (buf && done < (size_t)st.st_size) {
+    ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += (size_t)n;
+  }
+  close(fd);
+  if (!buf || done != (size_t)st.st_size) {
+    free(buf);
+    errno = EIO;
+    return NULL;
+  }
+  buf[done] = '\0';
+  *len = done;
+  return buf;
+}
+
+int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
+  char tmp[4500];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  int fd = mkstemp(tmp);
+  if (fd < 0) return -1;
+  struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+  sigaction(SIGXFSZ, &ign, &old);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = write(fd, (const char *)data + done, len - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += (size_t)n;
+  }
+  sigaction(SIGXFSZ, &old, NULL);
+  int ok = done == len && fchmod(fd, (mode_t)mode) == 0 && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    int e = errno ? errno : EIO;
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,17 @@
+/* fileio.h - whole-file reads and atomic writes, shared by the caches, bundles and CLI. */
+#ifndef DA_FILEIO_H
+#define DA_FILEIO_H
+
+#include <stddef.h>
+
+#include "runtime/internal.h"
+
+/* Read a whole file (up to 2 GiB) into a malloc'ed, NUL-terminated buffer; NULL with
+ * errno set on failure. */
+DA_HIDDEN char *da__read_file(const char *path, size_t *len);
+
+/* Write data to path whole or not at all: a temp file in the same folder, fsync, rename.
+ * mode is the new file's permission bits. 0 on success, -1 with errno set. */
+DA_HIDDEN int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode);
+
+#endif
