@@ -5,8 +5,8 @@
  *   fused:  <name>_fused                         grid (ceil(N/g) * tiles_per_window, H, B)
  *   split:  _init, _branch per branch, _finish   workspace [B][H][N][D+1] fp32
  *   single: _clear, _branch per branch
- * Everything is asynchronous on the caller's stream except when the plan has to
- * allocate the split workspace itself (then it synchronizes before freeing it). */
+ * Everything is asynchronous on the caller's stream; the split workspace, when the caller
+ * does not pass one, comes from the device's stream-ordered memory pool. */
 #include "runtime/cuda_backend.h"
 
 #include "runtime/cuda_driver.h"
@@ -204,7 +204,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
                    "workspace: %zu bytes given, %zu needed", args->workspace_bytes, need);
       a.ws = args->workspace;
     } else {
-      DA_TRY(da__cuda_malloc(ctx, p->dev, need, &owned));
+      DA_TRY(da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)); /* stream-ordered pool */
       a.ws = owned;
     }
   }
@@ -226,7 +226,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
     }
     if (st == DA_OK && p->k[K_AUX2].module) st = launch_stride(ctx, p, K_AUX2, &a, stream); /* _finish */
   }
-  if (owned) {
+  if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
     da_status s2 = da__cuda_sync(ctx, p->dev, stream);
     da__cuda_free(p->dev, owned);
     if (st == DA_OK) st = s2;

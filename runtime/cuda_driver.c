@@ -72,6 +72,14 @@ struct da__cuda {
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);    /* cuMemcpyHtoD_v2 */
   CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);          /* cuMemcpyDtoH_v2 */
   CUresult (*StreamSynchronize)(CUstream);
+  /* stream-ordered pool (CUDA 11.2+; optional): cuMemAllocAsync from the device's default
+   * pool with its release threshold raised, so steady-state executions do not hit the
+   * driver's allocator */
+  CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+  CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*DeviceGetDefaultMemPool)(void **, CUdevice);
+  CUresult (*MemPoolSetAttribute)(void *, int, void *);
+  int pool_ready;
 };
 
 static da__cuda g_cuda;
@@ -172,6 +180,13 @@ static void cuda_init(void) {
   SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
   SYM(StreamSynchronize, "cuStreamSynchronize");
 #undef SYM
+  {
+    char unused[256] = "";
+    load_sym(c->dl, "cuMemAllocAsync", &c->MemAllocAsync, unused, sizeof unused);
+    load_sym(c->dl, "cuMemFreeAsync", &c->MemFreeAsync, unused, sizeof unused);
+    load_sym(c->dl, "cuDeviceGetDefaultMemPool", &c->DeviceGetDefaultMemPool, unused, sizeof unused);
+    load_sym(c->dl, "cuMemPoolSetAttribute", &c->MemPoolSetAttribute, unused, sizeof unused);
+  }
   if (!ok) {
     g_status = DA_ERR_UNSUPPORTED;
     snprintf(g_error, sizeof g_error, "CUDA driver %s too old: it lacks %s", lib, missing);
@@ -342,6 +357,49 @@ da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void
   }
   *dptr = (void *)(uintptr_t)d;
   return DA_OK;
+}
+
+/* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuda.h: 4) */
+#define DA_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
+
+da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes, void *stream, void **dptr) {
+  DA_RETURN_IF(!c || !dptr, DA_ERR_INVALID_ARGUMENT, "cuda: NULL argument to malloc");
+  if (!c->MemAllocAsync || !c->MemFreeAsync) return da__cuda_malloc(ctx, c, bytes, dptr);
+  if (!bytes) {
+    *dptr = NULL;
+    return DA_OK;
+  }
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  if (!c->pool_ready && c->DeviceGetDefaultMemPool && c->MemPoolSetAttribute) {
+    void *pool = NULL;
+    uint64_t keep = UINT64_MAX; /* never give memory back between executions */
+    if (c->DeviceGetDefaultMemPool(&pool, c->device) == CUDA_SUCCESS)
+      c->MemPoolSetAttribute(pool, DA_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    c->pool_ready = 1;
+  }
+  CUdeviceptr d = 0;
+  CUresult r = c->MemAllocAsync(&d, bytes, (CUstream)stream);
+  leave(c, pushed);
+  if (r != CUDA_SUCCESS) {
+    const char *name, *text;
+    error_text(c, r, &name, &text);
+    return da__set_error(ctx, DA_ERR_DEVICE, "CUDA: cuMemAllocAsync(%zu bytes) failed: %d (%s: %s)", bytes, r, name,
+                         text);
+  }
+  *dptr = (void *)(uintptr_t)d;
+  return DA_OK;
+}
+
+int da__cuda_free_async(da__cuda *c, void *dptr, void *stream) {
+  if (!c || !dptr) return 1;
+  if (!c->MemFreeAsync) return 0; /* caller must synchronize and da__cuda_free */
+  int pushed;
+  const char *call;
+  if (enter_raw(c, &pushed, &call) != CUDA_SUCCESS) return 0;
+  c->MemFreeAsync(dptr_of(dptr), (CUstream)stream);
+  leave(c, pushed);
+  return 1;
 }
 
 void da__cuda_free(da__cuda *c, void *dptr) {

@@ -48,6 +48,13 @@ DA_HIDDEN da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da
  * NULL and DA_OK; freeing NULL does nothing. */
 DA_HIDDEN da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void **dptr);
 DA_HIDDEN void da__cuda_free(da__cuda *c, void *dptr);
+/* Stream-ordered workspace from the device's default memory pool (release threshold
+ * raised: after warm-up no allocation reaches the driver). Falls back to cuMemAlloc when
+ * the driver lacks cuMemAllocAsync. da__cuda_free_async returns 0 when the caller must
+ * synchronize stream and call da__cuda_free instead. */
+DA_HIDDEN da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes, void *stream,
+                                          void **dptr);
+DA_HIDDEN int da__cuda_free_async(da__cuda *c, void *dptr, void *stream);
 DA_HIDDEN da_status da__cuda_memcpy_htod(const da_context *ctx, da__cuda *c, void *dst,
                                          const void *src, size_t bytes);
 DA_HIDDEN da_status da__cuda_memcpy_dtoh(const da_context *ctx, da__cuda *c, void *dst,
