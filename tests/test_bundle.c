@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/fileio.h"
 #include "runtime/kernel_cache.h"
 #include "test_util.h"
 
@@ -43,20 +44,6 @@ static void fresh_cache(const char *name) {
   char d[700];
   snprintf(d, sizeof d, "%s/cache-%s", base, name);
   setenv("DILATTN_CACHE_DIR", d, 1);
-}
-
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)len + 1);
-  if (fread(b, 1, (size_t)len, f) != (size_t)len) len = 0;
-  b[len] = 0;
-  fclose(f);
-  *n = (size_t)len;
-  return b;
 }
 
 static void write_text(const char *path, const char *text) {
@@ -179,7 +166,7 @@ int main(int argc, char **argv) {
   fresh_cache("8");
   setenv("DILATTN_DISABLE_JIT", "1", 1);
   size_t mlen = 0, slen = 0;
-  char *mtext = slurp(manifest, &mlen);
+  char *mtext = da__read_file(manifest, &mlen);
   snprintf(cmd, sizeof cmd, "%s/%s", bdir, "");
   char sofile[300] = "";
   {
@@ -188,7 +175,7 @@ int main(int argc, char **argv) {
   }
   char sopath[1000];
   snprintf(sopath, sizeof sopath, "%s/%s", bdir, sofile);
-  char *sobytes = slurp(sopath, &slen);
+  char *sobytes = da__read_file(sopath, &slen);
   const char *files[1] = {sofile};
   const unsigned char *data[1] = {(const unsigned char *)sobytes};
   size_t sizes[1] = {slen};

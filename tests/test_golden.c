@@ -7,31 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/fileio.h"
 #include "runtime/npy.h"
 #include "test_util.h"
-
-static char *read_text(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  if (buf) buf[n] = '\0';
-  *len = (size_t)n;
-  fclose(f);
-  return buf;
-}
 
 static void run_case(da_context *ctx, const char *dir, const char *name) {
   char path[4096], msg[1024];
   snprintf(path, sizeof path, "%s/%s/case.json", dir, name);
   size_t len;
-  char *text = read_text(path, &len);
+  char *text = da__read_file(path, &len);
   TU_CHECK(text != NULL, "%s: cannot read", path);
   if (!text) return;
   da_spec spec;

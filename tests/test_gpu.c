@@ -15,6 +15,7 @@
 
 #include "reference.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/fileio.h"
 #include "runtime/npy.h"
 #include "test_util.h"
 
@@ -46,16 +47,6 @@ static da_status run_cuda(da_context *ctx, const da_spec *s, int64_t B, int64_t 
   return st;
 }
 
-static char *read_text(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  static char buf[1 << 16];
-  *len = fread(buf, 1, sizeof buf - 1, f);
-  buf[*len] = 0;
-  fclose(f);
-  return buf;
-}
-
 static void test_golden(da_context *ctx, const char *dir) {
   DIR *d = opendir(dir);
   TU_CHECK(d != NULL, "cannot open %s", dir);
@@ -63,12 +54,14 @@ static void test_golden(da_context *ctx, const char *dir) {
   struct dirent *e;
   while ((e = readdir(d))) {
     if (e->d_name[0] == '.') continue;
-    char path[4096], msg[512];
+    char path[4096], msg[512] = "unreadable";
     size_t len;
     snprintf(path, sizeof path, "%s/%s/case.json", dir, e->d_name);
-    char *text = read_text(path, &len);
+    char *text = da__read_file(path, &len);
     da_spec s;
-    if (!text || da_spec_from_json(text, len, &s, msg, sizeof msg) != DA_OK) {
+    int parsed = text && da_spec_from_json(text, len, &s, msg, sizeof msg) == DA_OK;
+    free(text);
+    if (!parsed) {
       TU_CHECK(0, "%s: %s", path, msg);
       continue;
     }
