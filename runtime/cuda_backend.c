@@ -16,25 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Must match struct da_cuda_args in templates/cuda/kernel.cu.tpl. */
-typedef struct {
-  const void *q, *k, *v;
-  void *out;
-  float *lse;
-  int64_t batch, seq_len;
-  int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3];
-  const unsigned char *const *masks;
-  float *ws;
-  int branch;
-} da__cuda_args;
-
-enum { K_MAIN, K_AUX1, K_AUX2, K_COUNT };
-
 struct da__cuda_plan {
   da__cuda *dev;
   da__rendered r; /* facts (the strings are not kept) */
   int heads, head_dim, mma;
-  da__cuda_kernel k[K_COUNT];
+  da__cuda_kernel k[DA_CUDA_K_COUNT];
   void *dmasks;     /* device: pointer table followed by the masks */
 };
 
@@ -129,15 +115,13 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   p->heads = spec->num_heads;
   p->head_dim = spec->head_dim;
   p->mma = !strcmp(r->cuda_path, "mma");
-  static const char *const suffix[3][K_COUNT] = {
-      {"_fused", NULL, NULL}, {"_branch", "_init", "_finish"}, {"_branch", "_clear", NULL}};
-  int which = !strcmp(r->strategy, "fused") ? 0 : !strcmp(r->strategy, "split") ? 1 : 2;
   da_status st = DA_OK;
-  for (int i = 0; i < K_COUNT && st == DA_OK; i++) {
-    if (!suffix[which][i]) continue;
+  for (int i = 0; i < DA_CUDA_K_COUNT && st == DA_OK; i++) {
+    const char *suffix = da__cuda_kernel_suffix(r->strategy, i);
+    if (!suffix) continue;
     char fn[300];
-    snprintf(fn, sizeof fn, "%s%s", r->kernel_name, suffix[which][i]);
-    st = da__cuda_load(ctx, dev, pl->blob, fn, i == K_MAIN ? r->smem_bytes : 0, &p->k[i]);
+    snprintf(fn, sizeof fn, "%s%s", r->kernel_name, suffix);
+    st = da__cuda_load(ctx, dev, pl->blob, fn, i == DA_CUDA_K_MAIN ? r->smem_bytes : 0, &p->k[i]);
   }
   if (st == DA_OK) st = load_masks(ctx, p, spec);
   if (st != DA_OK) {
@@ -150,31 +134,86 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
 
 void da__cuda_plan_destroy(da__cuda_plan *p) {
   if (!p) return;
-  for (int i = 0; i < K_COUNT; i++)
+  for (int i = 0; i < DA_CUDA_K_COUNT; i++)
     if (p->k[i].module) da__cuda_unload(p->dev, &p->k[i]);
   da__cuda_free(p->dev, p->dmasks);
   free(p);
 }
 
-size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len) {
-  if (p->r.ws_floats_per_token == 0) return 0;
-  double bytes = (double)batch * p->heads * (double)seq_len * (double)p->r.ws_floats_per_token * 4.0;
+const char *da__cuda_kernel_suffix(const char *strategy, int which) {
+  static const char *const suffix[3][DA_CUDA_K_COUNT] = {
+      {"_fused", NULL, NULL}, {"_branch", "_init", "_finish"}, {"_branch", "_clear", NULL}};
+  if (which < 0 || which >= DA_CUDA_K_COUNT) return NULL;
+  return suffix[!strcmp(strategy, "fused") ? 0 : !strcmp(strategy, "split") ? 1 : 2][which];
+}
+
+size_t da__cuda_workspace_bytes(const da__rendered *r, int heads, int64_t batch, int64_t seq_len) {
+  if (r->ws_floats_per_token == 0) return 0;
+  double bytes = (double)batch * heads * (double)seq_len * (double)r->ws_floats_per_token * 4.0;
   if (bytes > (double)SIZE_MAX / 2) return SIZE_MAX;
-  return (size_t)batch * (size_t)p->heads * (size_t)seq_len * (size_t)p->r.ws_floats_per_token * 4u;
+  return (size_t)batch * (size_t)heads * (size_t)seq_len * (size_t)r->ws_floats_per_token * 4u;
+}
+
+size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len) {
+  return da__cuda_workspace_bytes(&p->r, p->heads, batch, seq_len);
 }
 
 static int aligned16(const void *ptr, const int64_t *stride) {
   return ((uintptr_t)ptr % 16) == 0 && stride[0] % 8 == 0 && stride[1] % 8 == 0 && stride[2] % 8 == 0;
 }
 
-static da_status launch_stride(const da_context *ctx, da__cuda_plan *p, int which, da__cuda_args *a,
-                               void *stream) {
-  int64_t rows = a->batch * p->heads * a->seq_len * (p->head_dim + 1);
+/* Grid-stride kernels (_init, _clear, _finish): one thread per workspace float, capped. */
+static da_status launch_stride(const da__rendered *r, int heads, int head_dim, int which, da__cuda_args *a,
+                               da__cuda_launch_fn launch, void *user) {
+  (void)r;
+  int64_t rows = a->batch * heads * a->seq_len * (head_dim + 1);
   int64_t blocks = (rows + 255) / 256;
   if (blocks > 65536) blocks = 65536;
   if (blocks < 1) blocks = 1;
+  return launch(user, which, (unsigned)blocks, 1, 1, 256, 0, a);
+}
+
+da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
+                                   da__cuda_args *a, da__cuda_launch_fn launch, void *user) {
+  unsigned threads = (unsigned)r->threads, smem = (unsigned)r->smem_bytes, H = (unsigned)heads;
+  if (!strcmp(r->strategy, "fused")) {
+    int64_t gx = (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window;
+    DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
+    return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a);
+  }
+  DA_TRY(launch_stride(r, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user)); /* _init or _clear */
+  for (int br = 0; br < r->num_branches; br++) {
+    a->branch = br;
+    int64_t gx = (a->seq_len + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br];
+    DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
+    DA_TRY(launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a));
+  }
+  if (da__cuda_kernel_suffix(r->strategy, DA_CUDA_K_AUX2))
+    DA_TRY(launch_stride(r, heads, head_dim, DA_CUDA_K_AUX2, a, launch, user)); /* _finish */
+  return DA_OK;
+}
+
+void da__cuda_args_fill(da__cuda_args *a, const da_args *args) {
+  memset(a, 0, sizeof *a);
+  a->q = args->q, a->k = args->k, a->v = args->v, a->out = args->out, a->lse = args->lse;
+  a->batch = args->batch, a->seq_len = args->seq_len;
+  memcpy(a->q_stride, args->q_stride, sizeof a->q_stride);
+  memcpy(a->k_stride, args->k_stride, sizeof a->k_stride);
+  memcpy(a->v_stride, args->v_stride, sizeof a->v_stride);
+  memcpy(a->out_stride, args->out_stride, sizeof a->out_stride);
+}
+
+typedef struct {
+  const da_context *ctx;
+  da__cuda_plan *p;
+  void *stream;
+} driver_launch;
+
+static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
+                                  unsigned smem, da__cuda_args *a) {
+  driver_launch *d = user;
   void *params[] = {a};
-  return da__cuda_launch(ctx, p->dev, &p->k[which], (unsigned)blocks, 1, 1, 256, 1, 1, 0, stream, params);
+  return da__cuda_launch(d->ctx, d->p->dev, &d->p->k[which], gx, gy, gz, threads, 1, 1, smem, d->stream, params);
 }
 
 da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args) {
@@ -187,13 +226,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
                  "q, k, v must be 16-byte aligned with strides that are multiples of 8 elements "
                  "on the tensor-core path (cp.async)");
   da__cuda_args a;
-  memset(&a, 0, sizeof a);
-  a.q = args->q, a.k = args->k, a.v = args->v, a.out = args->out, a.lse = args->lse;
-  a.batch = args->batch, a.seq_len = args->seq_len;
-  memcpy(a.q_stride, args->q_stride, sizeof a.q_stride);
-  memcpy(a.k_stride, args->k_stride, sizeof a.k_stride);
-  memcpy(a.v_stride, args->v_stride, sizeof a.v_stride);
-  memcpy(a.out_stride, args->out_stride, sizeof a.out_stride);
+  da__cuda_args_fill(&a, args);
   a.masks = p->dmasks;
   void *stream = args->stream, *owned = NULL;
   size_t need = da__cuda_plan_workspace(p, args->batch, args->seq_len);
@@ -208,24 +241,8 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
       a.ws = owned;
     }
   }
-  const int H = p->heads;
-  void *params[] = {&a};
-  da_status st = DA_OK;
-  unsigned threads = (unsigned)p->r.threads, smem = (unsigned)p->r.smem_bytes;
-  if (!strcmp(p->r.strategy, "fused")) {
-    int64_t gx = (args->seq_len + p->r.window_g - 1) / p->r.window_g * p->r.tiles_per_window;
-    if (gx > 0x7fffffff) st = da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)args->seq_len);
-    else st = da__cuda_launch(ctx, p->dev, &p->k[K_MAIN], (unsigned)gx, (unsigned)H, (unsigned)args->batch, threads, 1, 1, smem, stream, params);
-  } else {
-    st = launch_stride(ctx, p, K_AUX1, &a, stream); /* _init or _clear */
-    for (int br = 0; br < p->r.num_branches && st == DA_OK; br++) {
-      a.branch = br;
-      int64_t gx = (args->seq_len + p->r.branch_w[br] - 1) / p->r.branch_w[br] * p->r.branch_tiles[br];
-      if (gx > 0x7fffffff) st = da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)args->seq_len);
-      else st = da__cuda_launch(ctx, p->dev, &p->k[K_MAIN], (unsigned)gx, (unsigned)H, (unsigned)args->batch, threads, 1, 1, smem, stream, params);
-    }
-    if (st == DA_OK && p->k[K_AUX2].module) st = launch_stride(ctx, p, K_AUX2, &a, stream); /* _finish */
-  }
+  driver_launch d = {ctx, p, stream};
+  da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, &a, launch_on_driver, &d);
   if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
     da_status s2 = da__cuda_sync(ctx, p->dev, stream);
     da__cuda_free(p->dev, owned);

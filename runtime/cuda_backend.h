@@ -5,6 +5,7 @@
 #define DA_CUDA_BACKEND_H
 
 #include "gen/render.h"
+#include "runtime/cuda_args.h"
 #include "runtime/kernel_cache.h"
 
 typedef struct da__cuda_plan da__cuda_plan;
@@ -28,6 +29,26 @@ DA_HIDDEN da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache
                                          da__cuda_plan **out);
 DA_HIDDEN void da__cuda_plan_destroy(da__cuda_plan *p);
 DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len);
+/* The kernels of a strategy and the order they run in (DESIGN.md decision 4):
+ *   fused:  <name>_fused                 grid (ceil(N/g) * tiles_per_window, H, B)
+ *   split:  _init, _branch per branch, _finish
+ *   single: _clear, _branch per branch
+ * da__cuda_kernel_suffix names kernel slot `which` (DA_CUDA_K_*) of a strategy, NULL when
+ * the strategy has none. da__cuda_launch_sequence calls launch once per launch, in order,
+ * with a->branch set for branch launches; it stops at the first failure. The CUDA backend
+ * launches through the driver; tests/emu launches the same sequence on the CPU. */
+enum { DA_CUDA_K_MAIN, DA_CUDA_K_AUX1, DA_CUDA_K_AUX2, DA_CUDA_K_COUNT };
+DA_HIDDEN const char *da__cuda_kernel_suffix(const char *strategy, int which);
+typedef da_status (*da__cuda_launch_fn)(void *user, int which, unsigned gx, unsigned gy, unsigned gz,
+                                        unsigned threads, unsigned smem, da__cuda_args *a);
+DA_HIDDEN da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
+                                             da__cuda_args *a, da__cuda_launch_fn launch, void *user);
+/* Pointers, sizes and strides of args (masks, ws and branch zero). */
+DA_HIDDEN void da__cuda_args_fill(da__cuda_args *a, const da_args *args);
+/* Bytes of split workspace for (batch, seq_len); 0 when the strategy needs none,
+ * SIZE_MAX on overflow. */
+DA_HIDDEN size_t da__cuda_workspace_bytes(const da__rendered *r, int heads, int64_t batch, int64_t seq_len);
+
 /* Launch on args->stream. Device pointers. */
 DA_HIDDEN da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args);
 

@@ -9,7 +9,9 @@
  * the addresses the kernels use produce the fragments mma expects, and a GPU session can
  * check each primitive once against its reference.
  *
- * Self-contained for NVRTC: no includes; fp16/bf16 are raw 16-bit patterns. */
+ * Self-contained for NVRTC: no includes; fp16/bf16 are raw 16-bit patterns. With
+ * DA_EMULATE (g++, never NVRTC) the same names come from tests/emu/da_emu.h, which runs
+ * a generated kernel on the CPU on top of the references. */
 #ifndef DA_DEVICE_CUH
 #define DA_DEVICE_CUH
 
@@ -69,6 +71,7 @@ DA_HD da_u64 da_splitmix64(da_u64 x) {
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
+#define DA_DYN_SMEM(T, name) extern __shared__ __align__(16) T name[]
 /* ---- device primitives ----------------------------------------------------------------- */
 __device__ __forceinline__ da_u32 da_smem_addr(const void *p) {
   return (da_u32)__cvta_generic_to_shared(p);
@@ -138,26 +141,37 @@ __device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
   asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
   return h;
 }
-__device__ __forceinline__ float da_ld_f32(const void *p, da_i64 i) { return ((const float *)p)[i]; }
-__device__ __forceinline__ float da_ld_f16(const void *p, da_i64 i) { return da_f16_to_f32(((const da_u16 *)p)[i]); }
-__device__ __forceinline__ float da_ld_bf16(const void *p, da_i64 i) { return da_bf16_to_f32(((const da_u16 *)p)[i]); }
-__device__ __forceinline__ void da_st_f32(void *p, da_i64 i, float x) { ((float *)p)[i] = x; }
-__device__ __forceinline__ void da_st_f16(void *p, da_i64 i, float x) { ((da_u16 *)p)[i] = da_f32_to_f16(x); }
-__device__ __forceinline__ void da_st_bf16(void *p, da_i64 i, float x) { ((da_u16 *)p)[i] = da_f32_to_bf16(x); }
-
-__device__ __forceinline__ float da_warp_max4(float x) { /* over the 4 lanes of a group */
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float da_warp_sum4(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
+#define DA_CHECK_GLOBAL(p, bytes, write) ((void)0)
 #else
 /* ---- plain C++ references of the documented PTX semantics (host only) ----------------
  * A warp's registers are modelled as arrays indexed by lane. smem is a byte array;
  * addr[lane] is the byte offset that lane passes. */
 #include <cstring>
+/* cvt.rn between f32 and f16 / bf16: round to nearest even. */
+static inline da_u16 da_f32_to_f16(float f) {
+  _Float16 h = (_Float16)f;
+  da_u16 u;
+  memcpy(&u, &h, 2);
+  return u;
+}
+static inline float da_f16_to_f32(da_u16 u) {
+  _Float16 h;
+  memcpy(&h, &u, 2);
+  return (float)h;
+}
+static inline float da_bf16_to_f32(da_u16 h) {
+  da_u32 u = (da_u32)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline da_u16 da_f32_to_bf16(float f) {
+  da_u32 u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff; /* canonical NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (da_u16)(u >> 16);
+}
 /* ldmatrix.m8n8.x4(.trans).b16 */
 static inline void da_ref_ldmatrix_x4(const unsigned char *smem, const da_u32 addr[32], bool trans,
                                       da_u32 out[32][4]) {
@@ -187,6 +201,45 @@ static inline void da_ref_mma(const float a[32][4][2], const float b[32][2][2], 
       for (int k = 0; k < 16; k++) s += A[da_frag_c_row(l, j)][k] * B[k][da_frag_c_col(l, j)];
       c[l][j] += s;
     }
+}
+#if defined(DA_EMULATE) /* on the CPU, under g++: tests/emu */
+#include "da_emu.h"
+#endif
+#endif
+
+#if defined(__CUDACC__) || defined(DA_EMULATE)
+/* ---- built on the primitives: global loads / stores by dtype, 4-lane reductions ------- */
+__device__ __forceinline__ float da_ld_f32(const void *p, da_i64 i) {
+  DA_CHECK_GLOBAL((const float *)p + i, 4, 0);
+  return ((const float *)p)[i];
+}
+__device__ __forceinline__ float da_ld_f16(const void *p, da_i64 i) {
+  DA_CHECK_GLOBAL((const da_u16 *)p + i, 2, 0);
+  return da_f16_to_f32(((const da_u16 *)p)[i]);
+}
+__device__ __forceinline__ float da_ld_bf16(const void *p, da_i64 i) {
+  DA_CHECK_GLOBAL((const da_u16 *)p + i, 2, 0);
+  return da_bf16_to_f32(((const da_u16 *)p)[i]);
+}
+__device__ __forceinline__ void da_st_f32(void *p, da_i64 i, float x) {
+  DA_CHECK_GLOBAL((float *)p + i, 4, 1);
+  ((float *)p)[i] = x;
+}
+__device__ __forceinline__ void da_st_f16(void *p, da_i64 i, float x) {
+  DA_CHECK_GLOBAL((da_u16 *)p + i, 2, 1);
+  ((da_u16 *)p)[i] = da_f32_to_f16(x);
+}
+__device__ __forceinline__ void da_st_bf16(void *p, da_i64 i, float x) {
+  DA_CHECK_GLOBAL((da_u16 *)p + i, 2, 1);
+  ((da_u16 *)p)[i] = da_f32_to_bf16(x);
+}
+__device__ __forceinline__ float da_warp_max4(float x) { /* over the 4 lanes of a group */
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float da_warp_sum4(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 #endif
 #endif

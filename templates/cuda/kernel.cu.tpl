@@ -300,13 +300,16 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
 /* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace. */
 __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float lsum[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) lsum[hr] = da_warp_sum4(S.l[hr]); /* whole warp, before rows diverge */
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     int row = warp * 16 + (lane >> 2) + 8 * hr;
-    float l = da_warp_sum4(S.l[hr]);
+    float l = lsum[hr];
     float inv = l > 0.f ? 1.f / l : 0.f;
     float lse = l > 0.f ? (S.m[hr] + log2f(l)) * LN2 : -INFINITY;
-    if (row >= T.nq) continue;
+    if (row >= T.nq) continue; /* the row's 4 lanes skip together */
     da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
     if (mode == 0) {
       da_i64 ob = b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2];
@@ -329,14 +332,14 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
         row_ws[col] = (row_ws[col] * wa + S.o[dt][2 * hr] * inv * wb) * norm;
         row_ws[col + 1] = (row_ws[col + 1] * wa + S.o[dt][2 * hr + 1] * inv * wb) * norm;
       }
-      __syncwarp();
+      __syncwarp(0xfu << (lane & 28)); /* the row's 4 lanes have read the old lse */
       if ((lane & 3) == 0 && mx != -INFINITY) row_ws[HD] = mx + __logf(wa + wb);
     }
   }
 }
 
 #define DA_SMEM_DECL                                   \
-  extern __shared__ __align__(16) da_u16 smem[];       \
+  DA_DYN_SMEM(da_u16, smem);                           \
   da_u16 *Qs = smem, *Ks = smem + TQ * DP, *Vs = Ks + 2 * TK * DP;
 {% else %}
 /* ============================ SIMT path (fp32 FMAs) ================================= */
@@ -440,13 +443,14 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
       int d = sub + TPR * x;
       if (d < HD) row_ws[d] = (row_ws[d] * wa + S.o[x] * inv * wb) * norm;
     }
-    __syncwarp();
+    /* the row's TPR lanes (rows past nq returned together) have read the old lse */
+    __syncwarp(TPR == 32 ? 0xffffffffu : ((1u << TPR) - 1u) << ((threadIdx.x & 31) & ~(TPR - 1)));
     if (sub == 0 && mx != -INFINITY) row_ws[HD] = mx + __logf(wa + wb);
   }
 }
 
 #define DA_SMEM_DECL                               \
-  extern __shared__ __align__(16) float smem[];    \
+  DA_DYN_SMEM(float, smem);                        \
   float *Qs = nullptr, *Ks = smem, *Vs = smem + TK * HD;
 {% end %}
 

@@ -1,0 +1,19 @@
+/* cuda_args.h - the argument struct every generated CUDA kernel takes by value. Must
+ * match struct da_cuda_args in templates/cuda/kernel.cu.tpl (the kernels' side of it). */
+#ifndef DA_CUDA_ARGS_H
+#define DA_CUDA_ARGS_H
+
+#include <stdint.h>
+
+typedef struct {
+  const void *q, *k, *v;
+  void *out;
+  float *lse;
+  int64_t batch, seq_len;
+  int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3];
+  const unsigned char *const *masks; /* device array of per-branch device masks */
+  float *ws;                         /* split: [B][H][N][HD + 1] */
+  int branch;                        /* branch launches */
+} da__cuda_args;
+
+#endif

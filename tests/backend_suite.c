@@ -1,0 +1,125 @@
+/* backend_suite.c - see backend_suite.h. */
+#include "backend_suite.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "runtime/fileio.h"
+#include "runtime/npy.h"
+#include "test_util.h"
+
+void bs_golden(da_context *ctx, const char *dir, const char *label, bs_runner run, void *user) {
+  DIR *d = opendir(dir);
+  TU_CHECK(d != NULL, "cannot open %s", dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[4096], msg[512] = "unreadable";
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s/case.json", dir, e->d_name);
+    char *text = da__read_file(path, &len);
+    da_spec s;
+    int parsed = text && da_spec_from_json(text, len, &s, msg, sizeof msg) == DA_OK;
+    free(text);
+    if (!parsed) {
+      TU_CHECK(0, "%s: %s", path, msg);
+      continue;
+    }
+    da__npy_array a[5];
+    memset(a, 0, sizeof a);
+    const char *names[5] = {"q", "k", "v", "out", "lse"};
+    int ok = 1;
+    for (int i = 0; i < 5 && ok; i++) {
+      snprintf(path, sizeof path, "%s/%s/%s.npy", dir, e->d_name, names[i]);
+      ok = da__npy_load(path, &a[i], msg, sizeof msg) == DA_OK;
+      TU_CHECK(ok, "%s", msg);
+    }
+    if (ok) {
+      int64_t B = a[0].shape[0], N = a[0].shape[1];
+      void *out = calloc(a[0].count, a[0].elem_size);
+      float *lse = calloc(a[4].count, 4);
+      da_status st = run(user, ctx, &s, B, N, a[0].data, a[1].data, a[2].data, out, lse);
+      TU_CHECK(st == DA_OK, "golden %s on %s: %s", e->d_name, label, da_context_last_error(ctx));
+      double vmax = 0, eo = 0, el = 0;
+      for (size_t i = 0; i < a[2].count; i++) vmax = fmax(vmax, fabs(tu_load(s.dtype, a[2].data, (int64_t)i)));
+      TU_CHECK(st == DA_OK && tu_compare(s.dtype, (int64_t)a[3].count, out, a[3].data, (int64_t)a[4].count, lse,
+                                         a[4].data, vmax, &eo, &el),
+               "golden %s on %s: out err %.3g lse err %.3g", e->d_name, label, eo, el);
+      printf("golden %-30s %s out_err=%.2e lse_err=%.2e\n", e->d_name, label, eo, el);
+      free(out);
+      free(lse);
+    }
+    for (int i = 0; i < 5; i++) da__npy_free(&a[i]);
+  }
+  closedir(d);
+}
+
+static uint8_t *masks[DA_MAX_BRANCHES];
+
+void bs_random_spec(int i, int64_t max_n, da_spec *s, int64_t *B, int64_t *N) {
+  uint64_t st = 99 + 7919 * (uint64_t)i;
+  static const int dims[] = {32, 64, 96, 128, 16, 40};
+  da_spec_init(s);
+  s->num_branches = 1 + (int)(tu_rand(&st) % 3);
+  int64_t g = 16 << (tu_rand(&st) % 4);
+  for (int b = 0; b < s->num_branches; b++) {
+    s->segment_lengths[b] = (tu_rand(&st) % 2) ? g << b : 8 + (int64_t)(tu_rand(&st) % 200);
+    s->dilation_rates[b] = 1 + (int64_t)(tu_rand(&st) % 4);
+  }
+  s->head_dim = dims[tu_rand(&st) % 6];
+  s->dtype = (da_dtype)(tu_rand(&st) % 3);
+  s->mode = tu_rand(&st) % 4 == 0 ? DA_MODE_GROUPED : DA_MODE_LONGNET;
+  s->offsets = (da_offsets)(tu_rand(&st) % 2);
+  s->causal = (int)(tu_rand(&st) % 2);
+  s->num_heads = 4;
+  s->num_kv_heads = tu_rand(&st) % 2 ? 2 : 4;
+  s->sparsity.layout = (da_layout)(tu_rand(&st) % 7);
+  s->sparsity.block = 1 + (int64_t)(tu_rand(&st) % 32);
+  s->sparsity.window = 1;
+  s->sparsity.global = 1;
+  s->sparsity.num_strides = 1;
+  s->sparsity.strides[0] = 3;
+  s->sparsity.seed = tu_rand(&st) >> 2;
+  s->sparsity.density = 0.4;
+  if (s->sparsity.layout == DA_LAYOUT_EXPLICIT)
+    for (int b = 0; b < s->num_branches; b++) {
+      int64_t nb = da_spec_explicit_blocks(s, b);
+      free(masks[b]);
+      masks[b] = malloc((size_t)(nb * nb));
+      for (int64_t x = 0; x < nb * nb; x++) masks[b][x] = (tu_rand(&st) & 3) != 0;
+      s->sparsity.explicit_masks[b] = masks[b];
+    }
+  *B = 1 + (int64_t)(tu_rand(&st) % 2);
+  *N = 100 + (int64_t)(tu_rand(&st) % (uint64_t)(max_n > 100 ? max_n - 99 : 1));
+}
+
+void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what,
+              bs_runner run, void *user) {
+  int64_t nq = B * N * s->num_heads * s->head_dim, nk = B * N * s->num_kv_heads * s->head_dim, nl = B * s->num_heads * N;
+  size_t es = tu_elem_size(s->dtype);
+  void *q = malloc((size_t)nq * es), *k = malloc((size_t)nk * es), *v = malloc((size_t)nk * es), *out = malloc((size_t)nq * es);
+  float *lse = malloc((size_t)nl * 4);
+  double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nk * 8), *dv = malloc((size_t)nk * 8);
+  double *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8), vmax = 0, eo = 0, el = 0;
+  uint64_t st = seed;
+  for (int64_t i = 0; i < nq; i++) tu_store(s->dtype, q, i, 2 * tu_uniform(&st) - 1), dq[i] = tu_load(s->dtype, q, i);
+  for (int64_t i = 0; i < nk; i++) {
+    tu_store(s->dtype, k, i, 2 * tu_uniform(&st) - 1), dk[i] = tu_load(s->dtype, k, i);
+    tu_store(s->dtype, v, i, 2 * tu_uniform(&st) - 1), dv[i] = tu_load(s->dtype, v, i);
+    vmax = fmax(vmax, fabs(dv[i]));
+  }
+  da_status r = run(user, ctx, s, B, N, q, k, v, out, lse);
+  TU_CHECK(r == DA_OK, "%s: %s", what, da_context_last_error(ctx));
+  TU_CHECK(da_ref_attention(s, B, N, dq, dk, dv, ro, rl) == 0, "%s: reference", what);
+  int good = r == DA_OK && tu_compare(s->dtype, nq, out, ro, nl, lse, rl, vmax, &eo, &el);
+  if (r == DA_OK && !good) {
+    char *js = da_spec_to_json(s);
+    TU_CHECK(0, "%s B=%lld N=%lld: out err %.3g lse err %.3g spec %s", what, (long long)B, (long long)N, eo, el, js);
+    free(js);
+  }
+  free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
+}

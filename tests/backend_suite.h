@@ -1,0 +1,25 @@
+/* backend_suite.h - the checks a kernel backend must pass, shared by the GPU suite
+ * (test_gpu, real device) and the emulated one (test_cuda_emu, the CUDA kernels on the
+ * CPU): every golden case, and seeded random specs against the float64 reference.
+ * A runner executes one spec over host arrays and returns its status. */
+#ifndef DA_BACKEND_SUITE_H
+#define DA_BACKEND_SUITE_H
+
+#include "dilattn.h"
+
+typedef da_status (*bs_runner)(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N,
+                               const void *q, const void *k, const void *v, void *out, float *lse);
+
+/* Every case of the golden folder; label names the backend in messages. */
+void bs_golden(da_context *ctx, const char *dir, const char *label, bs_runner run, void *user);
+
+/* Random spec i of a seeded family (fp16/bf16 at D = 32/64/96/128, fp32 and odd D, every
+ * layout including explicit masks, causal, GQA, grouped mode, both offset policies).
+ * max_n bounds N (at least 100). Masks of explicit specs live until the next call. */
+void bs_random_spec(int i, int64_t max_n, da_spec *s, int64_t *B, int64_t *N);
+
+/* Run spec on random data and compare with the reference; what names it. */
+void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what,
+              bs_runner run, void *user);
+
+#endif

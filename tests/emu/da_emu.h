@@ -1,0 +1,77 @@
+/* da_emu.h - the CUDA surface of generated kernels, emulated on the CPU so the kernel
+ * source NVRTC compiles can run here, unchanged, under g++ (tests/emu/emu_runtime.cpp
+ * runs each CUDA thread as a fiber).
+ *
+ * Included by templates/cuda/da_device.cuh when DA_EMULATE is defined (never under
+ * NVRTC). The warp-level primitives are collectives of the emulated warp computed with
+ * the plain C++ references of the PTX semantics that sit in da_device.cuh, so a kernel
+ * run here checks the whole chain kernel -> lane maps -> references; a GPU session
+ * checks the references against the hardware once.
+ *
+ * What the emulation checks beyond the numbers (each failure stops the launch with a
+ * message naming the thread):
+ *   - barriers: __syncthreads variants must be reached by every live thread of the CTA,
+ *     warp collectives (shuffles, ldmatrix, mma, __syncwarp) by every lane named in the
+ *     mask, all with the same operation (a divergent barrier is a deadlock report);
+ *   - cp.async: 16-byte aligned, the destination inside dynamic shared memory, a valid
+ *     source inside a registered global buffer; data lands only at commit or at the
+ *     wait that covers it (chosen at random), so a read before the wait sees stale bytes;
+ *   - ldmatrix rows inside dynamic shared memory and 16-byte aligned;
+ *   - loads and stores through da_ld_* / da_st_* inside registered buffers;
+ *   - shared memory starts filled with NaN bytes, and threads run in a random order
+ *     between barriers, so a missing barrier or a read of unwritten smem shows up. */
+#ifndef DA_EMU_H
+#define DA_EMU_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "da_emu_abi.h"
+
+#define threadIdx (da_emu_cur->tid)
+#define blockIdx (da_emu_cur->bid)
+#define blockDim (da_emu_cur->bdim)
+#define gridDim (da_emu_cur->gdim)
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __constant__ static
+#define __shared__ static /* CTAs run one at a time */
+#define __align__(n) alignas(n)
+#define DA_DYN_SMEM(T, name) T *name = (T *)da_emu_dyn_smem()
+
+static inline void __syncthreads(void) { da_emu_syncthreads(0, 0); }
+static inline int __syncthreads_or(int p) { return da_emu_syncthreads(1, p); }
+static inline int __syncthreads_and(int p) { return da_emu_syncthreads(2, p); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { da_emu_syncwarp(mask); }
+static inline float __shfl_xor_sync(unsigned mask, float v, int m) { return da_emu_shfl_xor(mask, v, m); }
+#define __expf expf /* after <math.h>, which declares its own __expf */
+#define __logf logf
+template <class A, class B> static inline typename std::common_type<A, B>::type min(A a, B b) {
+  return a < b ? a : b;
+}
+template <class A, class B> static inline typename std::common_type<A, B>::type max(A a, B b) {
+  return a < b ? b : a;
+}
+
+/* ---- the primitives of da_device.cuh, same names and signatures ----------------------- */
+static inline void da_cp_async16(void *smem, const void *gmem, bool valid) { da_emu_cp_async16(smem, gmem, valid); }
+static inline void da_cp_async_commit() { da_emu_cp_async_commit(); }
+template <int N> static inline void da_cp_async_wait() { da_emu_cp_async_wait(N); }
+static inline void da_ldmatrix_x4(da_u32 r[4], const void *smem) { da_emu_ldmatrix_x4(r, smem, 0); }
+static inline void da_ldmatrix_x4_trans(da_u32 r[4], const void *smem) { da_emu_ldmatrix_x4(r, smem, 1); }
+static inline void da_mma_f16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1) { da_emu_mma(d, a, b0, b1, 0); }
+static inline void da_mma_bf16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1) { da_emu_mma(d, a, b0, b1, 1); }
+
+static inline da_u32 da_pack_f16x2(float lo, float hi) { return da_f32_to_f16(lo) | ((da_u32)da_f32_to_f16(hi) << 16); }
+static inline da_u32 da_pack_bf16x2(float lo, float hi) {
+  return da_f32_to_bf16(lo) | ((da_u32)da_f32_to_bf16(hi) << 16);
+}
+#define DA_CHECK_GLOBAL(p, bytes, write) da_emu_check_global((p), (bytes), (write))
+
+#endif

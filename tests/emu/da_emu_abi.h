@@ -1,0 +1,29 @@
+/* da_emu_abi.h - what an emulated kernel (da_emu.h) and the emulator (emu_runtime.cpp)
+ * share: the thread coordinates and the hooks the emulated primitives call. */
+#ifndef DA_EMU_ABI_H
+#define DA_EMU_ABI_H
+
+#include <stddef.h>
+
+struct dim3 {
+  unsigned x, y, z;
+};
+struct da_emu_thread {
+  dim3 tid, bid, bdim, gdim;
+};
+
+extern "C" {
+extern da_emu_thread *da_emu_cur;
+void *da_emu_dyn_smem(void);
+int da_emu_syncthreads(int kind, int pred); /* kind 0 plain, 1 or, 2 and */
+void da_emu_syncwarp(unsigned mask);
+float da_emu_shfl_xor(unsigned mask, float v, int lane_mask);
+void da_emu_ldmatrix_x4(unsigned r[4], const void *smem, int trans);
+void da_emu_mma(float d[4], const unsigned a[4], unsigned b0, unsigned b1, int bf16);
+void da_emu_cp_async16(void *smem, const void *gmem, int valid);
+void da_emu_cp_async_commit(void);
+void da_emu_cp_async_wait(int n);
+void da_emu_check_global(const void *p, size_t bytes, int write);
+}
+
+#endif

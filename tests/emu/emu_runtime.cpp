@@ -1,0 +1,489 @@
+/* emu_runtime.cpp - the CPU side of the CUDA emulation (da_emu.h): every thread of a CTA
+ * is a ucontext fiber; CTAs run one after another. A fiber runs until it reaches a
+ * barrier or a warp collective; the last participant to arrive completes it (for a
+ * collective: computes every lane's result with the PTX references of da_device.cuh)
+ * and the others resume on a later round. Between barriers fibers are resumed in a
+ * seeded random order. A round in which no fiber can move is a deadlock, reported with
+ * what each fiber waits for. */
+#include "emu_runtime.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "../../templates/cuda/da_device.cuh"
+#include "da_emu_abi.h"
+
+extern "C" {
+da_emu_thread *da_emu_cur;
+}
+
+namespace {
+
+enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16 };
+const char *const OP_NAME[] = {"none", "__syncthreads", "__syncthreads_or", "__syncthreads_and", "__syncwarp",
+                               "__shfl_xor_sync", "ldmatrix.x4", "ldmatrix.x4.trans", "mma.f16", "mma.bf16"};
+enum { READY, WAITING, DONE };
+const size_t STACK = 256 * 1024;
+
+struct Copy {
+  unsigned char *dst;
+  const unsigned char *src; /* NULL: zero fill */
+};
+
+struct Fiber {
+  da_emu_thread t;
+  ucontext_t ctx;
+  void *stack = nullptr;
+  int state = DONE;
+  const unsigned *wait_gen = nullptr;
+  unsigned wait_val = 0;
+  int wait_op = OP_NONE;
+  /* __syncwarp: the mask this lane waits with (0: none) and its own release counter */
+  unsigned sw_mask = 0, sw_gen = 0;
+  /* collective operands and results */
+  int lane_mask = 0;
+  float fin = 0, fout = 0;
+  const unsigned char *addr = nullptr;
+  da_u32 a[4] = {0, 0, 0, 0}, b[2] = {0, 0}, r[4] = {0, 0, 0, 0};
+  float c[4] = {0, 0, 0, 0};
+  std::vector<Copy> pending;
+  std::vector<std::vector<Copy>> groups;
+};
+
+struct Barrier {
+  unsigned gen = 0;
+  int arrived = 0, op = OP_NONE, acc = 0, result = 0;
+  unsigned mask = 0, who = 0;
+};
+
+struct Range {
+  const unsigned char *p;
+  size_t n;
+  int writable;
+};
+
+ucontext_t sched;
+std::vector<Fiber> fibers;
+Barrier block_bar, warp_bar[32];
+int nthreads, live;
+unsigned live_lanes[32];
+Fiber *cur;
+unsigned char *smem;
+size_t smem_bytes;
+std::vector<Range> ranges;
+std::string error;
+uint64_t rng;
+int (*block_keep)(void *, unsigned, unsigned, unsigned);
+void *block_keep_user;
+void (*entry_invoke)(void *, const void *);
+void *entry_kernel;
+const void *entry_args;
+
+uint64_t next_rand() {
+  uint64_t x = (rng += 0x9E3779B97F4A7C15ull);
+  return da_splitmix64(x);
+}
+
+int self_id() { return (int)(cur - fibers.data()); }
+
+[[noreturn]] void fail(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (error.empty()) {
+    char who[160];
+    snprintf(who, sizeof who, "block (%u,%u,%u) thread %d: ", cur->t.bid.x, cur->t.bid.y, cur->t.bid.z, self_id());
+    error = std::string(who) + buf;
+  }
+  cur->state = DONE;
+  swapcontext(&cur->ctx, &sched); /* never resumed */
+  abort();
+}
+
+void wait_gen(const unsigned *gen, int op) {
+  cur->state = WAITING;
+  cur->wait_gen = gen;
+  cur->wait_val = *gen;
+  cur->wait_op = op;
+  swapcontext(&cur->ctx, &sched);
+}
+void wait_on(Barrier &b, int op) { wait_gen(&b.gen, op); }
+
+void land(const std::vector<Copy> &g) {
+  static const unsigned char zero[16] = {0};
+  for (const Copy &c : g) memcpy(c.dst, c.src ? c.src : zero, 16);
+}
+
+int in_smem(const void *p, size_t n) {
+  const unsigned char *q = (const unsigned char *)p;
+  return q >= smem && q + n <= smem + smem_bytes;
+}
+
+const Range *find_range(const void *p, size_t n) {
+  const unsigned char *q = (const unsigned char *)p;
+  for (const Range &r : ranges)
+    if (q >= r.p && q + n <= r.p + r.n) return &r;
+  return nullptr;
+}
+
+/* ---- block barrier ---------------------------------------------------------------------- */
+void complete_block() {
+  block_bar.result = block_bar.acc;
+  block_bar.arrived = 0;
+  block_bar.gen++;
+}
+
+int syncthreads(int op, int pred) {
+  Barrier &b = block_bar;
+  if (b.arrived == 0) {
+    b.op = op;
+    b.acc = op == OP_SYNC_AND ? 1 : 0;
+  } else if (b.op != op) {
+    fail("%s while other threads wait in %s", OP_NAME[op], OP_NAME[b.op]);
+  }
+  if (op == OP_SYNC_OR) b.acc |= pred != 0;
+  if (op == OP_SYNC_AND) b.acc &= pred != 0;
+  if (++b.arrived == live) complete_block();
+  else wait_on(b, op);
+  return block_bar.result;
+}
+
+/* ---- warp collectives --------------------------------------------------------------------- */
+void complete_warp(int w) {
+  Barrier &b = warp_bar[w];
+  Fiber *lanes = &fibers[(size_t)w * 32];
+  switch (b.op) {
+  case OP_SHFL:
+    for (int l = 0; l < 32; l++)
+      if (b.who >> l & 1) {
+        int src = l ^ lanes[l].lane_mask;
+        if (src >= 32 || !(b.who >> src & 1)) {
+          cur = &lanes[l];
+          fail("__shfl_xor_sync reads lane %d, which did not take part", src);
+        }
+        lanes[l].fout = lanes[src].fin;
+      }
+    break;
+  case OP_LDSM:
+  case OP_LDSM_T: {
+    da_u32 off[32], out[32][4];
+    for (int l = 0; l < 32; l++) off[l] = (da_u32)(lanes[l].addr - smem);
+    da_ref_ldmatrix_x4(smem, off, b.op == OP_LDSM_T, out);
+    for (int l = 0; l < 32; l++) memcpy(lanes[l].r, out[l], sizeof out[l]);
+    break;
+  }
+  case OP_MMA:
+  case OP_MMA_BF16: {
+    float a[32][4][2], bb[32][2][2], c[32][4];
+    for (int l = 0; l < 32; l++) {
+      for (int i = 0; i < 4; i++)
+        for (int e = 0; e < 2; e++) {
+          da_u16 h = (da_u16)(lanes[l].a[i] >> (16 * e));
+          a[l][i][e] = b.op == OP_MMA ? da_f16_to_f32(h) : da_bf16_to_f32(h);
+        }
+      for (int i = 0; i < 2; i++)
+        for (int e = 0; e < 2; e++) {
+          da_u16 h = (da_u16)(lanes[l].b[i] >> (16 * e));
+          bb[l][i][e] = b.op == OP_MMA ? da_f16_to_f32(h) : da_bf16_to_f32(h);
+        }
+      memcpy(c[l], lanes[l].c, sizeof c[l]);
+    }
+    da_ref_mma(a, bb, c);
+    for (int l = 0; l < 32; l++) memcpy(lanes[l].c, c[l], sizeof c[l]);
+    break;
+  }
+  default:
+    break;
+  }
+  b.arrived = 0;
+  b.who = 0;
+  b.gen++;
+}
+
+/* __syncwarp(mask): lanes with disjoint masks synchronise independently; it completes
+ * when every live lane of the mask waits with the same mask. */
+bool try_complete_syncwarp(int w, unsigned mask) {
+  Fiber *lanes = &fibers[(size_t)w * 32];
+  unsigned need = mask & live_lanes[w];
+  for (int l = 0; l < 32; l++)
+    if ((need >> l & 1) && lanes[l].sw_mask != mask) return false;
+  for (int l = 0; l < 32; l++)
+    if (need >> l & 1) {
+      lanes[l].sw_mask = 0;
+      lanes[l].sw_gen++;
+    }
+  return true;
+}
+
+void syncwarp(unsigned mask) {
+  int id = self_id(), w = id / 32, lane = id % 32;
+  if (!(mask >> lane & 1)) fail("__syncwarp with mask 0x%08x that does not name lane %d", mask, lane);
+  Fiber *lanes = &fibers[(size_t)w * 32];
+  for (int l = 0; l < 32; l++)
+    if (lanes[l].sw_mask && lanes[l].sw_mask != mask && (lanes[l].sw_mask & mask))
+      fail("__syncwarp mask 0x%08x overlaps lane %d waiting with mask 0x%08x", mask, l, lanes[l].sw_mask);
+  cur->sw_mask = mask;
+  if (!try_complete_syncwarp(w, mask)) wait_gen(&cur->sw_gen, OP_SYNCWARP);
+}
+
+/* Expected participants: the live lanes named in the mask. Operations that need the
+ * whole warp (ldmatrix, mma) or a partner (shuffle) fail if a named lane has exited. */
+void warp_arrive(int op, unsigned mask) {
+  int id = self_id(), w = id / 32, lane = id % 32;
+  Barrier &b = warp_bar[w];
+  if (!(mask >> lane & 1)) fail("%s with mask 0x%08x that does not name lane %d", OP_NAME[op], mask, lane);
+  if ((op == OP_LDSM || op == OP_LDSM_T || op == OP_MMA || op == OP_MMA_BF16) && mask != 0xffffffffu)
+    fail("%s needs the whole warp", OP_NAME[op]);
+  if (mask & ~live_lanes[w])
+    fail("%s names lanes 0x%08x that have exited", OP_NAME[op], mask & ~live_lanes[w]);
+  if (b.arrived == 0) {
+    b.op = op;
+    b.mask = mask;
+  } else if (b.op != op || b.mask != mask) {
+    fail("divergent warp: %s mask 0x%08x while lanes 0x%08x wait in %s mask 0x%08x", OP_NAME[op], mask, b.who,
+         OP_NAME[b.op], b.mask);
+  }
+  b.arrived++;
+  b.who |= 1u << lane;
+  if (b.who == (mask & live_lanes[w])) complete_warp(w);
+  else wait_on(b, op);
+}
+
+void fiber_main() {
+  Fiber *f = cur;
+  entry_invoke(entry_kernel, entry_args);
+  if (!f->pending.empty() || !f->groups.empty()) fail("exits with cp.async copies outstanding");
+  f->state = DONE;
+  int id = self_id();
+  live--;
+  live_lanes[id / 32] &= ~(1u << (id % 32));
+  /* an exited thread no longer holds back a barrier */
+  if (block_bar.arrived && block_bar.arrived == live) complete_block();
+  Fiber *lanes = &fibers[(size_t)(id / 32) * 32];
+  for (int l = 0; l < 32; l++)
+    if (lanes[l].sw_mask) try_complete_syncwarp(id / 32, lanes[l].sw_mask);
+}
+
+std::string describe_deadlock() {
+  std::string s = "deadlock: no thread can move;";
+  int shown = 0;
+  for (size_t i = 0; i < fibers.size() && shown < 8; i++)
+    if (fibers[i].state == WAITING) {
+      char buf[96];
+      snprintf(buf, sizeof buf, " thread %zu waits in %s;", i, OP_NAME[fibers[i].wait_op]);
+      s += buf;
+      shown++;
+    }
+  char buf[64];
+  snprintf(buf, sizeof buf, " %d live", live);
+  return s + buf;
+}
+
+int run_block(dim3 bid, dim3 grid) {
+  live = nthreads;
+  block_bar = Barrier();
+  for (int w = 0; w < 32; w++) {
+    warp_bar[w] = Barrier();
+    int lo = w * 32, n = std::min(32, std::max(0, nthreads - lo));
+    live_lanes[w] = n == 32 ? 0xffffffffu : (1u << n) - 1;
+  }
+  for (int i = 0; i < nthreads; i++) {
+    Fiber &f = fibers[(size_t)i];
+    f.t.tid = {(unsigned)i, 0, 0};
+    f.t.bid = bid;
+    f.t.bdim = {(unsigned)nthreads, 1, 1};
+    f.t.gdim = grid;
+    f.state = READY;
+    f.sw_mask = 0;
+    f.pending.clear();
+    f.groups.clear();
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = STACK;
+    f.ctx.uc_link = &sched;
+    makecontext(&f.ctx, fiber_main, 0);
+  }
+  std::vector<int> order((size_t)nthreads);
+  for (int i = 0; i < nthreads; i++) order[(size_t)i] = i;
+  while (live > 0) {
+    for (int i = nthreads - 1; i > 0; i--) std::swap(order[(size_t)i], order[next_rand() % (uint64_t)(i + 1)]);
+    int moved = 0;
+    for (int i : order) {
+      Fiber &f = fibers[(size_t)i];
+      if (f.state == DONE || (f.state == WAITING && *f.wait_gen == f.wait_val)) continue;
+      f.state = READY;
+      cur = &f;
+      da_emu_cur = &f.t;
+      swapcontext(&sched, &f.ctx);
+      moved = 1;
+      if (!error.empty()) return -1;
+    }
+    if (!moved) {
+      error = describe_deadlock();
+      return -1;
+    }
+  }
+  return 0;
+}
+
+} // namespace
+
+/* ---- hooks called by the emulated kernel (da_emu.h) ----------------------------------------- */
+extern "C" {
+
+void *da_emu_dyn_smem(void) { return smem; }
+
+int da_emu_syncthreads(int kind, int pred) {
+  return syncthreads(kind == 1 ? OP_SYNC_OR : kind == 2 ? OP_SYNC_AND : OP_SYNC, pred);
+}
+
+void da_emu_syncwarp(unsigned mask) { syncwarp(mask); }
+
+float da_emu_shfl_xor(unsigned mask, float v, int lane_mask) {
+  cur->fin = v;
+  cur->lane_mask = lane_mask;
+  warp_arrive(OP_SHFL, mask);
+  return cur->fout;
+}
+
+void da_emu_ldmatrix_x4(da_u32 r[4], const void *p, int trans) {
+  if (!in_smem(p, 16)) fail("ldmatrix row address %p outside dynamic shared memory", p);
+  if ((uintptr_t)p % 16) fail("ldmatrix row address %p not 16-byte aligned", p);
+  cur->addr = (const unsigned char *)p;
+  warp_arrive(trans ? OP_LDSM_T : OP_LDSM, 0xffffffffu);
+  memcpy(r, cur->r, sizeof cur->r);
+}
+
+void da_emu_mma(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1, int bf16) {
+  memcpy(cur->a, a, sizeof cur->a);
+  cur->b[0] = b0;
+  cur->b[1] = b1;
+  memcpy(cur->c, d, sizeof cur->c);
+  warp_arrive(bf16 ? OP_MMA_BF16 : OP_MMA, 0xffffffffu);
+  memcpy(d, cur->c, sizeof cur->c);
+}
+
+void da_emu_cp_async16(void *dst, const void *src, int valid) {
+  if (!in_smem(dst, 16)) fail("cp.async destination %p outside dynamic shared memory", dst);
+  if ((uintptr_t)dst % 16 || (valid && (uintptr_t)src % 16)) fail("cp.async %p <- %p not 16-byte aligned", dst, src);
+  if (valid && !find_range(src, 16)) fail("cp.async source %p (16 bytes) outside every buffer", src);
+  cur->pending.push_back({(unsigned char *)dst, valid ? (const unsigned char *)src : nullptr});
+}
+
+void da_emu_cp_async_commit(void) {
+  if (next_rand() & 1) { /* lands early */
+    land(cur->pending);
+    cur->groups.push_back({});
+  } else {
+    cur->groups.push_back(cur->pending);
+  }
+  cur->pending.clear();
+}
+
+void da_emu_cp_async_wait(int n) {
+  while ((int)cur->groups.size() > n) {
+    land(cur->groups.front());
+    cur->groups.erase(cur->groups.begin());
+  }
+}
+
+void da_emu_check_global(const void *p, size_t bytes, int write) {
+  const Range *r = find_range(p, bytes);
+  if (!r) fail("%s of %zu bytes at %p outside every buffer", write ? "store" : "load", bytes, p);
+  if (write && !r->writable) fail("store to read-only buffer at %p", p);
+}
+
+void da_emu_register_buffer(const void *p, size_t bytes, int writable) {
+  ranges.push_back({(const unsigned char *)p, bytes, writable});
+}
+
+void da_emu_reset_buffers(void) { ranges.clear(); }
+
+void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user) {
+  block_keep = keep;
+  block_keep_user = user;
+}
+
+int da_emu_launch(void (*invoke)(void *kernel, const void *args), void *kernel, const void *args, unsigned gx,
+                  unsigned gy, unsigned gz, unsigned threads, size_t smem_size, unsigned long long seed, char *err,
+                  size_t err_len) {
+  if (threads == 0 || threads > 1024 || threads % 32) {
+    snprintf(err, err_len, "block of %u threads (the kernels use whole warps, at most 1024)", threads);
+    return -1;
+  }
+  if ((size_t)threads > fibers.size()) {
+    size_t old = fibers.size();
+    fibers.resize(threads);
+    for (size_t i = old; i < fibers.size(); i++) {
+      void *st = mmap(nullptr, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (st == MAP_FAILED) {
+        snprintf(err, err_len, "no memory for fiber stacks");
+        return -1;
+      }
+      fibers[i].stack = st;
+    }
+  }
+  nthreads = (int)threads;
+  smem_bytes = smem_size;
+  smem = (unsigned char *)aligned_alloc(128, (smem_size + 127) / 128 * 128 + 128);
+  error.clear();
+  rng = seed;
+  entry_invoke = invoke;
+  entry_kernel = kernel;
+  entry_args = args;
+  int rc = 0;
+  dim3 grid = {gx, gy, gz};
+  for (unsigned z = 0; z < gz && rc == 0; z++)
+    for (unsigned y = 0; y < gy && rc == 0; y++)
+      for (unsigned x = 0; x < gx && rc == 0; x++) {
+        if (block_keep && !block_keep(block_keep_user, x, y, z)) continue;
+        memset(smem, 0xff, smem_size); /* NaN in every dtype */
+        rc = run_block({x, y, z}, grid);
+      }
+  free(smem);
+  smem = nullptr;
+  if (rc) snprintf(err, err_len, "%s", error.c_str());
+  return rc;
+}
+
+} // extern "C"
+
+extern "C" int da_emu_compile(const char *source, const char *work_dir, const char *name, const char *include_dir,
+                              char *so_path, size_t so_len, char *err, size_t err_len) {
+  std::string src = std::string(work_dir) + "/" + name + ".cu", so = std::string(work_dir) + "/" + name + ".so",
+              log = std::string(work_dir) + "/" + name + ".log";
+  FILE *f = fopen(src.c_str(), "w");
+  if (!f || fputs(source, f) < 0 || fclose(f) != 0) {
+    snprintf(err, err_len, "cannot write %s", src.c_str());
+    return -1;
+  }
+  const char *cxx = getenv("CXX");
+  std::string cmd = std::string(cxx && *cxx ? cxx : "c++") +
+                    " -std=c++17 -O1 -g -fPIC -shared -fno-strict-aliasing -DDA_EMULATE -x c++ -I'" + include_dir +
+                    "' '" + src + "' -o '" + so + "' > '" + log + "' 2>&1";
+  if (system(cmd.c_str()) != 0) {
+    std::string text;
+    if (FILE *l = fopen(log.c_str(), "r")) {
+      char buf[4096];
+      size_t n = fread(buf, 1, sizeof buf - 1, l);
+      buf[n] = 0;
+      text = buf;
+      fclose(l);
+    }
+    snprintf(err, err_len, "%s failed:\n%s", cmd.c_str(), text.c_str());
+    return -1;
+  }
+  snprintf(so_path, so_len, "%s", so.c_str());
+  return 0;
+}

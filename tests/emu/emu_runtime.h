@@ -1,0 +1,39 @@
+/* emu_runtime.h - run a generated CUDA kernel on the CPU (see da_emu.h for what is
+ * emulated and checked). A kernel module is the rendered CUDA source compiled by g++
+ * with -DDA_EMULATE into a shared object; its kernels are called per emulated thread.
+ * Not thread-safe: one launch at a time per process. */
+#ifndef DA_EMU_RUNTIME_H
+#define DA_EMU_RUNTIME_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Compile source (CUDA C++ as NVRTC gets it) into so_path. include_dir holds
+ * da_emu.h. Returns 0, or -1 with the compiler's output in err. */
+int da_emu_compile(const char *source, const char *work_dir, const char *name, const char *include_dir,
+                   char *so_path, size_t so_len, char *err, size_t err_len);
+
+/* Global buffers the kernel may touch through checked accesses (cp.async sources,
+ * da_ld_* / da_st_*). Cleared by da_emu_reset_buffers. */
+void da_emu_register_buffer(const void *p, size_t bytes, int writable);
+void da_emu_reset_buffers(void);
+
+/* Run only the CTAs for which keep returns nonzero (NULL: all), e.g. the last tiles of
+ * a 2^24-token launch. */
+void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user);
+
+/* Launch kernel over grid x block with smem bytes of dynamic shared memory: each
+ * emulated thread calls invoke(kernel, args), which calls the kernel with its argument
+ * struct by value (the caller knows its type). seed picks the thread order and when
+ * cp.async data lands. Returns 0 or -1 with the reason in err. */
+int da_emu_launch(void (*invoke)(void *kernel, const void *args), void *kernel, const void *args, unsigned gx,
+                  unsigned gy, unsigned gz, unsigned threads, size_t smem, unsigned long long seed, char *err,
+                  size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
