@@ -10,14 +10,19 @@
  * handling of the online softmax, the split merge and the grids. What it cannot test is
  * whether the hardware agrees with the references (test_gpu does that on a device).
  *
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|all] [FIRST COUNT]
+ * wide: a batch stride of 2^31 + 4096 elements (64-bit offsets) and the tail CTAs of an
+ * N = 2^24 launch, both in sparse address space.
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|all] [FIRST COUNT]
  * (ctest runs the golden cases and shards of the random specs). */
 #include <dlfcn.h>
+#include <math.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend_suite.h"
+#include "reference.h"
 #include "emu/emu_runtime.h"
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
@@ -47,10 +52,11 @@ static da_status emu_launch(void *user, int which, unsigned gx, unsigned gy, uns
   return DA_OK;
 }
 
-/* The runner: render, compile for the emulator, launch over host arrays. */
-static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
-                         const void *k, const void *v, void *out, float *lse) {
-  (void)user;
+/* Render spec for CUDA, compile it for the emulator and launch the backend's sequence
+ * over args (host pointers; the q/k/v/out/lse regions have the byte sizes given, and
+ * are the only global memory the kernels may touch besides the workspace and masks). */
+static da_status emu_execute(da_context *ctx, const da_spec *s, const da_args *args, size_t q_bytes, size_t kv_bytes,
+                             size_t out_bytes, size_t lse_bytes) {
   da__rendered r;
   DA_TRY(da__render_ex(ctx, s, DA_TARGET_CUDA, NULL, &r));
   char so[512], err[8192];
@@ -66,7 +72,7 @@ static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t 
     st = da__set_error(ctx, DA_ERR_COMPILE, "dlopen %s: %s", so, dlerror());
     goto out;
   }
-  emu_launch_ctx L = {ctx, {NULL}, 0x5eedull ^ (unsigned long long)N};
+  emu_launch_ctx L = {ctx, {NULL}, 0x5eedull ^ (unsigned long long)args->seq_len};
   for (int i = 0; i < DA_CUDA_K_COUNT; i++) {
     const char *suffix = da__cuda_kernel_suffix(r.strategy, i);
     if (!suffix) continue;
@@ -78,36 +84,45 @@ static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t 
       goto out;
     }
   }
-  da_args args;
-  da_args_init(&args, s, B, N, q, k, v, out, lse);
   da__cuda_args a;
-  da__cuda_args_fill(&a, &args);
-  size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
-  size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
+  da__cuda_args_fill(&a, args);
   da_emu_reset_buffers();
-  da_emu_register_buffer(q, qb, 0);
-  da_emu_register_buffer(k, kb, 0);
-  da_emu_register_buffer(v, kb, 0);
-  da_emu_register_buffer(out, qb, 1);
-  da_emu_register_buffer(lse, (size_t)(B * s->num_heads * N) * 4, 1);
+  da_emu_register_buffer(args->q, q_bytes, 0);
+  da_emu_register_buffer(args->k, kv_bytes, 0);
+  da_emu_register_buffer(args->v, kv_bytes, 0);
+  da_emu_register_buffer(args->out, out_bytes, 1);
+  if (args->lse) da_emu_register_buffer(args->lse, lse_bytes, 1);
   if (s->sparsity.layout == DA_LAYOUT_EXPLICIT) {
     for (int b = 0; b < s->num_branches; b++) mask_table[b] = s->sparsity.explicit_masks[b];
     a.masks = mask_table;
   }
-  size_t wsb = da__cuda_workspace_bytes(&r, s->num_heads, B, N);
+  size_t wsb = da__cuda_workspace_bytes(&r, s->num_heads, args->batch, args->seq_len);
   if (wsb) {
     ws = malloc(wsb);
     a.ws = ws;
     da_emu_register_buffer(ws, wsb, 1);
   }
-  memset(out, 0xff, qb); /* NaN: every position must be written */
-  memset(lse, 0xff, (size_t)(B * s->num_heads * N) * 4);
   st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, &a, emu_launch, &L);
 out:
   free(ws);
   if (lib) dlclose(lib);
   da__rendered_free(&r);
   return st;
+}
+
+/* The suite's runner: contiguous host arrays, out and lse poisoned with NaN first so
+ * every position must be written. */
+static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                         const void *k, const void *v, void *out, float *lse) {
+  (void)user;
+  size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+  size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
+  size_t lb = (size_t)(B * s->num_heads * N) * 4;
+  memset(out, 0xff, qb);
+  memset(lse, 0xff, lb);
+  da_args args;
+  da_args_init(&args, s, B, N, q, k, v, out, lse);
+  return emu_execute(ctx, s, &args, qb, kb, qb, lb);
 }
 
 static void test_random(da_context *ctx, int first, int count) {
@@ -161,9 +176,118 @@ static void test_edge(da_context *ctx) {
   }
 }
 
+/* Address space without memory: pages are only backed where they are written. */
+static void *sparse_alloc(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void wide_spec(da_spec *s, da_dtype t, int heads, int d, int64_t w0, int64_t w1) {
+  da_spec_init(s);
+  s->num_branches = 2;
+  s->segment_lengths[0] = w0, s->segment_lengths[1] = w1;
+  s->dilation_rates[0] = 1, s->dilation_rates[1] = 2;
+  s->num_heads = s->num_kv_heads = heads;
+  s->head_dim = d;
+  s->dtype = t;
+  s->causal = 1;
+}
+
+/* 64-bit offsets: batch 1 of q, k and v starts 2^31 + 4096 elements after batch 0 (a
+ * batch stride the caller may pass), so every offset the kernels form for it exceeds
+ * 2^31; a 32-bit product anywhere reads the wrong rows or leaves the buffers. Tensor-core
+ * (fp16) and SIMT (fp32) paths. */
+static void test_wide_offsets(da_context *ctx) {
+  const da_dtype types[2] = {DA_DTYPE_FLOAT16, DA_DTYPE_FLOAT32};
+  for (int ti = 0; ti < 2; ti++) {
+    da_spec s;
+    wide_spec(&s, types[ti], 2, 64, 128, 256);
+    const int64_t B = 2, N = 384, row = 2 * 64, SB = ((int64_t)1 << 31) + 4096, n = B * N * row;
+    size_t es = tu_elem_size(s.dtype), bytes = (size_t)(SB + N * row) * es;
+    void *t[3];
+    double *dt[3];
+    uint64_t st = 31 + (uint64_t)ti;
+    for (int i = 0; i < 3; i++) {
+      t[i] = sparse_alloc(bytes);
+      dt[i] = malloc((size_t)n * 8);
+      TU_CHECK(t[i] && dt[i], "no address space for %zu bytes", bytes);
+      if (!t[i] || !dt[i]) return;
+      for (int64_t j = 0; j < n; j++) {
+        int64_t b = j / (N * row), at = b * SB + j % (N * row);
+        tu_store(s.dtype, t[i], at, 2 * tu_uniform(&st) - 1);
+        dt[i][j] = tu_load(s.dtype, t[i], at);
+      }
+    }
+    void *out = malloc((size_t)n * es);
+    float *lse = malloc((size_t)(B * 2 * N) * 4);
+    double *ro = malloc((size_t)n * 8), *rl = malloc((size_t)(B * 2 * N) * 8), vmax = 0, eo = 0, el = 0;
+    for (int64_t j = 0; j < n; j++) vmax = fmax(vmax, fabs(dt[2][j]));
+    da_args a;
+    da_args_init(&a, &s, B, N, t[0], t[1], t[2], out, lse);
+    a.q_stride[0] = a.k_stride[0] = a.v_stride[0] = SB;
+    da_status r = emu_execute(ctx, &s, &a, bytes, bytes, (size_t)n * es, (size_t)(B * 2 * N) * 4);
+    TU_CHECK(r == DA_OK, "wide offsets (%s): %s", (s.dtype == DA_DTYPE_FLOAT16 ? "fp16" : "fp32"), da_context_last_error(ctx));
+    da_ref_attention(&s, B, N, dt[0], dt[1], dt[2], ro, rl);
+    TU_CHECK(r == DA_OK && tu_compare(s.dtype, n, out, ro, B * 2 * N, lse, rl, vmax, &eo, &el),
+             "wide offsets (%s): out err %.3g lse err %.3g", (s.dtype == DA_DTYPE_FLOAT16 ? "fp16" : "fp32"), eo, el);
+    printf("batch stride 2^31 + 4096 elements, %s: out_err=%.2e lse_err=%.2e\n", (s.dtype == DA_DTYPE_FLOAT16 ? "fp16" : "fp32"), eo, el);
+    for (int i = 0; i < 3; i++) munmap(t[i], bytes), free(dt[i]);
+    free(out), free(lse), free(ro), free(rl);
+  }
+}
+
+static int keep_from(void *user, unsigned x, unsigned y, unsigned z) {
+  (void)y, (void)z;
+  return x >= *(const unsigned *)user;
+}
+
+/* N = 2^24 tokens: the fused grid for the whole sequence is launched and the CTAs of the
+ * last 4096 positions run; segments are independent, so that window must equal the
+ * reference on the window alone. */
+static void test_long_grid(da_context *ctx) {
+  da_spec s;
+  wide_spec(&s, DA_DTYPE_FLOAT16, 1, 32, 2048, 4096);
+  const int64_t N = (int64_t)1 << 24, W = 4096, row = 32;
+  da__rendered r;
+  if (da__render_ex(ctx, &s, DA_TARGET_CUDA, NULL, &r) != DA_OK) {
+    TU_CHECK(0, "render: %s", da_context_last_error(ctx));
+    return;
+  }
+  TU_CHECK(!strcmp(r.strategy, "fused"), "N = 2^24: strategy %s, expected fused", r.strategy);
+  unsigned first = (unsigned)((N - W) / r.window_g * r.tiles_per_window);
+  da__rendered_free(&r);
+  size_t bytes = (size_t)(N * row) * 2;
+  uint16_t *qkv = sparse_alloc(bytes), *out = sparse_alloc(bytes);
+  float *lse = sparse_alloc((size_t)N * 4);
+  double *dq = malloc((size_t)(W * row) * 8), *ro = malloc((size_t)(W * row) * 8), *rl = malloc((size_t)W * 8);
+  TU_CHECK(qkv && out && lse && dq && ro && rl, "N = 2^24: no address space");
+  if (!qkv || !out || !lse || !dq || !ro || !rl) return;
+  uint64_t st = 5;
+  double vmax = 0, eo = 0, el = 0;
+  for (int64_t j = 0; j < W * row; j++) {
+    tu_store(DA_DTYPE_FLOAT16, qkv, (N - W) * row + j, 2 * tu_uniform(&st) - 1);
+    dq[j] = tu_load(DA_DTYPE_FLOAT16, qkv, (N - W) * row + j);
+    vmax = fmax(vmax, fabs(dq[j]));
+  }
+  memset(out + (N - W) * row, 0xff, (size_t)(W * row) * 2);
+  memset(lse + N - W, 0xff, (size_t)W * 4);
+  da_args a;
+  da_args_init(&a, &s, 1, N, qkv, qkv, qkv, out, lse); /* q = k = v: one copy of the input */
+  da_emu_set_block_filter(keep_from, &first);
+  da_status rc = emu_execute(ctx, &s, &a, bytes, bytes, bytes, (size_t)N * 4);
+  da_emu_set_block_filter(NULL, NULL);
+  TU_CHECK(rc == DA_OK, "N = 2^24: %s", da_context_last_error(ctx));
+  da_ref_attention(&s, 1, W, dq, dq, dq, ro, rl);
+  TU_CHECK(rc == DA_OK && tu_compare(s.dtype, W * row, out + (N - W) * row, ro, W, lse + N - W, rl, vmax, &eo, &el),
+           "N = 2^24, last %lld positions: out err %.3g lse err %.3g", (long long)W, eo, el);
+  printf("N = 2^24, last %lld positions: out_err=%.2e lse_err=%.2e\n", (long long)W, eo, el);
+  munmap(qkv, bytes), munmap(out, bytes), munmap(lse, (size_t)N * 4);
+  free(dq), free(ro), free(rl);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|all] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|all] [FIRST COUNT]\n");
     return 2;
   }
   include_dir = argv[1];
@@ -180,6 +304,10 @@ int main(int argc, char **argv) {
   if (all || !strcmp(which, "golden")) bs_golden(ctx, argv[2], "cuda-emu", run_emu, NULL);
   if (all || !strcmp(which, "edge")) test_edge(ctx);
   if (all || !strcmp(which, "random")) test_random(ctx, first, count);
+  if (all || !strcmp(which, "wide")) {
+    test_wide_offsets(ctx);
+    test_long_grid(ctx);
+  }
   printf("%d emulated launches\n", launches);
   da_context_destroy(ctx);
   char cmd[300];
