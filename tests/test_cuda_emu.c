@@ -14,7 +14,6 @@
  * N = 2^24 launch, both in sparse address space.
  * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|all] [FIRST COUNT]
  * (ctest runs the golden cases and shards of the random specs). */
-#include <dlfcn.h>
 #include <math.h>
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -23,92 +22,11 @@
 
 #include "backend_suite.h"
 #include "reference.h"
+#include "emu/emu_plan.h"
 #include "emu/emu_runtime.h"
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
 #include "test_util.h"
-
-static const char *include_dir;
-static char work_dir[256];
-static int launches;
-
-typedef struct {
-  const da_context *ctx;
-  void *fn[DA_CUDA_K_COUNT];
-  unsigned long long seed;
-} emu_launch_ctx;
-
-static void invoke(void *kernel, const void *args) {
-  ((void (*)(da__cuda_args))kernel)(*(const da__cuda_args *)args);
-}
-
-static da_status emu_launch(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
-                            unsigned smem, da__cuda_args *a) {
-  emu_launch_ctx *L = user;
-  char err[2048];
-  launches++;
-  if (da_emu_launch(invoke, L->fn[which], a, gx, gy, gz, threads, smem, L->seed++, err, sizeof err))
-    return da__set_error(L->ctx, DA_ERR_DEVICE, "emulated launch (%u,%u,%u)x%u: %s", gx, gy, gz, threads, err);
-  return DA_OK;
-}
-
-/* Render spec for CUDA, compile it for the emulator and launch the backend's sequence
- * over args (host pointers; the q/k/v/out/lse regions have the byte sizes given, and
- * are the only global memory the kernels may touch besides the workspace and masks). */
-static da_status emu_execute(da_context *ctx, const da_spec *s, const da_args *args, size_t q_bytes, size_t kv_bytes,
-                             size_t out_bytes, size_t lse_bytes) {
-  da__rendered r;
-  DA_TRY(da__render_ex(ctx, s, DA_TARGET_CUDA, NULL, &r));
-  char so[512], err[8192];
-  da_status st = DA_OK;
-  void *lib = NULL, *ws = NULL;
-  const unsigned char *mask_table[DA_MAX_BRANCHES];
-  if (da_emu_compile(r.source, work_dir, r.key, include_dir, so, sizeof so, err, sizeof err)) {
-    st = da__set_error(ctx, DA_ERR_COMPILE, "%s: %s", r.kernel_name, err);
-    goto out;
-  }
-  lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    st = da__set_error(ctx, DA_ERR_COMPILE, "dlopen %s: %s", so, dlerror());
-    goto out;
-  }
-  emu_launch_ctx L = {ctx, {NULL}, 0x5eedull ^ (unsigned long long)args->seq_len};
-  for (int i = 0; i < DA_CUDA_K_COUNT; i++) {
-    const char *suffix = da__cuda_kernel_suffix(r.strategy, i);
-    if (!suffix) continue;
-    char name[300];
-    snprintf(name, sizeof name, "%s%s", r.kernel_name, suffix);
-    L.fn[i] = dlsym(lib, name);
-    if (!L.fn[i]) {
-      st = da__set_error(ctx, DA_ERR_COMPILE, "kernel %s missing from the module", name);
-      goto out;
-    }
-  }
-  da__cuda_args a;
-  da__cuda_args_fill(&a, args);
-  da_emu_reset_buffers();
-  da_emu_register_buffer(args->q, q_bytes, 0);
-  da_emu_register_buffer(args->k, kv_bytes, 0);
-  da_emu_register_buffer(args->v, kv_bytes, 0);
-  da_emu_register_buffer(args->out, out_bytes, 1);
-  if (args->lse) da_emu_register_buffer(args->lse, lse_bytes, 1);
-  if (s->sparsity.layout == DA_LAYOUT_EXPLICIT) {
-    for (int b = 0; b < s->num_branches; b++) mask_table[b] = s->sparsity.explicit_masks[b];
-    a.masks = mask_table;
-  }
-  size_t wsb = da__cuda_workspace_bytes(&r, s->num_heads, args->batch, args->seq_len);
-  if (wsb) {
-    ws = malloc(wsb);
-    a.ws = ws;
-    da_emu_register_buffer(ws, wsb, 1);
-  }
-  st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, &a, emu_launch, &L);
-out:
-  free(ws);
-  if (lib) dlclose(lib);
-  da__rendered_free(&r);
-  return st;
-}
 
 /* The suite's runner: contiguous host arrays, out and lse poisoned with NaN first so
  * every position must be written. */
@@ -122,7 +40,7 @@ static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t 
   memset(lse, 0xff, lb);
   da_args args;
   da_args_init(&args, s, B, N, q, k, v, out, lse);
-  return emu_execute(ctx, s, &args, qb, kb, qb, lb);
+  return da_emu_execute(ctx, s, NULL, &args, qb, kb, qb, lb);
 }
 
 static void test_random(da_context *ctx, int first, int count) {
@@ -225,7 +143,7 @@ static void test_wide_offsets(da_context *ctx) {
     da_args a;
     da_args_init(&a, &s, B, N, t[0], t[1], t[2], out, lse);
     a.q_stride[0] = a.k_stride[0] = a.v_stride[0] = SB;
-    da_status r = emu_execute(ctx, &s, &a, bytes, bytes, (size_t)n * es, (size_t)(B * 2 * N) * 4);
+    da_status r = da_emu_execute(ctx, &s, NULL, &a, bytes, bytes, (size_t)n * es, (size_t)(B * 2 * N) * 4);
     TU_CHECK(r == DA_OK, "wide offsets (%s): %s", (s.dtype == DA_DTYPE_FLOAT16 ? "fp16" : "fp32"), da_context_last_error(ctx));
     da_ref_attention(&s, B, N, dt[0], dt[1], dt[2], ro, rl);
     TU_CHECK(r == DA_OK && tu_compare(s.dtype, n, out, ro, B * 2 * N, lse, rl, vmax, &eo, &el),
@@ -274,7 +192,7 @@ static void test_long_grid(da_context *ctx) {
   da_args a;
   da_args_init(&a, &s, 1, N, qkv, qkv, qkv, out, lse); /* q = k = v: one copy of the input */
   da_emu_set_block_filter(keep_from, &first);
-  da_status rc = emu_execute(ctx, &s, &a, bytes, bytes, bytes, (size_t)N * 4);
+  da_status rc = da_emu_execute(ctx, &s, NULL, &a, bytes, bytes, bytes, (size_t)N * 4);
   da_emu_set_block_filter(NULL, NULL);
   TU_CHECK(rc == DA_OK, "N = 2^24: %s", da_context_last_error(ctx));
   da_ref_attention(&s, 1, W, dq, dq, dq, ro, rl);
@@ -290,14 +208,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|all] [FIRST COUNT]\n");
     return 2;
   }
-  include_dir = argv[1];
   const char *which = argc > 3 ? argv[3] : "all";
   int first = argc > 4 ? atoi(argv[4]) : 0, count = argc > 5 ? atoi(argv[5]) : 24;
-  snprintf(work_dir, sizeof work_dir, "%s/dilattn-emu-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!mkdtemp(work_dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (da_emu_plan_init(argv[1])) return 1;
   da_context *ctx;
   da_context_create(&ctx);
   int all = !strcmp(which, "all");
@@ -308,10 +221,8 @@ int main(int argc, char **argv) {
     test_wide_offsets(ctx);
     test_long_grid(ctx);
   }
-  printf("%d emulated launches\n", launches);
+  printf("%d emulated launches\n", da_emu_plan_launches());
   da_context_destroy(ctx);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", work_dir);
-  if (!tu_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work_dir);
+  da_emu_plan_done(!tu_failed);
   return tu_report();
 }

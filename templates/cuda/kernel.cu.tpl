@@ -203,71 +203,86 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       __syncthreads();
     }
 {% end %}
-    /* S = Q K^T for this warp's 16 rows */
-    float s[NT_S][4];
-#pragma unroll
-    for (int nt = 0; nt < NT_S; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < KS_D; kk++)
-#pragma unroll
-      for (int np = 0; np < NT_S / 2; np++) {
-        da_u32 kf[4];
-        da_ldmatrix_x4(kf, kt + (np * 16 + da_ldsm_k_row(lane)) * DP + kk * 16 + da_ldsm_k_col(lane));
-        DA_MMA(s[2 * np], S.qf[kk], kf[0], kf[1]);
-        DA_MMA(s[2 * np + 1], S.qf[kk], kf[2], kf[3]);
-      }
-    /* scale, mask partial tiles, online softmax (base 2) */
-#pragma unroll
-    for (int nt = 0; nt < NT_S; nt++)
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        float x = s[nt][j] * SCALE_LOG2;
-        if (cls == 2) {
-          int row = warp * 16 + da_frag_c_row(lane, j);
-          da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
-          bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
-{% if p.sparse then %}
-          ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
+    /* the warp's own verdict on the tile: its 16 rows may all lie past nq or (causal)
+     * before every key of it, and need no mask where the CTA's rows as a whole do; a
+     * query tile of the fused strategy spans TQ * LCM_R positions, so this skips most of
+     * the causal work its rows do not need. Warp-uniform: no barrier inside. */
+    const int wr0 = warp * 16, wr1 = min(wr0 + 15, nq - 1);
+    int wcls = wr0 < nq ? cls : 0;
+    if (wcls == 2) {
+      const da_i64 wa0 = a0 + (da_i64)wr0 * astride, wa1 = a0 + (da_i64)wr1 * astride;
+      if (CAUSAL && c0 > wa1) wcls = 0;
+{% if not p.sparse then %}
+      else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + 15) wcls = 1;
 {% end %}
-          if (!ok) x = -INFINITY;
-        }
-        s[nt][j] = x;
-      }
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) { /* the thread's two rows */
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hr], s[nt][2 * hr + 1]));
-      mx = da_warp_max4(mx);
-      float m_new = fmaxf(S.m[hr], mx);
-      float m_use = m_new == -INFINITY ? 0.f : m_new;
-      float corr = exp2f(S.m[hr] - m_use);
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT_S; nt++) {
-        s[nt][2 * hr] = exp2f(s[nt][2 * hr] - m_use);
-        s[nt][2 * hr + 1] = exp2f(s[nt][2 * hr + 1] - m_use);
-        sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
-      }
-      S.l[hr] = S.l[hr] * corr + sum;
-      S.m[hr] = m_new;
-#pragma unroll
-      for (int dt = 0; dt < NT_O; dt++) {
-        S.o[dt][2 * hr] *= corr;
-        S.o[dt][2 * hr + 1] *= corr;
-      }
     }
-    /* O += P V: P reuses the score fragments as the A operand */
+    if (wcls != 0) {
+      /* S = Q K^T for this warp's 16 rows */
+      float s[NT_S][4];
 #pragma unroll
-    for (int kk = 0; kk < TK / 16; kk++) {
-      da_u32 pa[4] = {DA_PACK(s[2 * kk][0], s[2 * kk][1]), DA_PACK(s[2 * kk][2], s[2 * kk][3]),
-                      DA_PACK(s[2 * kk + 1][0], s[2 * kk + 1][1]), DA_PACK(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      for (int nt = 0; nt < NT_S; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
-      for (int dp = 0; dp < NT_O / 2; dp++) {
-        da_u32 vf[4];
-        da_ldmatrix_x4_trans(vf, vt + (kk * 16 + da_ldsm_v_row(lane)) * DP + dp * 16 + da_ldsm_v_col(lane));
-        DA_MMA(S.o[2 * dp], pa, vf[0], vf[1]);
-        DA_MMA(S.o[2 * dp + 1], pa, vf[2], vf[3]);
+      for (int kk = 0; kk < KS_D; kk++)
+#pragma unroll
+        for (int np = 0; np < NT_S / 2; np++) {
+          da_u32 kf[4];
+          da_ldmatrix_x4(kf, kt + (np * 16 + da_ldsm_k_row(lane)) * DP + kk * 16 + da_ldsm_k_col(lane));
+          DA_MMA(s[2 * np], S.qf[kk], kf[0], kf[1]);
+          DA_MMA(s[2 * np + 1], S.qf[kk], kf[2], kf[3]);
+        }
+      /* scale, mask partial tiles, online softmax (base 2) */
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          float x = s[nt][j] * SCALE_LOG2;
+          if (wcls == 2) {
+            int row = warp * 16 + da_frag_c_row(lane, j);
+            da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
+            bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
+{% if p.sparse then %}
+            ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
+{% end %}
+            if (!ok) x = -INFINITY;
+          }
+          s[nt][j] = x;
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) { /* the thread's two rows */
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hr], s[nt][2 * hr + 1]));
+        mx = da_warp_max4(mx);
+        float m_new = fmaxf(S.m[hr], mx);
+        float m_use = m_new == -INFINITY ? 0.f : m_new;
+        float corr = exp2f(S.m[hr] - m_use);
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT_S; nt++) {
+          s[nt][2 * hr] = exp2f(s[nt][2 * hr] - m_use);
+          s[nt][2 * hr + 1] = exp2f(s[nt][2 * hr + 1] - m_use);
+          sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
+        }
+        S.l[hr] = S.l[hr] * corr + sum;
+        S.m[hr] = m_new;
+#pragma unroll
+        for (int dt = 0; dt < NT_O; dt++) {
+          S.o[dt][2 * hr] *= corr;
+          S.o[dt][2 * hr + 1] *= corr;
+        }
+      }
+      /* O += P V: P reuses the score fragments as the A operand */
+#pragma unroll
+      for (int kk = 0; kk < TK / 16; kk++) {
+        da_u32 pa[4] = {DA_PACK(s[2 * kk][0], s[2 * kk][1]), DA_PACK(s[2 * kk][2], s[2 * kk][3]),
+                        DA_PACK(s[2 * kk + 1][0], s[2 * kk + 1][1]), DA_PACK(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < NT_O / 2; dp++) {
+          da_u32 vf[4];
+          da_ldmatrix_x4_trans(vf, vt + (kk * 16 + da_ldsm_v_row(lane)) * DP + dp * 16 + da_ldsm_v_col(lane));
+          DA_MMA(S.o[2 * dp], pa, vf[0], vf[1]);
+          DA_MMA(S.o[2 * dp + 1], pa, vf[2], vf[3]);
+        }
       }
     }
     __syncthreads(); /* this stage is overwritten by the next prefetch */

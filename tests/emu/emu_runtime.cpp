@@ -82,6 +82,7 @@ size_t smem_bytes;
 std::vector<Range> ranges;
 std::string error;
 uint64_t rng;
+unsigned long long mma_count; /* warp-level mma.m16n8k16 completed */
 int (*block_keep)(void *, unsigned, unsigned, unsigned);
 void *block_keep_user;
 void (*entry_invoke)(void *, const void *);
@@ -200,6 +201,7 @@ void complete_warp(int w) {
       memcpy(c[l], lanes[l].c, sizeof c[l]);
     }
     da_ref_mma(a, bb, c);
+    mma_count++;
     for (int l = 0; l < 32; l++) memcpy(lanes[l].c, c[l], sizeof c[l]);
     break;
   }
@@ -409,6 +411,8 @@ void da_emu_register_buffer(const void *p, size_t bytes, int writable) {
 }
 
 void da_emu_reset_buffers(void) { ranges.clear(); }
+
+unsigned long long da_emu_mma_count(void) { return mma_count; }
 
 void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user) {
   block_keep = keep;

@@ -21,6 +21,10 @@ int da_emu_compile(const char *source, const char *work_dir, const char *name, c
 void da_emu_register_buffer(const void *p, size_t bytes, int writable);
 void da_emu_reset_buffers(void);
 
+/* Warp-level mma.m16n8k16 instructions executed since the process started (each is
+ * 2 * 16 * 8 * 16 = 4096 FLOPs): the tensor-core work a kernel issues, counted exactly. */
+unsigned long long da_emu_mma_count(void);
+
 /* Run only the CTAs for which keep returns nonzero (NULL: all), e.g. the last tiles of
  * a 2^24-token launch. */
 void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user);
