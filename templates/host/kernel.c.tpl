@@ -101,15 +101,15 @@ static void attend_b{{ br.index }}(tile_t *T, const da_host_args *A, int64_t b, 
                        int64_t a0, int64_t astride) {
   const int64_t seg_len = da_min64({{ br.w }}, A->seq_len - s0);
   const int64_t L = (seg_len - o + {{ br.r - 1 }}) / {{ br.r }};
-  const int64_t a_first = a0, a_last = a0 + (int64_t)(T->nq - 1) * astride;
+  const int64_t a_last = a0 + (int64_t)(T->nq - 1) * astride; /* of the tile's last row */
   const int64_t kend = CAUSAL ? da_min64(L, a_last + 1) : L;
   for (int64_t c0 = 0; c0 < kend; c0 += TK) {
     const int nk = (int)da_min64(TK, kend - c0);
-    /* Tile class: skip (no pair allowed), full (every pair allowed), partial. */
-    int full = !CAUSAL || c0 + nk - 1 <= a_first;
 {% if p.sparse then %}
+    /* Tile class: skip (no block pair allowed), full (every block pair allowed), partial. */
+    int full = 1;
     {
-      int64_t qb0 = a_first / BLOCK, qb1 = a_last / BLOCK, kb0 = c0 / BLOCK, kb1 = (c0 + nk - 1) / BLOCK;
+      int64_t qb0 = a0 / BLOCK, qb1 = a_last / BLOCK, kb0 = c0 / BLOCK, kb1 = (c0 + nk - 1) / BLOCK;
       if ((qb1 - qb0 + 1) * (kb1 - kb0 + 1) <= (int64_t)T->nq * nk) {
         int any = 0, all = 1;
         for (int64_t qb = qb0; qb <= qb1; qb++)
@@ -136,20 +136,21 @@ static void attend_b{{ br.index }}(tile_t *T, const da_host_args *A, int64_t b, 
     }
     for (int j = 0; j < T->nq; j++) {
       const int64_t a = a0 + j * astride;
-      for (int c = 0; c < nk; c++) {
+      /* causal: row j sees keys c0 .. a of this tile; the rest is neither scored nor masked
+       * (a fused tile's rows are LCM_R positions apart, so this is most of the diagonal) */
+      const int nkr = CAUSAL ? (int)da_min64(nk, a - c0 + 1) : nk;
+      if (nkr <= 0) continue;
+      for (int c = 0; c < nkr; c++) {
         float dot = 0.0f;
         for (int x = 0; x < HD; x++) dot += T->q[j][x] * T->k[c][x];
         T->s[j][c] = dot * SCALE;
       }
-      if (!full)
-        for (int c = 0; c < nk; c++) {
-          int ok = !CAUSAL || c0 + c <= a;
 {% if p.sparse then %}
-          ok = ok && allowed_b{{ br.index }}(A, a / BLOCK, (c0 + c) / BLOCK);
+      if (!full)
+        for (int c = 0; c < nkr; c++)
+          if (!allowed_b{{ br.index }}(A, a / BLOCK, (c0 + c) / BLOCK)) T->s[j][c] = -INFINITY;
 {% end %}
-          if (!ok) T->s[j][c] = -INFINITY;
-        }
-      da_row_update(&T->m[j], &T->l[j], T->acc[j], T->s[j], &T->v[0][0], nk, HD);
+      da_row_update(&T->m[j], &T->l[j], T->acc[j], T->s[j], &T->v[0][0], nkr, HD);
     }
   }
 }
