@@ -14,6 +14,7 @@ typedef struct {
   const unsigned char *const *masks; /* device array of per-branch device masks */
   float *ws;                         /* split: [B][H][N][HD + 1] */
   int branch;                        /* branch launches */
+  int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
 } da__cuda_args;
 
 #endif

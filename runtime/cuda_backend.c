@@ -19,7 +19,7 @@
 struct da__cuda_plan {
   da__cuda *dev;
   da__rendered r; /* facts (the strings are not kept) */
-  int heads, head_dim, mma;
+  int heads, head_dim, elem_size;
   da__cuda_kernel k[DA_CUDA_K_COUNT];
   void *dmasks;     /* device: pointer table followed by the masks */
 };
@@ -114,7 +114,7 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   p->r.source = p->r.kernel_name = NULL;
   p->heads = spec->num_heads;
   p->head_dim = spec->head_dim;
-  p->mma = !strcmp(r->cuda_path, "mma");
+  p->elem_size = spec->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
   da_status st = DA_OK;
   for (int i = 0; i < DA_CUDA_K_COUNT && st == DA_OK; i++) {
     const char *suffix = da__cuda_kernel_suffix(r->strategy, i);
@@ -201,6 +201,7 @@ void da__cuda_args_fill(da__cuda_args *a, const da_args *args) {
   memcpy(a->k_stride, args->k_stride, sizeof a->k_stride);
   memcpy(a->v_stride, args->v_stride, sizeof a->v_stride);
   memcpy(a->out_stride, args->out_stride, sizeof a->out_stride);
+  a->vec16 = aligned16(args->q, args->q_stride) && aligned16(args->k, args->k_stride) && aligned16(args->v, args->v_stride);
 }
 
 typedef struct {
@@ -219,12 +220,14 @@ static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned g
 da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args) {
   DA_RETURN_IF(args->batch > 65535, DA_ERR_INVALID_ARGUMENT,
                "batch %lld: the CUDA backend takes at most 65535 per call", (long long)args->batch);
-  if (p->mma)
-    DA_RETURN_IF(!aligned16(args->q, args->q_stride) || !aligned16(args->k, args->k_stride) ||
-                     !aligned16(args->v, args->v_stride),
-                 DA_ERR_INVALID_ARGUMENT,
-                 "q, k, v must be 16-byte aligned with strides that are multiples of 8 elements "
-                 "on the tensor-core path (cp.async)");
+  /* element alignment is required; 16-byte alignment only selects cp.async (vec16) */
+  static const char *const names[5] = {"q", "k", "v", "out", "lse"};
+  const void *ptrs[5] = {args->q, args->k, args->v, args->out, args->lse};
+  for (int i = 0; i < 5; i++) {
+    int need = i == 4 ? 4 : p->elem_size;
+    DA_RETURN_IF((uintptr_t)ptrs[i] % (uintptr_t)need, DA_ERR_INVALID_ARGUMENT,
+                 "%s is not aligned to its element size (%d bytes)", names[i], need);
+  }
   da__cuda_args a;
   da__cuda_args_fill(&a, args);
   a.masks = p->dmasks;

@@ -203,6 +203,69 @@ static void test_long_grid(da_context *ctx) {
   free(dq), free(ro), free(rl);
 }
 
+/* Tensors that do not allow 16-byte accesses (base 2 bytes past 16-byte alignment, row
+ * strides not multiples of 8): the tensor-core path loads them with plain 2-byte loads
+ * instead of cp.async (vec16 = 0) and must give the same answer. */
+static void test_unaligned(da_context *ctx) {
+  for (int variant = 0; variant < 2; variant++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = 2;
+    s.segment_lengths[0] = 64, s.segment_lengths[1] = 128;
+    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+    s.num_heads = 2, s.num_kv_heads = 1;
+    s.head_dim = 64;
+    s.causal = 1;
+    s.dtype = variant ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    const int64_t B = 2, N = 300, D = 64, pad = variant ? 4 : 3, shift = variant ? 0 : 1; /* elements */
+    const int64_t heads[3] = {2, 1, 1};
+    unsigned char *raw[3];
+    void *t[3];
+    double *dt[3];
+    int64_t stride[3][3], bytes[3];
+    uint64_t st = 400 + (uint64_t)variant;
+    for (int i = 0; i < 3; i++) {
+      int64_t row = heads[i] * D + pad;
+      stride[i][0] = N * row, stride[i][1] = row, stride[i][2] = D;
+      bytes[i] = (B * N * row + shift) * 2;
+      raw[i] = aligned_alloc(16, (size_t)(bytes[i] + 15) / 16 * 16);
+      memset(raw[i], 0x7f, (size_t)bytes[i]); /* padding is not data */
+      t[i] = raw[i] + 2 * shift;
+      int64_t n = B * N * heads[i] * D;
+      dt[i] = malloc((size_t)n * 8);
+      for (int64_t j = 0; j < n; j++) {
+        int64_t d = j % D, h = (j / D) % heads[i], p = (j / (D * heads[i])) % N, b = j / (D * heads[i] * N);
+        int64_t at = b * stride[i][0] + p * stride[i][1] + h * stride[i][2] + d;
+        tu_store(s.dtype, t[i], at, 2 * tu_uniform(&st) - 1);
+        dt[i][j] = tu_load(s.dtype, t[i], at);
+      }
+    }
+    int64_t nq = B * N * 2 * D, nl = B * 2 * N;
+    void *out = malloc((size_t)nq * 2);
+    float *lse = malloc((size_t)nl * 4);
+    double *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8), vmax = 0, eo = 0, el = 0;
+    for (int64_t j = 0; j < B * N * D; j++) vmax = fmax(vmax, fabs(dt[2][j]));
+    da_args a;
+    da_args_init(&a, &s, B, N, t[0], t[1], t[2], out, lse);
+    memcpy(a.q_stride, stride[0], sizeof a.q_stride);
+    memcpy(a.k_stride, stride[1], sizeof a.k_stride);
+    memcpy(a.v_stride, stride[2], sizeof a.v_stride);
+    da__cuda_args ca;
+    da__cuda_args_fill(&ca, &a);
+    TU_CHECK(ca.vec16 == 0, "unaligned variant %d: vec16 set", variant);
+    da_status r = da_emu_execute(ctx, &s, NULL, &a, (size_t)bytes[0] - 2 * shift, (size_t)bytes[1] - 2 * shift,
+                                 (size_t)nq * 2, (size_t)nl * 4);
+    TU_CHECK(r == DA_OK, "unaligned variant %d: %s", variant, da_context_last_error(ctx));
+    da_ref_attention(&s, B, N, dt[0], dt[1], dt[2], ro, rl);
+    TU_CHECK(r == DA_OK && tu_compare(s.dtype, nq, out, ro, nl, lse, rl, vmax, &eo, &el),
+             "unaligned variant %d: out err %.3g lse err %.3g", variant, eo, el);
+    printf("unaligned q/k/v (%s, row stride H*D+%lld, base +%lld bytes): out_err=%.2e lse_err=%.2e\n",
+           variant ? "bf16" : "fp16", (long long)pad, (long long)(2 * shift), eo, el);
+    for (int i = 0; i < 3; i++) free(raw[i]), free(dt[i]);
+    free(out), free(lse), free(ro), free(rl);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|all] [FIRST COUNT]\n");
@@ -215,7 +278,10 @@ int main(int argc, char **argv) {
   da_context_create(&ctx);
   int all = !strcmp(which, "all");
   if (all || !strcmp(which, "golden")) bs_golden(ctx, argv[2], "cuda-emu", run_emu, NULL);
-  if (all || !strcmp(which, "edge")) test_edge(ctx);
+  if (all || !strcmp(which, "edge")) {
+    test_edge(ctx);
+    test_unaligned(ctx);
+  }
   if (all || !strcmp(which, "random")) test_random(ctx, first, count);
   if (all || !strcmp(which, "wide")) {
     test_wide_offsets(ctx);

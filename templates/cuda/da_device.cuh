@@ -233,6 +233,15 @@ __device__ __forceinline__ void da_st_bf16(void *p, da_i64 i, float x) {
   DA_CHECK_GLOBAL((da_u16 *)p + i, 2, 1);
   ((da_u16 *)p)[i] = da_f32_to_bf16(x);
 }
+/* 8 halves global -> shared with 2-byte loads (any element-aligned source); zeros when
+ * !valid. The fallback of da_cp_async16 for tensors that do not allow 16-byte accesses. */
+__device__ __forceinline__ void da_copy16_sync(void *smem, const void *gmem, bool valid) {
+  da_u16 *d = (da_u16 *)smem;
+  const da_u16 *g = (const da_u16 *)gmem;
+  if (valid) DA_CHECK_GLOBAL(g, 16, 0);
+#pragma unroll
+  for (int e = 0; e < 8; e++) d[e] = valid ? g[e] : (da_u16)0;
+}
 __device__ __forceinline__ float da_warp_max4(float x) { /* over the 4 lanes of a group */
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

@@ -45,6 +45,7 @@ struct da_cuda_args {
   const unsigned char *const *masks; /* device array of per-branch device masks */
   float *ws;                         /* split: [B][H][N][HD + 1] */
   int branch;                        /* branch launches */
+  int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
 };
 
 /* The query tile of one CTA. */
@@ -134,16 +135,19 @@ struct da_state {        /* per thread: 2 rows (g, g + 8) of its warp's 16 */
   da_u32 qf[KS_D][4];
 };
 
-/* Copy rows of a [rows][HD] tile into smem (row stride DP) with cp.async; row i is at
- * element offset row_off(i) of base; rows >= nrows are zero-filled. */
+/* Copy rows of a [rows][HD] tile into smem (row stride DP); row i is at element offset
+ * row_off(i) of base; rows >= nrows are zero-filled. With vec16 (the caller's tensors
+ * allow 16-byte accesses) through cp.async; otherwise with plain 2-byte loads, which land
+ * before the barrier that follows the cp.async wait, so the pipeline is the same. */
 template <typename F>
-__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int rows, int nrows, F row_off) {
+__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int rows, int nrows, bool vec16, F row_off) {
   const int chunks = HD / 8;
   for (int i = threadIdx.x; i < rows * chunks; i += NTHREADS) {
     int r = i / chunks, c = i % chunks;
     bool ok = r < nrows;
     const da_u16 *src = (const da_u16 *)base + (ok ? row_off(r) + c * 8 : 0);
-    da_cp_async16(smem + r * DP + c * 8, src, ok);
+    if (vec16) da_cp_async16(smem + r * DP + c * 8, src, ok);
+    else da_copy16_sync(smem + r * DP + c * 8, src, ok);
   }
 }
 
@@ -170,8 +174,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   {
     int nk = (int)min((da_i64)TK, kend - c0);
     da_i64 cc = c0;
-    load_rows(Ks, A.k, TK, nk, [&](int i) { return kb_ + (cc + i) * kstep; });
-    load_rows(Vs, A.v, TK, nk, [&](int i) { return vb_ + (cc + i) * vstep; });
+    load_rows(Ks, A.k, TK, nk, A.vec16, [&](int i) { return kb_ + (cc + i) * kstep; });
+    load_rows(Vs, A.v, TK, nk, A.vec16, [&](int i) { return vb_ + (cc + i) * vstep; });
     da_cp_async_commit();
   }
   while (c0 < kend) {
@@ -182,8 +186,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     if (n0 < kend) {
       int nk = (int)min((da_i64)TK, kend - n0);
       da_u16 *kn = Ks + (stage ^ 1) * TK * DP, *vn = Vs + (stage ^ 1) * TK * DP;
-      load_rows(kn, A.k, TK, nk, [&](int i) { return kb_ + (n0 + i) * kstep; });
-      load_rows(vn, A.v, TK, nk, [&](int i) { return vb_ + (n0 + i) * vstep; });
+      load_rows(kn, A.k, TK, nk, A.vec16, [&](int i) { return kb_ + (n0 + i) * kstep; });
+      load_rows(vn, A.v, TK, nk, A.vec16, [&](int i) { return vb_ + (n0 + i) * vstep; });
     }
     da_cp_async_commit();
     da_cp_async_wait<1>();
@@ -298,7 +302,7 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const da_i64 base = b * A.q_stride[0] + T.pos0 * A.q_stride[1] + h * A.q_stride[2];
   const da_i64 step = T.pstep * A.q_stride[1];
-  load_rows(Qs, A.q, TQ, T.nq, [&](int i) { return base + i * step; });
+  load_rows(Qs, A.q, TQ, T.nq, A.vec16, [&](int i) { return base + i * step; });
   da_cp_async_commit();
   da_cp_async_wait<0>();
   __syncthreads();
