@@ -10,7 +10,7 @@
  * Each config runs under the fused and the split strategy, with the built-in templates
  * and, with --baseline DIR (a DILATTN_TEMPLATE_DIR layout: cuda/, host/, lua/), with a
  * baseline's templates in the same process.
- * Run: build/bench/bench_emu_work tests/emu [--n N] [--baseline DIR] [--out FILE.json] */
+ * Run: build/bench/bench_emu_work tests/emu [--n N] [--baseline DIR] [--configs a,b] [--out FILE.json] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,29 +43,44 @@ static double attended_pairs(const da_spec *s, int64_t N) {
   return total;
 }
 
+/* Fraction of the attended pairs the sparsity layout keeps (1 without sparsity). */
+static double layout_density(da_context *ctx, const da_spec *s, int64_t N) {
+  if (s->sparsity.layout == DA_LAYOUT_NONE) return 1.0;
+  da_plan *plan = NULL;
+  double d = NAN;
+  if (da_plan_create(ctx, s, DA_BACKEND_HOST, &plan) == DA_OK) da_plan_density(plan, N, &d);
+  da_plan_destroy(plan);
+  return d;
+}
+
 typedef struct {
   const char *name;
   int nb;
   int64_t w[5], r[5];
+  da_layout layout;
+  int64_t block, window, stride;
 } config;
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_emu_work EMU_INCLUDE_DIR [--n N] [--baseline DIR] [--out FILE]\n");
+    fprintf(stderr, "usage: bench_emu_work EMU_INCLUDE_DIR [--n N] [--baseline DIR] [--configs a,b] [--out FILE]\n");
     return 2;
   }
   int64_t N = 8192;
-  const char *baseline = NULL, *out_path = NULL;
+  const char *baseline = NULL, *out_path = NULL, *only = NULL;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--n")) N = atoll(argv[i + 1]);
     else if (!strcmp(argv[i], "--baseline")) baseline = argv[i + 1];
     else if (!strcmp(argv[i], "--out")) out_path = argv[i + 1];
+    else if (!strcmp(argv[i], "--configs")) only = argv[i + 1];
   }
   if (da_emu_plan_init(argv[1])) return 1;
   static const config configs[] = {
-      {"longnet5", 5, {2048, 4096, 8192, 16384, 32768}, {1, 2, 4, 6, 12}},
-      {"longnet2", 2, {2048, 4096}, {1, 2}},
-      {"dense2048", 1, {2048}, {1}},
+      {"longnet5", 5, {2048, 4096, 8192, 16384, 32768}, {1, 2, 4, 6, 12}, DA_LAYOUT_NONE, 0, 0, 0},
+      {"longnet2", 2, {2048, 4096}, {1, 2}, DA_LAYOUT_NONE, 0, 0, 0},
+      {"dense2048", 1, {2048}, {1}, DA_LAYOUT_NONE, 0, 0, 0},
+      {"local_window", 1, {2048}, {1}, DA_LAYOUT_LOCAL_WINDOW, 32, 1, 0},
+      {"dilated_sparse2", 2, {2048, 4096}, {1, 2}, DA_LAYOUT_DILATED_SPARSE, 32, 0, 4},
   };
   const char *templates[2] = {"built-in", baseline};
   da_context *ctx;
@@ -82,6 +97,7 @@ int main(int argc, char **argv) {
     for (int causal = 1; causal >= 0; causal--)
       for (int strat = 0; strat < 2; strat++)
         for (int t = 0; t < (baseline ? 2 : 1); t++) {
+          if (only && !strstr(only, configs[c].name)) continue;
           da_spec s;
           da_spec_init(&s);
           s.num_branches = configs[c].nb;
@@ -91,6 +107,11 @@ int main(int argc, char **argv) {
           s.head_dim = 32;
           s.dtype = DA_DTYPE_FLOAT16;
           s.causal = causal;
+          s.sparsity.layout = configs[c].layout;
+          s.sparsity.block = configs[c].block ? configs[c].block : 1;
+          s.sparsity.window = configs[c].window;
+          s.sparsity.num_strides = configs[c].stride ? 1 : 0;
+          s.sparsity.strides[0] = configs[c].stride;
           da_plan_options o = {0, 0, strat ? 1 << 30 : 1, 0}; /* split: no fused tile is big enough */
           if (t) setenv("DILATTN_TEMPLATE_DIR", templates[t], 1);
           else unsetenv("DILATTN_TEMPLATE_DIR");
@@ -105,7 +126,7 @@ int main(int argc, char **argv) {
           da_status st = da_emu_execute(ctx, &s, &o, &a, bytes, bytes, bytes, (size_t)N * 4);
           double secs = now_s() - t0;
           unsigned long long mma = da_emu_mma_count() - m0;
-          double eff_flops = 4.0 * 32 * attended_pairs(&s, N), issued = 4096.0 * (double)mma;
+          double eff_flops = 4.0 * 32 * attended_pairs(&s, N) * layout_density(ctx, &s, N), issued = 4096.0 * (double)mma;
           if (st != DA_OK) {
             fprintf(stderr, "%s: %s\n", configs[c].name, da_context_last_error(ctx));
             rc = 1;

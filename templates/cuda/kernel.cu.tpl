@@ -197,8 +197,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     /* partial tile: the layout's verdict per (query row, key block), computed once by the
      * whole CTA into shared memory, so the unrolled element loop only looks it up */
     const da_idx kb_first = (da_idx)(c0 / BLOCK);
+    const int nkb = (int)((min(c0 + TK, kend) - 1) / BLOCK - kb_first + 1);
     if (cls == 2) {
-      const int nkb = (int)((min(c0 + TK, kend) - 1) / BLOCK - kb_first + 1);
       for (int i = threadIdx.x; i < TQ * nkb; i += NTHREADS) {
         int row = i / nkb, kbi = i % nkb;
         da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
@@ -220,6 +220,13 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + 15) wcls = 1;
 {% end %}
     }
+{% if p.sparse then %}
+    if (wcls == 2) { /* the layout allows none of the warp's (row, key block) pairs */
+      int any = 0;
+      for (int i = lane; i < 16 * nkb; i += 32) any |= blk_ok[(wr0 + i / nkb) * BLK_COLS + i % nkb];
+      if (!__any_sync(0xffffffffu, any)) wcls = 0;
+    }
+{% end %}
     if (wcls != 0) {
       /* S = Q K^T for this warp's 16 rows */
       float s[NT_S][4];

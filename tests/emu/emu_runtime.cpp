@@ -28,9 +28,10 @@ da_emu_thread *da_emu_cur;
 
 namespace {
 
-enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16 };
-const char *const OP_NAME[] = {"none", "__syncthreads", "__syncthreads_or", "__syncthreads_and", "__syncwarp",
-                               "__shfl_xor_sync", "ldmatrix.x4", "ldmatrix.x4.trans", "mma.f16", "mma.bf16"};
+enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_ANY, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16 };
+const char *const OP_NAME[] = {"none",        "__syncthreads",     "__syncthreads_or", "__syncthreads_and",
+                               "__syncwarp",  "__shfl_xor_sync",   "__any_sync",       "ldmatrix.x4",
+                               "ldmatrix.x4.trans", "mma.f16",     "mma.bf16"};
 enum { READY, WAITING, DONE };
 const size_t STACK = 256 * 1024;
 
@@ -50,7 +51,7 @@ struct Fiber {
   /* __syncwarp: the mask this lane waits with (0: none) and its own release counter */
   unsigned sw_mask = 0, sw_gen = 0;
   /* collective operands and results */
-  int lane_mask = 0;
+  int lane_mask = 0, pred = 0;
   float fin = 0, fout = 0;
   const unsigned char *addr = nullptr;
   da_u32 a[4] = {0, 0, 0, 0}, b[2] = {0, 0}, r[4] = {0, 0, 0, 0};
@@ -176,6 +177,14 @@ void complete_warp(int w) {
         lanes[l].fout = lanes[src].fin;
       }
     break;
+  case OP_ANY: {
+    int any = 0;
+    for (int l = 0; l < 32; l++)
+      if (b.who >> l & 1) any |= lanes[l].pred != 0;
+    for (int l = 0; l < 32; l++)
+      if (b.who >> l & 1) lanes[l].pred = any;
+    break;
+  }
   case OP_LDSM:
   case OP_LDSM_T: {
     da_u32 off[32], out[32][4];
@@ -357,6 +366,12 @@ float da_emu_shfl_xor(unsigned mask, float v, int lane_mask) {
   cur->lane_mask = lane_mask;
   warp_arrive(OP_SHFL, mask);
   return cur->fout;
+}
+
+int da_emu_vote_any(unsigned mask, int pred) {
+  cur->pred = pred;
+  warp_arrive(OP_ANY, mask);
+  return cur->pred;
 }
 
 void da_emu_ldmatrix_x4(da_u32 r[4], const void *p, int trans) {
