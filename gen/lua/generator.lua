@@ -62,6 +62,8 @@ local function make_env(p, target, spec_json, version)
     env.dtype_c = env.dtype_c .. string.format("\n#define DA_MMA %s\n#define DA_PACK %s",
       bf and "da_mma_bf16" or "da_mma_f16", bf and "da_pack_bf16x2" or "da_pack_f16x2")
   end
+  -- a template rendered with the same names, in place (shared pieces: templates/common)
+  env.include_rendered = function(name) return template.render(read_template(name), name, env) end
   env.head_counts, env.head_branches, env.head_offsets = head_tables(p)
   env.branch_w = join(p.branches, function(b) return tostring(b.w) end)
   env.branch_r = join(p.branches, function(b) return tostring(b.r) end)

@@ -28,14 +28,9 @@
 #define TILES_PER_WINDOW {{ p.tiles_per_window }}
 __constant__ int RES_TILE_START[{{ p.lcm_r + 1 }}] = { {{ join(p.residue_tile_start) }} };
 {% end %}
-__constant__ int HEAD_NBR[NUM_HEADS] = { {{ head_counts }} };
-__constant__ int HEAD_BR[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_branches }} };
-__constant__ int HEAD_OFF[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_offsets }} };
-__constant__ da_i64 BR_W[{{ p.num_branches }}] = { {{ branch_w }} };
-__constant__ da_i64 BR_R[{{ p.num_branches }}] = { {{ branch_r }} };
 __constant__ da_i64 BR_TILES_PER_SEG[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.tiles_per_segment) end) }} };
 
-/* Must match da__cuda_args in runtime/cuda_backend.c. */
+/* Must match da__cuda_args in runtime/cuda_args.h. */
 struct da_cuda_args {
   const void *q, *k, *v;
   void *out;
@@ -56,44 +51,12 @@ struct da_qtile {
 /* Dilated indices (query a, key c) fit in {{ p.idx_bits }} bits for every branch. */
 typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 
-/* Per-branch constants and sparsity predicate. */
-template <int BR> struct da_branch;
-{% for _, br in ipairs(p.branches) do %}
-/* ---- branch {{ br.index }}: segment length {{ br.w }}, dilation rate {{ br.r }} ------------------ */
-template <> struct da_branch<{{ br.index }}> {
-  static constexpr da_i64 W = {{ br.w }}, R = {{ br.r }};
-  static __device__ __forceinline__ bool allowed(const da_cuda_args &A, da_idx qb, da_idx kb) {
-{% if p.layout == "none" or p.layout == "dense" then %}
-    return true;
-{% elseif p.layout == "local_window" then %}
-    return abs(qb - kb) <= {{ p.window }};
-{% elseif p.layout == "global_local" then %}
-    return abs(qb - kb) <= {{ p.window }} || kb < {{ p.global }} || qb < {{ p.global }};
-{% elseif p.layout == "dilated_sparse" then %}
-    da_idx d = abs(qb - kb);
-    return d == 0{% for _, st in ipairs(p.strides) do %} || d == {{ st }}{% end %};
-{% elseif p.layout == "random" then %}
-    if (qb == kb) return true;
-    da_u64 x = (da_u64){{ u64(p.seed) }} ^ (((da_u64){{ br.index }} << 48) ^ ((da_u64)qb << 24) ^ (da_u64)kb);
-    return (da_splitmix64(x) >> 11) < {{ p.random_threshold }}ull;
-{% else %}
-    return A.masks[{{ br.index }}][(da_i64)qb * {{ br.nblocks }} + kb] != 0;
-{% end %}
-  }
-};
-{% end %}
-
-/* Runtime dispatch to the branch's predicate: used outside the unrolled inner loops
- * (tile classification, the per-tile block verdicts), so one attend serves all branches
- * and compile time does not grow with the number of branches. */
-__device__ __forceinline__ bool allowed(int br, const da_cuda_args &A, da_idx qb, da_idx kb) {
-  switch (br) {
-{% for _, br in ipairs(p.branches) do %}
-  case {{ br.index }}: return da_branch<{{ br.index }}>::allowed(A, qb, kb);
-{% end %}
-  default: return false;
-  }
-}
+#define DA_FN __device__ __forceinline__
+#define DA_CONST __constant__
+#define DA_ARGS da_cuda_args
+#define DA_MASKS(A) ((A)->masks)
+#define DA_ABS(x) abs(x)
+{{ include_rendered("common/control.inc.tpl") }}
 
 /* Tile class of keys [c0, c0 + TK) for queries with dilated indices a_first..a_last:
  * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Block-uniform. */
@@ -106,7 +69,7 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
   if (pairs <= (da_i64)TQ * TK) {
     int any = 0, all = 1;
     for (da_i64 i = threadIdx.x; i < pairs; i += NTHREADS) {
-      bool ok = allowed(br, A, (da_idx)(qb0 + i / (kb1 - kb0 + 1)), (da_idx)(kb0 + i % (kb1 - kb0 + 1)));
+      bool ok = da_allowed(br, &A, (da_idx)(qb0 + i / (kb1 - kb0 + 1)), (da_idx)(kb0 + i % (kb1 - kb0 + 1)));
       any |= ok;
       all &= ok;
     }
@@ -153,9 +116,7 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int ro
 
 __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  const da_i64 w = BR_W[br], r = BR_R[br];
-  const da_i64 seg_len = min(w, A.seq_len - s0);
-  const da_i64 L = (seg_len - off + r - 1) / r;
+  const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len);
   const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
   const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -202,7 +163,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       for (int i = threadIdx.x; i < TQ * nkb; i += NTHREADS) {
         int row = i / nkb, kbi = i % nkb;
         da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
-        blk_ok[row * BLK_COLS + kbi] = row < nq && allowed(br, A, a / BLOCK, kb_first + kbi);
+        blk_ok[row * BLK_COLS + kbi] = row < nq && da_allowed(br, &A, a / BLOCK, kb_first + kbi);
       }
       __syncthreads();
     }
@@ -379,9 +340,7 @@ struct da_state {
 
 __device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  const da_i64 w = BR_W[br], r = BR_R[br];
-  const da_i64 seg_len = min(w, A.seq_len - s0);
-  const da_i64 L = (seg_len - off + r - 1) / r;
+  const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len);
   const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
   const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
@@ -409,7 +368,7 @@ __device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_
       float xs = dot * SCALE_LOG2;
       bool ok = row < nq && (cls == 1 || ((!CAUSAL || c0 + c <= a)
 {% if p.sparse then %}
-                                          && allowed(br, A, (da_idx)(a / BLOCK), (da_idx)((c0 + c) / BLOCK))
+                                          && da_allowed(br, &A, (da_idx)(a / BLOCK), (da_idx)((c0 + c) / BLOCK))
 {% end %}
                                           ));
       if (!ok) continue;
@@ -500,12 +459,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(con
   da_state S;
   tile_begin(S, Qs, A, b, h, T);
   for (int k = 0; k < HEAD_NBR[h]; k++) {
-    const int br = HEAD_BR[h][k];
-    const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
-    const da_i64 s0 = (gs / w) * w, rel = first - s0;
-    if (rel % r != off) continue; /* residue not covered by this branch */
-    const da_i64 a0 = (rel - off) / r + j0 * (LCM_R / r), astride = LCM_R / r;
-    attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
+    int br;
+    da_i64 s0, off, a0, astride;
+    if (da_fused_branch((int)h, k, gs, first, j0, &br, &s0, &off, &a0, &astride))
+      attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
   }
   tile_end(S, A, b, h, T, 0);
 }
@@ -522,9 +479,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(co
   const da_i64 seg = blockIdx.x / BR_TILES_PER_SEG[br], a0 = (blockIdx.x % BR_TILES_PER_SEG[br]) * (da_i64)TQ;
   const da_i64 s0 = seg * w;
   if (s0 >= A.seq_len) return;
-  const da_i64 seg_len = min(w, A.seq_len - s0);
-  if (off >= seg_len) return;
-  const da_i64 L = (seg_len - off + r - 1) / r;
+  const da_i64 L = da_class_len(br, s0, off, A.seq_len);
   if (a0 >= L) return;
   da_qtile T;
   T.nq = (int)min((da_i64)TQ, L - a0);

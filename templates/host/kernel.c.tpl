@@ -22,10 +22,16 @@
 static const float SCALE = (float){{ f64(p.scale) }}; /* {{ p.scale_is_default and "1/sqrt(head_dim)" or "from the config" }} */
 static const float OUT_DIVISOR = {{ p.out_divisor }}.0f; /* grouped mode divides by the number of groups */
 {{ dtype_c }}
-/* (branch, offset) pairs of each query head */
-static const int32_t HEAD_NBR[NUM_HEADS] = { {{ head_counts }} };
-static const int32_t HEAD_BR[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_branches }} };
-static const int64_t HEAD_OFF[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_offsets }} };
+#include <stdbool.h>
+typedef int64_t da_i64;
+typedef uint64_t da_u64;
+typedef int64_t da_idx;
+#define DA_FN static inline
+#define DA_CONST static const
+#define DA_ARGS da_host_args
+#define DA_MASKS(A) ((A)->masks)
+#define DA_ABS(x) da_abs64(x)
+{{ include_rendered("common/control.inc.tpl") }}
 
 typedef struct {
   int nq;                 /* queries in this tile */
@@ -71,36 +77,11 @@ static void store_row(const da_host_args *A, int64_t b, int64_t h, int64_t pos, 
 {% for _, br in ipairs(p.branches) do %}
 
 /* ---- branch {{ br.index }}: segment length {{ br.w }}, dilation rate {{ br.r }} ---------------- */
-static inline int allowed_b{{ br.index }}(const da_host_args *A, int64_t qb, int64_t kb) {
-{% if p.layout == "none" or p.layout == "dense" then %}
-  (void)A; (void)qb; (void)kb;
-  return 1;
-{% elseif p.layout == "local_window" then %}
-  (void)A;
-  return da_abs64(qb - kb) <= {{ p.window }};
-{% elseif p.layout == "global_local" then %}
-  (void)A;
-  return da_abs64(qb - kb) <= {{ p.window }} || kb < {{ p.global }} || qb < {{ p.global }};
-{% elseif p.layout == "dilated_sparse" then %}
-  (void)A;
-  int64_t d = da_abs64(qb - kb);
-  return d == 0{% for _, st in ipairs(p.strides) do %} || d == {{ st }}{% end %};
-{% elseif p.layout == "random" then %}
-  (void)A;
-  if (qb == kb) return 1;
-  uint64_t x = (uint64_t){{ u64(p.seed) }} ^ (((uint64_t){{ br.index }} << 48) ^ ((uint64_t)qb << 24) ^ (uint64_t)kb);
-  return (da_splitmix64(x) >> 11) < {{ p.random_threshold }}ull; /* floor(density * 2^53) */
-{% else %}
-  return A->masks[{{ br.index }}][qb * {{ br.nblocks }} + kb] != 0; /* explicit {{ br.nblocks }} x {{ br.nblocks }} mask */
-{% end %}
-}
-
 /* Attend tile T to branch {{ br.index }}'s keys in the segment at s0, offset class o: keys
  * t = s0 + o + c*{{ br.r }}, c in [0, L). Query j has dilated index a0 + j*astride. */
 static void attend_b{{ br.index }}(tile_t *T, const da_host_args *A, int64_t b, int64_t hkv, int64_t s0, int64_t o,
                        int64_t a0, int64_t astride) {
-  const int64_t seg_len = da_min64({{ br.w }}, A->seq_len - s0);
-  const int64_t L = (seg_len - o + {{ br.r - 1 }}) / {{ br.r }};
+  const int64_t L = da_class_len({{ br.index }}, s0, o, A->seq_len);
   const int64_t a_last = a0 + (int64_t)(T->nq - 1) * astride; /* of the tile's last row */
   const int64_t kend = CAUSAL ? da_min64(L, a_last + 1) : L;
   for (int64_t c0 = 0; c0 < kend; c0 += TK) {
@@ -114,7 +95,7 @@ static void attend_b{{ br.index }}(tile_t *T, const da_host_args *A, int64_t b, 
         int any = 0, all = 1;
         for (int64_t qb = qb0; qb <= qb1; qb++)
           for (int64_t kb = kb0; kb <= kb1; kb++) {
-            int ok = allowed_b{{ br.index }}(A, qb, kb);
+            int ok = da_allowed_b{{ br.index }}(A, qb, kb);
             any |= ok;
             all &= ok;
           }
@@ -148,7 +129,7 @@ static void attend_b{{ br.index }}(tile_t *T, const da_host_args *A, int64_t b, 
 {% if p.sparse then %}
       if (!full)
         for (int c = 0; c < nkr; c++)
-          if (!allowed_b{{ br.index }}(A, a / BLOCK, (c0 + c) / BLOCK)) T->s[j][c] = -INFINITY;
+          if (!da_allowed_b{{ br.index }}(A, a / BLOCK, (c0 + c) / BLOCK)) T->s[j][c] = -INFINITY;
 {% end %}
       da_row_update(&T->m[j], &T->l[j], T->acc[j], T->s[j], &T->v[0][0], nkr, HD);
     }
@@ -167,9 +148,6 @@ static void attend(int br, tile_t *T, const da_host_args *A, int64_t b, int64_t 
   }
 }
 
-static const int64_t BR_W[{{ p.num_branches }}] = { {{ branch_w }} };
-static const int64_t BR_R[{{ p.num_branches }}] = { {{ branch_r }} };
-
 {% if p.strategy == "fused" then %}
 /* Fused: for each g-window and residue c mod R, tiles of positions c, c+R, ... ; every
  * branch that covers the residue contributes to one online softmax. */
@@ -187,11 +165,10 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
         tile_reset(T);
         tile_load_q(T, A, b, h);
         for (int k = 0; k < HEAD_NBR[h]; k++) {
-          const int br = HEAD_BR[h][k];
-          const int64_t w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
-          const int64_t s0 = (gs / w) * w, rel = first - s0;
-          if (rel % r != off) continue; /* residue not covered by this branch */
-          attend(br, T, A, b, hkv, s0, off, (rel - off) / r + j0 * (LCM_R / r), LCM_R / r);
+          int br;
+          int64_t s0, off, a0, astride;
+          if (da_fused_branch((int)h, k, gs, first, j0, &br, &s0, &off, &a0, &astride))
+            attend(br, T, A, b, hkv, s0, off, a0, astride);
         }
         for (int j = 0; j < T->nq; j++) {
           tile_row_result(T, j, o, &lse);
@@ -220,9 +197,7 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
     const int br = HEAD_BR[h][k];
     const int64_t w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
     for (int64_t s0 = 0; s0 < N; s0 += w) {
-      const int64_t seg_len = da_min64(w, N - s0);
-      if (off >= seg_len) continue;
-      const int64_t L = (seg_len - off + r - 1) / r;
+      const int64_t L = da_class_len(br, s0, off, N);
       for (int64_t a0 = 0; a0 < L; a0 += TQ) {
         T->nq = (int)da_min64(TQ, L - a0);
         for (int j = 0; j < T->nq; j++) T->pos[j] = s0 + off + (a0 + j) * r;

@@ -1,0 +1,81 @@
+{# control.inc.tpl - the config-specific control structure every target shares (DESIGN.md
+   decision 3), rendered into each target's source by include_rendered(): the per-head
+   (branch, offset) tables, the sparsity predicate of every branch, and the maps from a
+   query tile to what a branch attends. Host and CUDA kernels call these, so the host
+   backend runs exactly the decisions the CUDA kernels make.
+   The including template defines first:
+     DA_FN         function qualifiers (host: static inline; CUDA: __device__ __forceinline__)
+     DA_CONST      table qualifiers (host: static const; CUDA: __constant__)
+     DA_ARGS       the kernel argument struct; DA_MASKS(A) its explicit mask table
+     DA_ABS(x)     absolute value of a da_idx
+     da_i64, da_u64, da_idx (dilated indices; 32 bits where the plan allows) #}
+/* ---- shared control structure (templates/common/control.inc.tpl) ------------------ */
+/* (branch, offset) pairs of each query head */
+DA_CONST int HEAD_NBR[NUM_HEADS] = { {{ head_counts }} };
+DA_CONST int HEAD_BR[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_branches }} };
+DA_CONST da_i64 HEAD_OFF[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_offsets }} };
+DA_CONST da_i64 BR_W[{{ p.num_branches }}] = { {{ branch_w }} };
+DA_CONST da_i64 BR_R[{{ p.num_branches }}] = { {{ branch_r }} };
+{% for _, br in ipairs(p.branches) do %}
+
+/* branch {{ br.index }} (segment length {{ br.w }}, dilation rate {{ br.r }}): may dilated query block qb see key block kb? */
+DA_FN bool da_allowed_b{{ br.index }}(const DA_ARGS *A, da_idx qb, da_idx kb) {
+{% if p.layout == "none" or p.layout == "dense" then %}
+  (void)A, (void)qb, (void)kb;
+  return true;
+{% elseif p.layout == "local_window" then %}
+  (void)A;
+  return DA_ABS(qb - kb) <= {{ p.window }};
+{% elseif p.layout == "global_local" then %}
+  (void)A;
+  return DA_ABS(qb - kb) <= {{ p.window }} || kb < {{ p.global }} || qb < {{ p.global }};
+{% elseif p.layout == "dilated_sparse" then %}
+  (void)A;
+  da_idx d = DA_ABS(qb - kb);
+  return d == 0{% for _, st in ipairs(p.strides) do %} || d == {{ st }}{% end %};
+{% elseif p.layout == "random" then %}
+  (void)A;
+  if (qb == kb) return true;
+  da_u64 x = (da_u64){{ u64(p.seed) }} ^ (((da_u64){{ br.index }} << 48) ^ ((da_u64)qb << 24) ^ (da_u64)kb);
+  return (da_splitmix64(x) >> 11) < {{ p.random_threshold }}ull; /* floor(density * 2^53) */
+{% else %}
+  return DA_MASKS(A)[{{ br.index }}][(da_i64)qb * {{ br.nblocks }} + kb] != 0; /* explicit {{ br.nblocks }} x {{ br.nblocks }} mask */
+{% end %}
+}
+{% end %}
+
+/* The same for branch br at run time (outside the per-branch inner loops). */
+DA_FN bool da_allowed(int br, const DA_ARGS *A, da_idx qb, da_idx kb) {
+  switch (br) {
+{% for _, br in ipairs(p.branches) do %}
+  case {{ br.index }}: return da_allowed_b{{ br.index }}(A, qb, kb);
+{% end %}
+  default: return false;
+  }
+}
+
+/* Keys of branch br's offset class off in the segment starting at s0 (keys s0 + off +
+ * c * r, c in [0, L)): L, or 0 when the segment is shorter than off. */
+DA_FN da_i64 da_class_len(int br, da_i64 s0, da_i64 off, da_i64 seq_len) {
+  const da_i64 w = BR_W[br], r = BR_R[br];
+  const da_i64 seg_len = seq_len - s0 < w ? seq_len - s0 : w;
+  return off < seg_len ? (seg_len - off + r - 1) / r : 0;
+}
+{% if p.strategy == "fused" then %}
+
+/* Fused tiling: the tile of positions first + j * LCM_R, j >= j0, inside the g-window at
+ * gs. Branch slot k of head h covers it when first lies in the head's offset class; then
+ * the tile's row j is dilated index *a0 + j * *astride of the segment at *s0. */
+DA_FN bool da_fused_branch(int h, int k, da_i64 gs, da_i64 first, da_i64 j0, int *br, da_i64 *s0, da_i64 *off,
+                           da_i64 *a0, da_i64 *astride) {
+  *br = HEAD_BR[h][k];
+  const da_i64 w = BR_W[*br], r = BR_R[*br];
+  *off = HEAD_OFF[h][k];
+  *s0 = (gs / w) * w;
+  const da_i64 rel = first - *s0;
+  if (rel % r != *off) return false; /* residue not covered by this branch */
+  *astride = LCM_R / r;
+  *a0 = (rel - *off) / r + j0 * *astride;
+  return true;
+}
+{% end %}
