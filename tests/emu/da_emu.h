@@ -19,7 +19,9 @@
  *   - ldmatrix rows inside dynamic shared memory and 16-byte aligned;
  *   - loads and stores through da_ld_* / da_st_* inside registered buffers;
  *   - shared memory starts filled with NaN bytes, and threads run in a random order
- *     between barriers, so a missing barrier or a read of unwritten smem shows up. */
+ *     between barriers, so a missing barrier or a read of unwritten smem shows up;
+ *   - the kernel is compiled with -fsanitize=undefined (signed overflow in index math,
+ *     bad shifts, misaligned pointers abort the test with UBSan's report). */
 #ifndef DA_EMU_H
 #define DA_EMU_H
 

@@ -489,7 +489,8 @@ extern "C" int da_emu_compile(const char *source, const char *work_dir, const ch
   }
   const char *cxx = getenv("CXX");
   std::string cmd = std::string(cxx && *cxx ? cxx : "c++") +
-                    " -std=c++17 -O1 -g -fPIC -shared -fno-strict-aliasing -DDA_EMULATE -x c++ -I'" + include_dir +
+                    " -std=c++17 -O1 -g -fPIC -shared -fno-strict-aliasing -fsanitize=undefined -fno-sanitize-recover=undefined"
+                    " -DDA_EMULATE -x c++ -I'" + include_dir +
                     "' '" + src + "' -o '" + so + "' > '" + log + "' 2>&1";
   if (system(cmd.c_str()) != 0) {
     std::string text;
