@@ -123,3 +123,14 @@ void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t 
   }
   free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
 }
+
+void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner run, void *user) {
+  for (int i = first; i < first + count; i++) {
+    da_spec s;
+    int64_t B, N;
+    bs_random_spec(i, max_n, &s, &B, &N);
+    char what[64];
+    snprintf(what, sizeof what, "random spec %d", i);
+    bs_check(ctx, &s, B, N, 1000 + (uint64_t)i, what, run, user);
+  }
+}

@@ -18,6 +18,9 @@ void bs_golden(da_context *ctx, const char *dir, const char *label, bs_runner ru
  * max_n bounds N (at least 100). Masks of explicit specs live until the next call. */
 void bs_random_spec(int i, int64_t max_n, da_spec *s, int64_t *B, int64_t *N);
 
+/* Random specs first .. first + count - 1 of that family (N <= max_n), each checked. */
+void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner run, void *user);
+
 /* Run spec on random data and compare with the reference; what names it. */
 void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what,
               bs_runner run, void *user);

@@ -43,17 +43,6 @@ static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t 
   return da_emu_execute(ctx, s, NULL, &args, qb, kb, qb, lb);
 }
 
-static void test_random(da_context *ctx, int first, int count) {
-  for (int i = first; i < first + count; i++) {
-    da_spec s;
-    int64_t B, N;
-    bs_random_spec(i, 400, &s, &B, &N);
-    char what[64];
-    snprintf(what, sizeof what, "random spec %d", i);
-    bs_check(ctx, &s, B, N, 1000 + (uint64_t)i, what, run_emu, NULL);
-  }
-}
-
 /* Shapes the random family rarely reaches: the LongNet tiling with several branches and
  * a ragged tail on the tensor-core path, each dtype; fused with lcm(r) > 1; split and
  * single forced; D = 128 (the largest mma tile); fp32 on the SIMT path. */
@@ -282,7 +271,7 @@ int main(int argc, char **argv) {
     test_edge(ctx);
     test_unaligned(ctx);
   }
-  if (all || !strcmp(which, "random")) test_random(ctx, first, count);
+  if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (all || !strcmp(which, "wide")) {
     test_wide_offsets(ctx);
     test_long_grid(ctx);

@@ -51,17 +51,6 @@ static da_status runner(void *user, da_context *ctx, const da_spec *s, int64_t B
   return run_cuda(ctx, s, B, N, q, k, v, out, lse);
 }
 
-static void test_random(da_context *ctx, int count) {
-  for (int i = 0; i < count; i++) {
-    da_spec s;
-    int64_t B, N;
-    bs_random_spec(i, 1000, &s, &B, &N);
-    char what[64];
-    snprintf(what, sizeof what, "random spec %d", i);
-    bs_check(ctx, &s, B, N, 1000 + (uint64_t)i, what, runner, NULL);
-  }
-}
-
 /* Long sequence: run on the device, check a prefix and the tail against the reference
  * (segments are independent, so a window of whole segments has the same answer). */
 static void test_long(da_context *ctx, int64_t N, int H, int D, const char *what) {
@@ -142,7 +131,7 @@ int main(int argc, char **argv) {
   }
   int all = !strcmp(which, "all"), small = !strcmp(which, "small");
   if (all || small || !strcmp(which, "golden")) bs_golden(ctx, golden, "cuda", runner, NULL);
-  if (all || small || !strcmp(which, "random")) test_random(ctx, small ? 6 : 60);
+  if (all || small || !strcmp(which, "random")) bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
   if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, "N=1048576 H=8 D=64");
   if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, "q > 2^31 elements");
   da_context_destroy(ctx);
