@@ -17,6 +17,7 @@ run build/dilattn info
 run build/tests/test_nvrtc
 run build/tests/test_gpu "$golden" golden
 run build/tests/test_gpu "$golden" random
+run build/tests/test_gpu "$golden" unaligned
 run build/tests/test_gpu "$golden" large
 run build/tests/test_gpu "$golden" huge
 run tests/run_sanitizer.sh build/tests/test_gpu memcheck "$golden"

@@ -5,8 +5,10 @@
  *            odd D on the SIMT path, every layout, causal, GQA, ragged N) vs the reference
  *   large:   N = 1,048,576, H = 8, D = 64 fp16: workspace 0 (memory linear in N), first
  *            and last 4096 positions checked against the reference
+ *   unaligned: random specs with q, k, v 2 bytes past 16-byte alignment (plain loads
+ *            instead of cp.async); an odd pointer refused
  *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
- * Run: build/tests/test_gpu ../shared/golden [golden|random|large|huge|small|probe]
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|small|probe]
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <math.h>
 #include <stdlib.h>
@@ -19,9 +21,11 @@
 
 static da__cuda *dev;
 
-/* Run spec on the CUDA backend over host arrays (copied in and out). */
+/* Run spec on the CUDA backend over host arrays (copied in and out). shift: bytes the
+ * device copies of q, k and v start past an allocation (2: no 16-byte accesses, the
+ * kernels load with plain 2-byte loads instead of cp.async). */
 static da_status run_cuda(da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
-                          const void *k, const void *v, void *out, float *lse) {
+                          const void *k, const void *v, void *out, float *lse, size_t shift) {
   da_plan *plan = NULL;
   da_status st = da_plan_create(ctx, s, DA_BACKEND_CUDA, &plan);
   if (st != DA_OK) return st;
@@ -29,12 +33,14 @@ static da_status run_cuda(da_context *ctx, const da_spec *s, int64_t B, int64_t 
   size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
   size_t lb = (size_t)(B * s->num_heads * N) * 4;
   void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
-  if ((st = da__cuda_malloc(ctx, dev, qb, &dq)) == DA_OK && (st = da__cuda_malloc(ctx, dev, kb, &dk)) == DA_OK &&
-      (st = da__cuda_malloc(ctx, dev, kb, &dv)) == DA_OK && (st = da__cuda_malloc(ctx, dev, qb, &dout)) == DA_OK &&
-      (st = da__cuda_malloc(ctx, dev, lb, &dlse)) == DA_OK && (st = da__cuda_memcpy_htod(ctx, dev, dq, q, qb)) == DA_OK &&
-      (st = da__cuda_memcpy_htod(ctx, dev, dk, k, kb)) == DA_OK && (st = da__cuda_memcpy_htod(ctx, dev, dv, v, kb)) == DA_OK) {
+  if ((st = da__cuda_malloc(ctx, dev, qb + 16, &dq)) == DA_OK && (st = da__cuda_malloc(ctx, dev, kb + 16, &dk)) == DA_OK &&
+      (st = da__cuda_malloc(ctx, dev, kb + 16, &dv)) == DA_OK && (st = da__cuda_malloc(ctx, dev, qb, &dout)) == DA_OK &&
+      (st = da__cuda_malloc(ctx, dev, lb, &dlse)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, (char *)dq + shift, q, qb)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, (char *)dk + shift, k, kb)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, (char *)dv + shift, v, kb)) == DA_OK) {
     da_args a;
-    da_args_init(&a, s, B, N, dq, dk, dv, dout, dlse);
+    da_args_init(&a, s, B, N, (char *)dq + shift, (char *)dk + shift, (char *)dv + shift, dout, dlse);
     st = da_plan_execute(plan, &a);
     if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
     if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, out, dout, qb);
@@ -47,8 +53,27 @@ static da_status run_cuda(da_context *ctx, const da_spec *s, int64_t B, int64_t 
 
 static da_status runner(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                         const void *k, const void *v, void *out, float *lse) {
-  (void)user;
-  return run_cuda(ctx, s, B, N, q, k, v, out, lse);
+  return run_cuda(ctx, s, B, N, q, k, v, out, lse, user ? *(const size_t *)user : 0);
+}
+
+/* q, k, v 2 bytes past 16-byte alignment: the tensor-core path falls back to plain loads;
+ * a pointer not aligned to its element is refused. */
+static void test_unaligned(da_context *ctx) {
+  static const size_t two = 2;
+  bs_random(ctx, 0, 8, 1000, runner, (void *)&two);
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 1, s.segment_lengths[0] = 64, s.dilation_rates[0] = 1;
+  s.num_heads = s.num_kv_heads = 1, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16;
+  da_plan *plan = NULL;
+  void *buf = NULL;
+  if (da_plan_create(ctx, &s, DA_BACKEND_CUDA, &plan) == DA_OK && da__cuda_malloc(ctx, dev, 4096, &buf) == DA_OK) {
+    da_args a;
+    da_args_init(&a, &s, 1, 8, (char *)buf + 1, buf, buf, (char *)buf + 2048, NULL);
+    TU_CHECK(da_plan_execute(plan, &a) == DA_ERR_INVALID_ARGUMENT, "odd q pointer accepted");
+  }
+  da__cuda_free(dev, buf);
+  da_plan_destroy(plan);
 }
 
 /* Long sequence: run on the device, check a prefix and the tail against the reference
@@ -132,6 +157,7 @@ int main(int argc, char **argv) {
   int all = !strcmp(which, "all"), small = !strcmp(which, "small");
   if (all || small || !strcmp(which, "golden")) bs_golden(ctx, golden, "cuda", runner, NULL);
   if (all || small || !strcmp(which, "random")) bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
+  if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx);
   if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, "N=1048576 H=8 D=64");
   if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, "q > 2^31 elements");
   da_context_destroy(ctx);
