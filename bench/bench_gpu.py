@@ -135,6 +135,9 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--tiles", default="64x0,128x0",
+                    help="extra dilattn variants timed beside the default: TILE_QxTILE_K (0: planner's choice "
+                         "for that field); one that the planner refuses is recorded as such")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -182,6 +185,22 @@ def main():
                        sdpa_dense_ms=t_sdpa[0], sdpa_dense_tflops=sdpa_flops / t_sdpa[0] / 1e9,
                        speedup_vs_torch=t_torch[0] / t_ours[0])
             row["ratio_vs_sdpa"] = row["dilattn_tflops"] / row["sdpa_dense_tflops"]
+            # the same kernel under other tile shapes, validated then timed like the default
+            row["tile_variants"] = {}
+            for spec_t in filter(None, args.tiles.split(",")):
+                tq, tk = (int(x) for x in spec_t.split("x"))
+                try:
+                    vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk)
+                except Exception as e:  # noqa: BLE001 - recorded, not fatal
+                    row["tile_variants"][spec_t] = dict(error=str(e))
+                    continue
+                run_v = lambda: vplan.execute(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), B, N, stream=stream)
+                run_v()
+                torch.cuda.synchronize()
+                verr = (out.float() - ref_out.float()).abs().max().item()
+                t_v = time_cuda(run_v, args.reps)
+                row["tile_variants"][spec_t] = dict(kernel=vplan.kernel, valid=verr <= 1e-2 * v.abs().max().item(),
+                                                    max_err=verr, ms=t_v[0], tflops=flops / t_v[0] / 1e9)
             print(json.dumps(row), flush=True)
             rows.append(row)
             del q, k, v, out, lse, ref_out, ref_lse

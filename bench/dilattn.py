@@ -27,6 +27,12 @@ class DaArgs(ctypes.Structure):
     ]
 
 
+class DaPlanOptions(ctypes.Structure):
+    """Mirror of da_plan_options in include/dilattn.h (0 = the planner's default)."""
+    _fields_ = [("tile_q", ctypes.c_int), ("tile_k", ctypes.c_int), ("fused_min_queries", ctypes.c_int),
+                ("seq_len_hint", ctypes.c_int64)]
+
+
 class DilattnError(RuntimeError):
     pass
 
@@ -44,6 +50,8 @@ class Dilattn:
                                         ctypes.c_char_p, ctypes.c_size_t]
         L.da_plan_create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                                      ctypes.POINTER(ctypes.c_void_p)]
+        L.da_plan_create_ex.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                        ctypes.POINTER(DaPlanOptions), ctypes.POINTER(ctypes.c_void_p)]
         L.da_plan_destroy.argtypes = [ctypes.c_void_p]
         L.da_plan_execute.argtypes = [ctypes.c_void_p, ctypes.POINTER(DaArgs)]
         L.da_plan_workspace_size.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
@@ -59,14 +67,17 @@ class Dilattn:
     def error(self):
         return (self.lib.da_context_last_error(self.ctx) or b"").decode()
 
-    def plan(self, config, backend="auto"):
+    def plan(self, config, backend="auto", tile_q=0, tile_k=0, fused_min_queries=0):
+        """tile_q / tile_k / fused_min_queries: da_plan_options (0: the planner's default,
+        or the tuning database's entry when all are 0)."""
         text = json.dumps(config).encode()
         spec = ctypes.create_string_buffer(self.SPEC_BYTES)
         msg = ctypes.create_string_buffer(1024)
         if self.lib.da_spec_from_json(text, len(text), spec, msg, 1024) != 0:
             raise DilattnError(msg.value.decode())
         handle = ctypes.c_void_p()
-        if self.lib.da_plan_create(self.ctx, spec, BACKENDS[backend], ctypes.byref(handle)) != 0:
+        opts = DaPlanOptions(tile_q, tile_k, fused_min_queries, 0)
+        if self.lib.da_plan_create_ex(self.ctx, spec, BACKENDS[backend], ctypes.byref(opts), ctypes.byref(handle)) != 0:
             raise DilattnError(self.error())
         return Plan(self, handle, config, spec)
 

@@ -231,11 +231,16 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
   int multi = s.mode == DA_MODE_LONGNET && s.num_branches > 1;
   int fmins[2] = {1, 1 << 30};
   memset(c, 0, sizeof c);
+  /* CUDA: the tensor-core path takes 16 or 32 query rows per warp (tile_q 64, 128; 128
+   * up to D = 96); the SIMT path fixes its own */
+  static const int tqs_mma[] = {64, 128};
+  int mma = s.dtype != DA_DTYPE_FLOAT32 && s.head_dim % 16 == 0 && s.head_dim <= 128;
+  int ntq = !cuda ? 4 : !mma ? 1 : s.head_dim <= 96 ? 2 : 1;
   n = 1; /* c[0]: all defaults */
-  for (int a = 0; a < (cuda ? 1 : 4); a++)
+  for (int a = 0; a < ntq; a++)
     for (int b = 0; b < 4; b++)
       for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
-        c[n].o.tile_q = cuda ? 0 : tqs[a];
+        c[n].o.tile_q = !cuda ? tqs[a] : mma ? tqs_mma[a] : 0;
         c[n].o.tile_k = tks[b];
         c[n].o.fused_min_queries = multi ? fmins[f] : 0;
         n++;

@@ -10,9 +10,10 @@
  * handling of the online softmax, the split merge and the grids. What it cannot test is
  * whether the hardware agrees with the references (test_gpu does that on a device).
  *
+ * tiles: random specs with tile_q 128 (two m16 tiles per warp) and 64-key tiles.
  * wide: a batch stride of 2^31 + 4096 elements (64-bit offsets) and the tail CTAs of an
  * N = 2^24 launch, both in sparse address space.
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|all] [FIRST COUNT]
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|all] [FIRST COUNT]
  * (ctest runs the golden cases and shards of the random specs). */
 #include <math.h>
 #include <sys/mman.h>
@@ -32,7 +33,7 @@
  * every position must be written. */
 static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                          const void *k, const void *v, void *out, float *lse) {
-  (void)user;
+  const da_plan_options *opts = user; /* NULL: the planner's defaults */
   size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
   size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
   size_t lb = (size_t)(B * s->num_heads * N) * 4;
@@ -40,7 +41,16 @@ static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t 
   memset(lse, 0xff, lb);
   da_args args;
   da_args_init(&args, s, B, N, q, k, v, out, lse);
-  return da_emu_execute(ctx, s, NULL, &args, qb, kb, qb, lb);
+  return da_emu_execute(ctx, s, opts, &args, qb, kb, qb, lb);
+}
+
+/* run_emu with tile_q 128 where the planner offers it (head_dim <= 96), the key tile of
+ * user's options everywhere. */
+static da_status run_emu_tq128(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                               const void *k, const void *v, void *out, float *lse) {
+  da_plan_options o = *(const da_plan_options *)user;
+  o.tile_q = s->head_dim <= 96 ? 128 : 0;
+  return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
 }
 
 /* Shapes the random family rarely reaches: the LongNet tiling with several branches and
@@ -257,7 +267,7 @@ static void test_unaligned(da_context *ctx) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|all] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|all] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -270,6 +280,11 @@ int main(int argc, char **argv) {
   if (all || !strcmp(which, "edge")) {
     test_edge(ctx);
     test_unaligned(ctx);
+  }
+  if (all || !strcmp(which, "tiles")) { /* 32 query rows per warp (tile_q 128), 32-key tiles */
+    da_plan_options dflt = {0, 0, 0, 0}, k64 = {0, 64, 0, 0};
+    bs_random(ctx, 100, 10, 400, run_emu_tq128, &dflt);
+    bs_random(ctx, 110, 6, 400, run_emu_tq128, &k64);
   }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (all || !strcmp(which, "wide")) {

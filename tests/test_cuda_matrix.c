@@ -17,10 +17,12 @@
 #include "runtime/nvrtc.h"
 #include "test_util.h"
 
-#define MAX_SPECS 256
+#define MAX_SPECS 320
 
 typedef struct {
   da_spec spec;
+  da_plan_options opts; /* all 0: the planner's defaults */
+  int clone;            /* shares the masks of the spec it copies */
   uint8_t *masks[DA_MAX_BRANCHES];
   char name[256], strategy[16], path[8];
   int regs[2], spill[2], smem[2], dyn_smem, status[2];
@@ -82,6 +84,18 @@ static void build_matrix(int n) {
         s->sparsity.explicit_masks[b] = j->masks[b];
       }
   }
+  /* 32 query rows per warp (tile_q 128) where the planner allows it (mma path, D <= 64),
+   * on every third such spec */
+  int base = njobs;
+  for (int i = 0; i < base && njobs < MAX_SPECS; i += 3) {
+    const da_spec *s = &jobs[i].spec;
+    if (s->dtype == DA_DTYPE_FLOAT32 || s->head_dim % 16 || s->head_dim > 64) continue;
+    job_t *j = &jobs[njobs++];
+    *j = jobs[i];
+    memset(j->masks, 0, sizeof j->masks);
+    j->clone = 1;
+    j->opts.tile_q = 128;
+  }
 }
 
 static void *worker(void *arg) {
@@ -95,7 +109,7 @@ static void *worker(void *arg) {
     if (i >= njobs) break;
     job_t *j = &jobs[i];
     da__rendered r;
-    if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, NULL, &r) != DA_OK) {
+    if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, &j->opts, &r) != DA_OK) {
       snprintf(j->err, sizeof j->err, "render: %s", da_context_last_error(ctx));
       j->status[0] = j->status[1] = -1;
       continue;

@@ -150,6 +150,29 @@ function M.plan(spec, target, opts)
   return p
 end
 
+-- Default CUDA query tile of the mma path: 128 rows (32 per warp) for D <= 64 when the
+-- tiles the strategy forms lose at most 1/8 of their rows to padding, else 64. Not yet
+-- timed on a GPU: chosen because with 16 rows per warp each ldmatrix of K or V (512 bytes
+-- of shared memory, ~4 cycles of an SM's bandwidth) feeds 2 mma (~2 cycles of an H100
+-- SM's mma.sync throughput), so the loop is bound by shared memory; 32 rows feed 4.
+-- bench_gpu.py times both shapes (--tiles) so a GPU session can confirm or revert it.
+function M.cuda_default_tile_q(p)
+  if p.D > 64 then return 64 end
+  if p.lcm_r > 4096 then return 64 end
+  local rows, padded = 0, 0
+  if p.strategy == "fused" then
+    for c = 0, p.lcm_r - 1 do
+      local count = (p.window_g - c + p.lcm_r - 1) // p.lcm_r
+      rows, padded = rows + count, padded + (count + 127) // 128 * 128
+    end
+  else
+    for _, b in ipairs(p.branches) do
+      rows, padded = rows + b.lmax, padded + (b.lmax + 127) // 128 * 128
+    end
+  end
+  return (padded - rows) * 8 <= padded and 128 or 64
+end
+
 -- CUDA specifics (DESIGN.md decision 4). Two compute paths share the control structure:
 --   mma:  fp16/bf16 with D % 16 == 0 and D <= 128: 4 warps x 16 query rows, mma.sync
 --         m16n8k16 (fp32 accumulate), ldmatrix, cp.async double buffering; smem rows
@@ -162,11 +185,25 @@ function M.plan_cuda(p, opts)
   if (p.dtype_name ~= "float32") and D % 16 == 0 and D <= 128 then
     p.cuda_path = "mma"
     p.threads = 128
-    p.tile_q = opts.tile_q or 64 -- 16 rows per warp
-    -- 64 keys per tile up to D = 64; 32 above keeps scores + output + Q fragments
-    -- within the register file (no spills at D = 96, 128)
-    p.tile_k = opts.tile_k or (D <= 64 and 64 or 32)
-    if p.tile_q ~= 64 then error("cuda mma path: tile_q must be 64 (4 warps x 16 rows)", 0) end
+    -- 4 warps x 16 or 32 query rows. 32 rows (two m16 tiles per warp, as FlashAttention-2
+    -- does) let every K and V fragment read from shared memory feed 4 mma instead of 2;
+    -- the default takes them up to D = 64 where the query tiles are rarely partial.
+    p.tile_q = opts.tile_q or M.cuda_default_tile_q(p)
+    if p.tile_q ~= 64 and p.tile_q ~= 128 then
+      error("cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
+    end
+    if p.tile_q == 128 and D > 96 then
+      error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
+    end
+    -- keys per tile: what keeps scores + output + Q fragments in the register file
+    -- (ptxas, sm_90: 16 rows per warp: 64 keys up to D = 64, 32 above; 32 rows per warp:
+    -- 64 keys at D = 32 (207 registers), 32 keys up to D = 96 (218 at D = 64, 254 at 96)
+    if p.tile_q == 128 then
+      p.tile_k = opts.tile_k or (D <= 32 and 64 or 32)
+    else
+      p.tile_k = opts.tile_k or (D <= 64 and 64 or 32)
+    end
+    p.warp_mtiles = p.tile_q // 64
     if p.tile_k % 16 ~= 0 or p.tile_k < 16 or p.tile_k > 128 then
       error("cuda mma path: tile_k must be a multiple of 16 in [16, 128]", 0)
     end

@@ -91,11 +91,13 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
 #define NT_S (TK / 8)        /* n8 tiles of the score block */
 #define NT_O (HD / 8)        /* n8 tiles of the output block */
 #define KS_D (HD / 16)       /* k16 steps over head_dim */
+#define MT {{ p.warp_mtiles }}  /* m16 tiles per warp: each K / V fragment feeds MT mma */
+#define WROWS (16 * MT)      /* query rows per warp; TQ = 4 * WROWS */
 
-struct da_state {        /* per thread: 2 rows (g, g + 8) of its warp's 16 */
-  float o[NT_O][4];
-  float m[2], l[2];
-  da_u32 qf[KS_D][4];
+struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m16 tiles */
+  float o[MT][NT_O][4];
+  float m[MT][2], l[MT][2];
+  da_u32 qf[MT][KS_D][4];
 };
 
 /* Copy rows of a [rows][HD] tile into smem (row stride DP); row i is at element offset
@@ -168,48 +170,55 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       __syncthreads();
     }
 {% end %}
-    /* the warp's own verdict on the tile: its 16 rows may all lie past nq or (causal)
+    /* the warp's own verdict on the tile: its rows may all lie past nq or (causal)
      * before every key of it, and need no mask where the CTA's rows as a whole do; a
      * query tile of the fused strategy spans TQ * LCM_R positions, so this skips most of
      * the causal work its rows do not need. Warp-uniform: no barrier inside. */
-    const int wr0 = warp * 16, wr1 = min(wr0 + 15, nq - 1);
+    const int wr0 = warp * WROWS, wr1 = min(wr0 + WROWS - 1, nq - 1);
     int wcls = wr0 < nq ? cls : 0;
     if (wcls == 2) {
       const da_i64 wa0 = a0 + (da_i64)wr0 * astride, wa1 = a0 + (da_i64)wr1 * astride;
       if (CAUSAL && c0 > wa1) wcls = 0;
 {% if not p.sparse then %}
-      else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + 15) wcls = 1;
+      else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + WROWS - 1) wcls = 1;
 {% end %}
     }
 {% if p.sparse then %}
     if (wcls == 2) { /* the layout allows none of the warp's (row, key block) pairs */
       int any = 0;
-      for (int i = lane; i < 16 * nkb; i += 32) any |= blk_ok[(wr0 + i / nkb) * BLK_COLS + i % nkb];
+      for (int i = lane; i < WROWS * nkb; i += 32) any |= blk_ok[(wr0 + i / nkb) * BLK_COLS + i % nkb];
       if (!__any_sync(0xffffffffu, any)) wcls = 0;
     }
 {% end %}
     if (wcls != 0) {
-      /* S = Q K^T for this warp's 16 rows */
-      float s[NT_S][4];
+      /* S = Q K^T for this warp's rows: each K fragment serves its MT m16 tiles */
+      float s[MT][NT_S][4];
 #pragma unroll
-      for (int nt = 0; nt < NT_S; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT_S; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < KS_D; kk++)
 #pragma unroll
         for (int np = 0; np < NT_S / 2; np++) {
           da_u32 kf[4];
           da_ldmatrix_x4(kf, kt + (np * 16 + da_ldsm_k_row(lane)) * DP + kk * 16 + da_ldsm_k_col(lane));
-          DA_MMA(s[2 * np], S.qf[kk], kf[0], kf[1]);
-          DA_MMA(s[2 * np + 1], S.qf[kk], kf[2], kf[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; mt++) {
+            DA_MMA(s[mt][2 * np], S.qf[mt][kk], kf[0], kf[1]);
+            DA_MMA(s[mt][2 * np + 1], S.qf[mt][kk], kf[2], kf[3]);
+          }
         }
       /* scale, mask partial tiles, online softmax (base 2) */
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
 #pragma unroll
       for (int nt = 0; nt < NT_S; nt++)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          float x = s[nt][j] * SCALE_LOG2;
+          float x = s[mt][nt][j] * SCALE_LOG2;
           if (wcls == 2) {
-            int row = warp * 16 + da_frag_c_row(lane, j);
+            int row = wr0 + mt * 16 + da_frag_c_row(lane, j);
             da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
             bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
 {% if p.sparse then %}
@@ -217,43 +226,55 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 {% end %}
             if (!ok) x = -INFINITY;
           }
-          s[nt][j] = x;
+          s[mt][nt][j] = x;
         }
 #pragma unroll
-      for (int hr = 0; hr < 2; hr++) { /* the thread's two rows */
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) { /* the thread's two rows of each m16 tile */
         float mx = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * hr], s[nt][2 * hr + 1]));
+        for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
         mx = da_warp_max4(mx);
-        float m_new = fmaxf(S.m[hr], mx);
+        float m_new = fmaxf(S.m[mt][hr], mx);
         float m_use = m_new == -INFINITY ? 0.f : m_new;
-        float corr = exp2f(S.m[hr] - m_use);
+        float corr = exp2f(S.m[mt][hr] - m_use);
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT_S; nt++) {
-          s[nt][2 * hr] = exp2f(s[nt][2 * hr] - m_use);
-          s[nt][2 * hr + 1] = exp2f(s[nt][2 * hr + 1] - m_use);
-          sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
+          s[mt][nt][2 * hr] = exp2f(s[mt][nt][2 * hr] - m_use);
+          s[mt][nt][2 * hr + 1] = exp2f(s[mt][nt][2 * hr + 1] - m_use);
+          sum += s[mt][nt][2 * hr] + s[mt][nt][2 * hr + 1];
         }
-        S.l[hr] = S.l[hr] * corr + sum;
-        S.m[hr] = m_new;
+        S.l[mt][hr] = S.l[mt][hr] * corr + sum;
+        S.m[mt][hr] = m_new;
 #pragma unroll
         for (int dt = 0; dt < NT_O; dt++) {
-          S.o[dt][2 * hr] *= corr;
-          S.o[dt][2 * hr + 1] *= corr;
+          S.o[mt][dt][2 * hr] *= corr;
+          S.o[mt][dt][2 * hr + 1] *= corr;
         }
       }
-      /* O += P V: P reuses the score fragments as the A operand */
+      /* O += P V: P reuses the score fragments as the A operand; each V fragment serves
+       * the warp's MT m16 tiles */
 #pragma unroll
       for (int kk = 0; kk < TK / 16; kk++) {
-        da_u32 pa[4] = {DA_PACK(s[2 * kk][0], s[2 * kk][1]), DA_PACK(s[2 * kk][2], s[2 * kk][3]),
-                        DA_PACK(s[2 * kk + 1][0], s[2 * kk + 1][1]), DA_PACK(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        da_u32 pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          pa[mt][0] = DA_PACK(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = DA_PACK(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = DA_PACK(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = DA_PACK(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int dp = 0; dp < NT_O / 2; dp++) {
           da_u32 vf[4];
           da_ldmatrix_x4_trans(vf, vt + (kk * 16 + da_ldsm_v_row(lane)) * DP + dp * 16 + da_ldsm_v_col(lane));
-          DA_MMA(S.o[2 * dp], pa, vf[0], vf[1]);
-          DA_MMA(S.o[2 * dp + 1], pa, vf[2], vf[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; mt++) {
+            DA_MMA(S.o[mt][2 * dp], pa[mt], vf[0], vf[1]);
+            DA_MMA(S.o[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
+          }
         }
       }
     }
@@ -275,27 +296,35 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   da_cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
-  for (int kk = 0; kk < KS_D; kk++)
-    da_ldmatrix_x4(S.qf[kk], Qs + (warp * 16 + da_ldsm_a_row(lane)) * DP + kk * 16 + da_ldsm_a_col(lane));
+  for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-  for (int dt = 0; dt < NT_O; dt++) S.o[dt][0] = S.o[dt][1] = S.o[dt][2] = S.o[dt][3] = 0.f;
-  S.m[0] = S.m[1] = -INFINITY;
-  S.l[0] = S.l[1] = 0.f;
+    for (int kk = 0; kk < KS_D; kk++)
+      da_ldmatrix_x4(S.qf[mt][kk],
+                     Qs + (warp * WROWS + mt * 16 + da_ldsm_a_row(lane)) * DP + kk * 16 + da_ldsm_a_col(lane));
+#pragma unroll
+    for (int dt = 0; dt < NT_O; dt++) S.o[mt][dt][0] = S.o[mt][dt][1] = S.o[mt][dt][2] = S.o[mt][dt][3] = 0.f;
+    S.m[mt][0] = S.m[mt][1] = -INFINITY;
+    S.l[mt][0] = S.l[mt][1] = 0.f;
+  }
   __syncthreads();
 }
 
 /* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace. */
 __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float lsum[2];
+  float lsum[MT][2];
 #pragma unroll
-  for (int hr = 0; hr < 2; hr++) lsum[hr] = da_warp_sum4(S.l[hr]); /* whole warp, before rows diverge */
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) lsum[mt][hr] = da_warp_sum4(S.l[mt][hr]); /* whole warp, before rows diverge */
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
-    int row = warp * 16 + (lane >> 2) + 8 * hr;
-    float l = lsum[hr];
+    int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
+    float l = lsum[mt][hr];
     float inv = l > 0.f ? 1.f / l : 0.f;
-    float lse = l > 0.f ? (S.m[hr] + log2f(l)) * LN2 : -INFINITY;
+    float lse = l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
     if (row >= T.nq) continue; /* the row's 4 lanes skip together */
     da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
     if (mode == 0) {
@@ -303,8 +332,8 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
         int col = dt * 8 + 2 * (lane & 3);
-        ST(A.out, ob + col, S.o[dt][2 * hr] * inv / OUT_DIVISOR);
-        ST(A.out, ob + col + 1, S.o[dt][2 * hr + 1] * inv / OUT_DIVISOR);
+        ST(A.out, ob + col, S.o[mt][dt][2 * hr] * inv / OUT_DIVISOR);
+        ST(A.out, ob + col + 1, S.o[mt][dt][2 * hr + 1] * inv / OUT_DIVISOR);
       }
       if (A.lse && (lane & 3) == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
     } else {
@@ -316,8 +345,8 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
         int col = dt * 8 + 2 * (lane & 3);
-        row_ws[col] = (row_ws[col] * wa + S.o[dt][2 * hr] * inv * wb) * norm;
-        row_ws[col + 1] = (row_ws[col + 1] * wa + S.o[dt][2 * hr + 1] * inv * wb) * norm;
+        row_ws[col] = (row_ws[col] * wa + S.o[mt][dt][2 * hr] * inv * wb) * norm;
+        row_ws[col + 1] = (row_ws[col + 1] * wa + S.o[mt][dt][2 * hr + 1] * inv * wb) * norm;
       }
       __syncwarp(0xfu << (lane & 28)); /* the row's 4 lanes have read the old lse */
       if ((lane & 3) == 0 && mx != -INFINITY) row_ws[HD] = mx + __logf(wa + wb);
