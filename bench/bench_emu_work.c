@@ -3,7 +3,10 @@
  * (4096 FLOPs each) against the effective FLOPs of DESIGN.md ("Where we are measured":
  * 4 * B * D * attended (query, key) pairs). efficiency = effective / issued is the
  * fraction of tensor-core work that is not masked away or padding; it bounds what the
- * kernel can reach relative to a dense kernel at the same mma throughput. Counts are
+ * kernel can reach relative to a dense kernel at the same mma throughput. mma per
+ * ldmatrix (each ldmatrix.x4 reads 512 bytes of shared memory) says whether the loop can
+ * be fed from shared memory: about 2 cycles of mma.sync per 4 cycles of an SM's shared
+ * memory bandwidth at 2 per ldmatrix on an H100, balanced at 4. Counts are
  * deterministic, so this measures on a machine without a GPU what the tiling and the
  * skipping decide; the GPU benchmark (bench_gpu.py) measures time.
  *
@@ -121,11 +124,11 @@ int main(int argc, char **argv) {
           for (size_t i = 0; i < bytes / 2; i++) ((unsigned short *)qkv)[i] = (unsigned short)(0x3000 + i % 977);
           da_args a;
           da_args_init(&a, &s, 1, N, qkv, qkv, qkv, o_, lse);
-          unsigned long long m0 = da_emu_mma_count();
+          unsigned long long m0 = da_emu_mma_count(), l0 = da_emu_ldmatrix_count();
           double t0 = now_s();
           da_status st = da_emu_execute(ctx, &s, &o, &a, bytes, bytes, bytes, (size_t)N * 4);
           double secs = now_s() - t0;
-          unsigned long long mma = da_emu_mma_count() - m0;
+          unsigned long long mma = da_emu_mma_count() - m0, ldsm = da_emu_ldmatrix_count() - l0;
           double eff_flops = 4.0 * 32 * attended_pairs(&s, N) * layout_density(ctx, &s, N), issued = 4096.0 * (double)mma;
           if (st != DA_OK) {
             fprintf(stderr, "%s: %s\n", configs[c].name, da_context_last_error(ctx));
@@ -133,10 +136,11 @@ int main(int argc, char **argv) {
           }
           fprintf(out, "%s  {\"config\": \"%s\", \"causal\": %s, \"strategy\": \"%s\", \"templates\": \"%s\", "
                        "\"ok\": %s, \"effective_gflop\": %.4f, \"issued_mma\": %llu, \"issued_gflop\": %.4f, "
-                       "\"efficiency\": %.4f, \"emulation_s\": %.1f}",
+                       "\"efficiency\": %.4f, \"issued_ldmatrix\": %llu, \"mma_per_ldmatrix\": %.3f, "
+                       "\"emulation_s\": %.1f}",
                   first ? "" : ",\n", configs[c].name, causal ? "true" : "false", strat ? "split" : "fused",
                   t ? "baseline" : "built-in", st == DA_OK ? "true" : "false", eff_flops / 1e9, mma, issued / 1e9,
-                  issued > 0 ? eff_flops / issued : 0.0, secs);
+                  issued > 0 ? eff_flops / issued : 0.0, ldsm, ldsm ? (double)mma / (double)ldsm : 0.0, secs);
           fflush(out);
           first = 0;
           free(qkv), free(o_), free(lse);

@@ -83,7 +83,8 @@ size_t smem_bytes;
 std::vector<Range> ranges;
 std::string error;
 uint64_t rng;
-unsigned long long mma_count; /* warp-level mma.m16n8k16 completed */
+unsigned long long mma_count;  /* warp-level mma.m16n8k16 completed */
+unsigned long long ldsm_count; /* warp-level ldmatrix.x4 completed */
 int (*block_keep)(void *, unsigned, unsigned, unsigned);
 void *block_keep_user;
 void (*entry_invoke)(void *, const void *);
@@ -190,6 +191,7 @@ void complete_warp(int w) {
     da_u32 off[32], out[32][4];
     for (int l = 0; l < 32; l++) off[l] = (da_u32)(lanes[l].addr - smem);
     da_ref_ldmatrix_x4(smem, off, b.op == OP_LDSM_T, out);
+    ldsm_count++;
     for (int l = 0; l < 32; l++) memcpy(lanes[l].r, out[l], sizeof out[l]);
     break;
   }
@@ -428,6 +430,7 @@ void da_emu_register_buffer(const void *p, size_t bytes, int writable) {
 void da_emu_reset_buffers(void) { ranges.clear(); }
 
 unsigned long long da_emu_mma_count(void) { return mma_count; }
+unsigned long long da_emu_ldmatrix_count(void) { return ldsm_count; }
 
 void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user) {
   block_keep = keep;

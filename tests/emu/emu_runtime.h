@@ -24,6 +24,8 @@ void da_emu_reset_buffers(void);
 /* Warp-level mma.m16n8k16 instructions executed since the process started (each is
  * 2 * 16 * 8 * 16 = 4096 FLOPs): the tensor-core work a kernel issues, counted exactly. */
 unsigned long long da_emu_mma_count(void);
+/* Warp-level ldmatrix.x4 executed (512 bytes of shared memory each), same counting. */
+unsigned long long da_emu_ldmatrix_count(void);
 
 /* Run only the CTAs for which keep returns nonzero (NULL: all), e.g. the last tiles of
  * a 2^24-token launch. */
