@@ -124,11 +124,12 @@ int main(int argc, char **argv) {
           for (size_t i = 0; i < bytes / 2; i++) ((unsigned short *)qkv)[i] = (unsigned short)(0x3000 + i % 977);
           da_args a;
           da_args_init(&a, &s, 1, N, qkv, qkv, qkv, o_, lse);
-          unsigned long long m0 = da_emu_mma_count(), l0 = da_emu_ldmatrix_count();
+          unsigned long long m0 = da_emu_mma_count(), l0 = da_emu_ldmatrix_count(), b0 = da_emu_barrier_count();
           double t0 = now_s();
           da_status st = da_emu_execute(ctx, &s, &o, &a, bytes, bytes, bytes, (size_t)N * 4);
           double secs = now_s() - t0;
-          unsigned long long mma = da_emu_mma_count() - m0, ldsm = da_emu_ldmatrix_count() - l0;
+          unsigned long long mma = da_emu_mma_count() - m0, ldsm = da_emu_ldmatrix_count() - l0,
+                             bars = da_emu_barrier_count() - b0;
           double eff_flops = 4.0 * 32 * attended_pairs(&s, N) * layout_density(ctx, &s, N), issued = 4096.0 * (double)mma;
           if (st != DA_OK) {
             fprintf(stderr, "%s: %s\n", configs[c].name, da_context_last_error(ctx));
@@ -137,10 +138,10 @@ int main(int argc, char **argv) {
           fprintf(out, "%s  {\"config\": \"%s\", \"causal\": %s, \"strategy\": \"%s\", \"templates\": \"%s\", "
                        "\"ok\": %s, \"effective_gflop\": %.4f, \"issued_mma\": %llu, \"issued_gflop\": %.4f, "
                        "\"efficiency\": %.4f, \"issued_ldmatrix\": %llu, \"mma_per_ldmatrix\": %.3f, "
-                       "\"emulation_s\": %.1f}",
+                       "\"cta_barriers\": %llu, \"emulation_s\": %.1f}",
                   first ? "" : ",\n", configs[c].name, causal ? "true" : "false", strat ? "split" : "fused",
                   t ? "baseline" : "built-in", st == DA_OK ? "true" : "false", eff_flops / 1e9, mma, issued / 1e9,
-                  issued > 0 ? eff_flops / issued : 0.0, ldsm, ldsm ? (double)mma / (double)ldsm : 0.0, secs);
+                  issued > 0 ? eff_flops / issued : 0.0, ldsm, ldsm ? (double)mma / (double)ldsm : 0.0, bars, secs);
           fflush(out);
           first = 0;
           free(qkv), free(o_), free(lse);

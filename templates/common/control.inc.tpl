@@ -54,6 +54,39 @@ DA_FN bool da_allowed(int br, const DA_ARGS *A, da_idx qb, da_idx kb) {
   }
 }
 
+/* The first key tile at or after c (a multiple of TK) that the layout may allow for some
+ * query of dilated indices a_first..a_last, or a value >= every kend when none: exact
+ * jumps for the parametric layouts, so a long segment's skipped tiles cost nothing; the
+ * random and explicit layouts step tile by tile (their tables are data, not formulas). */
+DA_FN da_i64 da_next_key_tile(da_i64 c, da_i64 a_first, da_i64 a_last) {
+{% if p.layout == "local_window" or p.layout == "global_local" or p.layout == "dilated_sparse" then %}
+  const da_i64 qb0 = a_first / BLOCK, qb1 = a_last / BLOCK, kb = c / BLOCK;
+  da_i64 nk;
+{% if p.layout == "local_window" then %}
+  nk = kb < qb0 - {{ p.window }} ? qb0 - {{ p.window }} : kb;
+  if (nk > qb1 + {{ p.window }}) return (da_i64)1 << 62;
+{% elseif p.layout == "global_local" then %}
+  if (qb0 < {{ p.global }} || kb < {{ p.global }}) return c; /* global rows see every key; global keys are seen by all */
+  nk = kb < qb0 - {{ p.window }} ? qb0 - {{ p.window }} : kb;
+  if (nk > qb1 + {{ p.window }}) return (da_i64)1 << 62;
+{% else %}
+  /* |qb - kb| in {0, strides}: key blocks [qb0 - d, qb1 - d] and [qb0 + d, qb1 + d] */
+  const da_i64 dists[{{ #p.strides + 1 }}] = {0{% for _, st in ipairs(p.strides) do %}, {{ st }}{% end %}};
+  nk = (da_i64)1 << 62;
+  for (int i = 0; i < {{ #p.strides + 1 }}; i++)
+    for (int side = -1; side <= 1; side += 2) {
+      const da_i64 lo = qb0 + side * dists[i], hi = qb1 + side * dists[i], cand = kb > lo ? kb : lo;
+      if (kb <= hi && cand < nk) nk = cand;
+    }
+  if (nk == (da_i64)1 << 62) return nk;
+{% end %}
+  return nk == kb ? c : (nk * BLOCK) / TK * TK;
+{% else %}
+  (void)a_first, (void)a_last;
+  return c;
+{% end %}
+}
+
 /* Keys of branch br's offset class off in the segment starting at s0 (keys s0 + off +
  * c * r, c in [0, L)): L, or 0 when the segment is shorter than off. */
 DA_FN da_i64 da_class_len(int br, da_i64 s0, da_i64 off, da_i64 seq_len) {

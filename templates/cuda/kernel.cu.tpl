@@ -128,10 +128,11 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   const da_i64 kb_ = b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2];
   const da_i64 vb_ = b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2];
   const da_i64 kstep = r * A.k_stride[1], vstep = r * A.v_stride[1];
-  /* find the first tile that is not skipped */
-  da_i64 c0 = 0;
+  /* find the first tile that is not skipped (the layout's jumps first, then classify) */
+  da_i64 c0 = da_next_key_tile(0, a_first, a_last);
   int cls = 0;
-  while (c0 < kend && (cls = classify(br, A, c0, kend, a_first, a_last)) == 0) c0 += TK;
+  while (c0 < kend && (cls = classify(br, A, c0, kend, a_first, a_last)) == 0)
+    c0 = da_next_key_tile(c0 + TK, a_first, a_last);
   if (c0 >= kend) return;
   int stage = 0;
   {
@@ -143,9 +144,10 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   }
   while (c0 < kend) {
     /* prefetch the next tile that is not skipped into the other stage */
-    da_i64 n0 = c0 + TK;
+    da_i64 n0 = da_next_key_tile(c0 + TK, a_first, a_last);
     int ncls = 0;
-    while (n0 < kend && (ncls = classify(br, A, n0, kend, a_first, a_last)) == 0) n0 += TK;
+    while (n0 < kend && (ncls = classify(br, A, n0, kend, a_first, a_last)) == 0)
+      n0 = da_next_key_tile(n0 + TK, a_first, a_last);
     if (n0 < kend) {
       int nk = (int)min((da_i64)TK, kend - n0);
       da_u16 *kn = Ks + (stage ^ 1) * TK * DP, *vn = Vs + (stage ^ 1) * TK * DP;
@@ -374,7 +376,7 @@ __device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_
   const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
   const da_i64 a = a0 + (da_i64)row * astride;
-  for (da_i64 c0 = 0; c0 < kend; c0 += TK) {
+  for (da_i64 c0 = da_next_key_tile(0, a_first, a_last); c0 < kend; c0 = da_next_key_tile(c0 + TK, a_first, a_last)) {
     int cls = classify(br, A, c0, kend, a_first, a_last);
     if (cls == 0) continue;
     int nk = (int)min((da_i64)TK, kend - c0);

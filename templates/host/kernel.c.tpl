@@ -84,7 +84,8 @@ static void attend_b{{ br.index }}(tile_t *T, const da_host_args *A, int64_t b, 
   const int64_t L = da_class_len({{ br.index }}, s0, o, A->seq_len);
   const int64_t a_last = a0 + (int64_t)(T->nq - 1) * astride; /* of the tile's last row */
   const int64_t kend = CAUSAL ? da_min64(L, a_last + 1) : L;
-  for (int64_t c0 = 0; c0 < kend; c0 += TK) {
+  /* key tiles in order; the layout's exact jumps pass over the ones it rejects */
+  for (int64_t c0 = da_next_key_tile(0, a0, a_last); c0 < kend; c0 = da_next_key_tile(c0 + TK, a0, a_last)) {
     const int nk = (int)da_min64(TK, kend - c0);
 {% if p.sparse then %}
     /* Tile class: skip (no block pair allowed), full (every block pair allowed), partial. */

@@ -85,6 +85,7 @@ std::string error;
 uint64_t rng;
 unsigned long long mma_count;  /* warp-level mma.m16n8k16 completed */
 unsigned long long ldsm_count; /* warp-level ldmatrix.x4 completed */
+unsigned long long bar_count;  /* CTA-wide barriers (__syncthreads and its variants) completed */
 int (*block_keep)(void *, unsigned, unsigned, unsigned);
 void *block_keep_user;
 void (*entry_invoke)(void *, const void *);
@@ -142,6 +143,7 @@ const Range *find_range(const void *p, size_t n) {
 
 /* ---- block barrier ---------------------------------------------------------------------- */
 void complete_block() {
+  bar_count++;
   block_bar.result = block_bar.acc;
   block_bar.arrived = 0;
   block_bar.gen++;
@@ -431,6 +433,7 @@ void da_emu_reset_buffers(void) { ranges.clear(); }
 
 unsigned long long da_emu_mma_count(void) { return mma_count; }
 unsigned long long da_emu_ldmatrix_count(void) { return ldsm_count; }
+unsigned long long da_emu_barrier_count(void) { return bar_count; }
 
 void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user) {
   block_keep = keep;

@@ -26,6 +26,8 @@ void da_emu_reset_buffers(void);
 unsigned long long da_emu_mma_count(void);
 /* Warp-level ldmatrix.x4 executed (512 bytes of shared memory each), same counting. */
 unsigned long long da_emu_ldmatrix_count(void);
+/* CTA-wide barriers completed (one per CTA per __syncthreads), same counting. */
+unsigned long long da_emu_barrier_count(void);
 
 /* Run only the CTAs for which keep returns nonzero (NULL: all), e.g. the last tiles of
  * a 2^24-token launch. */
