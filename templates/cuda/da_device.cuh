@@ -147,27 +147,18 @@ __device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
  * A warp's registers are modelled as arrays indexed by lane. smem is a byte array;
  * addr[lane] is the byte offset that lane passes. */
 #include <cstring>
+template <class To, class From> static inline To da_bitcast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit cast between types of one size");
+  To t;
+  std::memcpy(&t, &x, sizeof t);
+  return t;
+}
 /* cvt.rn between f32 and f16 / bf16: round to nearest even. */
-static inline da_u16 da_f32_to_f16(float f) {
-  _Float16 h = (_Float16)f;
-  da_u16 u;
-  memcpy(&u, &h, 2);
-  return u;
-}
-static inline float da_f16_to_f32(da_u16 u) {
-  _Float16 h;
-  memcpy(&h, &u, 2);
-  return (float)h;
-}
-static inline float da_bf16_to_f32(da_u16 h) {
-  da_u32 u = (da_u32)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+static inline da_u16 da_f32_to_f16(float f) { return da_bitcast<da_u16>((_Float16)f); }
+static inline float da_f16_to_f32(da_u16 u) { return (float)da_bitcast<_Float16>(u); }
+static inline float da_bf16_to_f32(da_u16 h) { return da_bitcast<float>((da_u32)h << 16); }
 static inline da_u16 da_f32_to_bf16(float f) {
-  da_u32 u;
-  memcpy(&u, &f, 4);
+  da_u32 u = da_bitcast<da_u32>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff; /* canonical NaN */
   u += 0x7fffu + ((u >> 16) & 1u);
   return (da_u16)(u >> 16);
