@@ -11,7 +11,8 @@
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
 #   bash bench/gpu_session.sh bench      # bench_gpu.py: full and causal, tile variants
-#   bash bench/gpu_session.sh            # all three in one go (may not fit one call)
+#   bash bench/gpu_session.sh tune       # dilattn tune on the LongNet configs of bench/configs (fused vs split, tiles)
+#   bash bench/gpu_session.sh            # all four in one go (will not fit one call)
 # Everything it prints also lands in $OUT (or /tmp/dilattn-gpu): logs, bench JSON, plot.
 set -u
 out=${OUT:-/tmp/dilattn-gpu}
@@ -37,4 +38,10 @@ fi
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
   run python3 bench/bench_gpu.py --lib build/libdilattn.so --out "$out/bench_gpu.json" --plot "$out/bench_gpu.png"
   run python3 bench/bench_gpu.py --lib build/libdilattn.so --causal --configs longnet5,longnet2 --out "$out/bench_gpu_causal.json"
+fi
+if [ "$phase" = tune ] || [ "$phase" = all ]; then
+  for c in longnet5_causal longnet5 longnet2_causal; do
+    run build/dilattn tune "bench/configs/$c.json" --seq-len 65536 --backend cuda --reps 10 \
+      -o "$out/tune_$c.csv" --plot "$out/tune_$c.png" --db "$out/tuning.jsonl"
+  done
 fi
