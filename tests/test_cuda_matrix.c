@@ -143,7 +143,7 @@ static void host_check(da_context *ctx, job_t *j) {
   da_spec s = j->spec;
   int64_t B = 1, N = 300 + (int64_t)(strlen(j->name) % 37);
   int64_t H = s.num_heads, Hkv = s.num_kv_heads, D = s.head_dim;
-  da_plan_options o = {0, 64, 0, 0};
+  da_plan_options o = {0, 64, strcmp(j->strategy, "split") ? 0 : 1 << 30, 0}; /* the CUDA plan's strategy */
   if (!strcmp(j->path, "simt")) o.tile_k = 0;
   da_plan *plan = NULL;
   if (da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &o, &plan) != DA_OK) {

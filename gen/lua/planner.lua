@@ -189,6 +189,21 @@ function M.plan_cuda(p, opts)
     -- does) let every K and V fragment read from shared memory feed 4 mma instead of 2;
     -- the default takes them up to D = 64 where the query tiles are rarely partial.
     p.tile_q = opts.tile_q or M.cuda_default_tile_q(p)
+    -- Fused tiles that cannot take 32 rows per warp (their residue classes would pad a
+    -- third of the rows, as the LongNet schedule w = 2048..32768, r = 1..12 does) lose to
+    -- per-branch tiles that can: measured on an H200 at N = 65536 (dilattn tune,
+    -- bench/results/gpu-h200-*), LongNet 5-branch split with 128-row tiles took 2.31 ms
+    -- causal and 3.41 ms full against 3.38 and 4.33 ms fused with 64-row tiles. Applies
+    -- to the default only: an explicit tile_q or fused_min_queries keeps its strategy.
+    if p.strategy == "fused" and p.tile_q == 64 and not opts.tile_q and not opts.fused_min_queries
+        and D <= 64 then
+      p.strategy = "split"
+      if M.cuda_default_tile_q(p) == 128 then
+        p.tile_q = 128
+      else
+        p.strategy = "fused"
+      end
+    end
     if p.tile_q ~= 64 and p.tile_q ~= 128 then
       error("cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
     end
