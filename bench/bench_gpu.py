@@ -140,7 +140,9 @@ def main():
                          "for that field); one that the planner refuses is recorded as such")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # the device copy of the tree may carry a stale .git: DILATTN_COMMIT names the build's commit
+    commit = os.environ.get("DILATTN_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lib = Dilattn(os.path.abspath(args.lib))
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     rows = []
@@ -210,25 +212,37 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         json.dump(result, open(args.out, "w"), indent=1)
     if args.plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            fig, ax = plt.subplots(figsize=(8, 5))
-            for name in sorted({r["config"] for r in rows}):
-                rs = [r for r in rows if r["config"] == name]
-                ax.plot([r["seq_len"] for r in rs], [r["dilattn_tflops"] for r in rs], "o-", label=f"dilattn {name}")
-                ax.plot([r["seq_len"] for r in rs], [r["torch_tflops"] for r in rs], "x--", label=f"torch {name}")
-            ax.plot([r["seq_len"] for r in rows], [r["sdpa_dense_tflops"] for r in rows], "k:", label="SDPA dense")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("N (tokens)")
-            ax.set_ylabel("TFLOP/s (effective)")
-            ax.set_title(f"{dev}, {args.dtype}, H={args.heads}, D={args.head_dim}, commit {commit}")
-            ax.legend(fontsize=7)
-            fig.savefig(args.plot, dpi=120)
-        except ImportError:
-            print("matplotlib missing: no plot", file=sys.stderr)
+        plot(result, args.plot)
+
+
+def plot(result, path):
+    """Draw a result (as written to --out) into path: TFLOP/s against N per config."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name in sorted({r["config"] for r in rows}):
+        rs = [r for r in rows if r["config"] == name]
+        ax.plot([r["seq_len"] for r in rs], [r["dilattn_tflops"] for r in rs], "o-", label=f"dilattn {name}")
+        ax.plot([r["seq_len"] for r in rs], [r["torch_tflops"] for r in rs], "x--", label=f"torch {name}")
+    ax.plot([r["seq_len"] for r in rows], [r["sdpa_dense_tflops"] for r in rows], "k:", label="SDPA dense")
+    r0 = rows[0]
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (tokens)")
+    ax.set_ylabel("TFLOP/s (effective)")
+    ax.set_title(f"{result['device']}, {r0['dtype']}, H={r0['heads']}, D={r0['head_dim']}, "
+                 f"{'causal' if r0['causal'] else 'full'}, commit {result['commit']}")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--replot":  # bench_gpu.py --replot RESULT.json OUT.png
+        plot(json.load(open(sys.argv[2])), sys.argv[3])
+    else:
+        main()

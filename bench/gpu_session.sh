@@ -14,6 +14,8 @@
 #   bash bench/gpu_session.sh tune       # dilattn tune on the LongNet configs of bench/configs (fused vs split, tiles)
 #   bash bench/gpu_session.sh            # all four in one go (will not fit one call)
 # Everything it prints also lands in $OUT (or /tmp/dilattn-gpu): logs, bench JSON, plot.
+# The device's copy of the tree may carry a stale .git: put DILATTN_COMMIT=<short hash of
+# the carried build> in front of the command so the bench records the right commit.
 set -u
 out=${OUT:-/tmp/dilattn-gpu}
 mkdir -p "$out"
