@@ -151,11 +151,11 @@ function M.plan(spec, target, opts)
 end
 
 -- Default CUDA query tile of the mma path: 128 rows (32 per warp) for D <= 64 when the
--- tiles the strategy forms lose at most 1/8 of their rows to padding, else 64. Not yet
--- timed on a GPU: chosen because with 16 rows per warp each ldmatrix of K or V (512 bytes
--- of shared memory, ~4 cycles of an SM's bandwidth) feeds 2 mma (~2 cycles of an H100
--- SM's mma.sync throughput), so the loop is bound by shared memory; 32 rows feed 4.
--- bench_gpu.py times both shapes (--tiles) so a GPU session can confirm or revert it.
+-- tiles the strategy forms lose at most 1/8 of their rows to padding, else 64. With 16
+-- rows per warp each ldmatrix of K or V (512 bytes of shared memory, ~4 cycles of an SM's
+-- bandwidth) feeds 2 mma, so the loop is bound by shared memory; 32 rows feed 4. On an
+-- H200 (bench/results/gpu-h200.md) 128-row tiles were 5 to 12% faster where they fill,
+-- 15% slower on the padded fused LongNet 5-branch tiling (which plan_cuda sends to split).
 function M.cuda_default_tile_q(p)
   if p.D > 64 then return 64 end
   if p.lcm_r > 4096 then return 64 end
