@@ -156,21 +156,27 @@ end
 -- bandwidth) feeds 2 mma, so the loop is bound by shared memory; 32 rows feed 4. On an
 -- H200 (bench/results/gpu-h200.md) 128-row tiles were 5 to 12% faster where they fill,
 -- 15% slower on the padded fused LongNet 5-branch tiling (which plan_cuda sends to split).
-function M.cuda_default_tile_q(p)
-  if p.D > 64 then return 64 end
-  if p.lcm_r > 4096 then return 64 end
+-- Fraction of the query rows that are real in the tiles of tq rows a strategy forms:
+-- fused tiles hold one residue class of a g-window, per-branch tiles one offset class of
+-- a segment.
+function M.tile_fill(p, strategy, tq)
   local rows, padded = 0, 0
-  if p.strategy == "fused" then
+  if strategy == "fused" then
     for c = 0, p.lcm_r - 1 do
       local count = (p.window_g - c + p.lcm_r - 1) // p.lcm_r
-      rows, padded = rows + count, padded + (count + 127) // 128 * 128
+      rows, padded = rows + count, padded + (count + tq - 1) // tq * tq
     end
   else
     for _, b in ipairs(p.branches) do
-      rows, padded = rows + b.lmax, padded + (b.lmax + 127) // 128 * 128
+      rows, padded = rows + b.lmax, padded + (b.lmax + tq - 1) // tq * tq
     end
   end
-  return (padded - rows) * 8 <= padded and 128 or 64
+  return padded > 0 and rows / padded or 1
+end
+
+function M.cuda_default_tile_q(p, strategy)
+  if p.D > 64 or p.lcm_r > 4096 then return 64 end
+  return M.tile_fill(p, strategy or p.strategy, 128) >= 7 / 8 and 128 or 64
 end
 
 -- CUDA specifics (DESIGN.md decision 4). Two compute paths share the control structure:
@@ -195,13 +201,13 @@ function M.plan_cuda(p, opts)
     -- bench/results/gpu-h200-*), LongNet 5-branch split with 128-row tiles took 2.31 ms
     -- causal and 3.41 ms full against 3.38 and 4.33 ms fused with 64-row tiles. Applies
     -- to the default only: an explicit tile_q or fused_min_queries keeps its strategy.
-    if p.strategy == "fused" and p.tile_q == 64 and not opts.tile_q and not opts.fused_min_queries
-        and D <= 64 then
-      p.strategy = "split"
-      if M.cuda_default_tile_q(p) == 128 then
-        p.tile_q = 128
-      else
-        p.strategy = "fused"
+    -- The same held at D = 128 with 64-row tiles for both (split 7.04 ms, fused 7.91):
+    -- split is taken when its tiles are fuller by more than 5 points of rows.
+    if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries and p.lcm_r <= 4096 then
+      local split_tq = M.cuda_default_tile_q(p, "split")
+      if M.tile_fill(p, "split", split_tq) - M.tile_fill(p, "fused", p.tile_q) > 0.05 then
+        p.strategy = "split"
+        p.tile_q = split_tq
       end
     end
     if p.tile_q ~= 64 and p.tile_q ~= 128 then
@@ -211,12 +217,14 @@ function M.plan_cuda(p, opts)
       error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
     end
     -- keys per tile: what keeps scores + output + Q fragments in the register file
-    -- (ptxas, sm_90: 16 rows per warp: 64 keys up to D = 64, 32 above; 32 rows per warp:
+    -- (ptxas, sm_90: 16 rows per warp: 64 keys (226 registers at D = 128); 32 rows per warp:
     -- 64 keys at D = 32 (207 registers), 32 keys up to D = 96 (218 at D = 64, 254 at 96)
+    -- D = 128 with 64 keys: 226 registers, 85 KiB of shared memory (opt-in above 48 KiB),
+    -- 1.11x faster than 32 keys on an H200 (dilattn tune, LongNet 2-branch causal).
     if p.tile_q == 128 then
       p.tile_k = opts.tile_k or (D <= 32 and 64 or 32)
     else
-      p.tile_k = opts.tile_k or (D <= 64 and 64 or 32)
+      p.tile_k = opts.tile_k or 64
     end
     p.warp_mtiles = p.tile_q // 64
     if p.tile_k % 16 ~= 0 or p.tile_k < 16 or p.tile_k > 128 then
