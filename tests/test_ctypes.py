@@ -11,20 +11,14 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, report  # noqa: E402
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 from dilattn import Dilattn  # noqa: E402
 
 lib = Dilattn(os.path.abspath(sys.argv[1]))
 golden = sys.argv[2]
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed += bool(cond)
-    failed += not cond
-    if not cond:
-        print("FAIL:", what, file=sys.stderr)
 
 
 for case in sorted(os.listdir(golden)):
@@ -66,5 +60,4 @@ try:
 except RuntimeError as e:
     check("dilation_rates[0]" in str(e), f"error text: {e}")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+report()

@@ -22,20 +22,10 @@
 
 #include "runtime/cuda_driver.h"
 #include "runtime/nvrtc.h"
+#include "test_util.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                      \
-  do {                                                        \
-    if (cond) {                                               \
-      passed++;                                               \
-    } else {                                                  \
-      failed++;                                               \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fputc('\n', stderr);                                    \
-    }                                                         \
-  } while (0)
+/* the shared check/report harness, under the name these tests use */
+#define CHECK TU_CHECK
 
 static const char *last(void) { return da_context_last_error(NULL); }
 
@@ -407,7 +397,7 @@ static int child_absent(void) {
   CHECK(st == DA_ERR_UNSUPPORTED && strstr(last(), "no CUDA driver") && strstr(last(), "/nonexistent"),
         "cuda absent: %s: %s", da_status_name(st), last());
   printf("absent: %s\n", last());
-  return failed != 0;
+  return tu_failed != 0;
 }
 
 static int child_stub(void) { /* the toolkit's stub libcuda: cuInit fails */
@@ -416,7 +406,7 @@ static int child_stub(void) { /* the toolkit's stub libcuda: cuInit fails */
   CHECK(st == DA_ERR_UNSUPPORTED && strstr(last(), "cuInit returned") && strstr(last(), "GPU"),
         "stub driver: %s: %s", da_status_name(st), last());
   printf("stub: %s\n", last());
-  return failed != 0;
+  return tu_failed != 0;
 }
 
 static void run_child(const char *mode, const char *nvrtc_lib, const char *cuda_lib) {
@@ -469,6 +459,5 @@ int main(int argc, char **argv) {
     }
   }
 
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  return tu_report();
 }

@@ -23,19 +23,10 @@
 #include <string.h>
 
 #include "reference.h"
+#include "test_util.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (cond) {                                            \
-      passed++;                                            \
-    } else {                                               \
-      failed++;                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fputc('\n', stderr);                                 \
-    }                                                      \
-  } while (0)
+/* the shared check/report harness, under the name these tests use */
+#define CHECK TU_CHECK
 
 static uint64_t rng = 12345;
 static uint64_t next_rand(void) { return da_ref_splitmix64(rng++); }
@@ -617,6 +608,5 @@ int main(void) {
   threads();
   density();
   refusals();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return tu_report();
 }

@@ -16,16 +16,10 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, report  # noqa: E402
+
 DILATTN = os.path.abspath(sys.argv[1])
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed += bool(cond)
-    failed += not cond
-    if not cond:
-        print("FAIL:", what, file=sys.stderr)
 
 
 def run(*args, env=None):
@@ -116,5 +110,4 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+report()
