@@ -150,12 +150,6 @@ function M.plan(spec, target, opts)
   return p
 end
 
--- Default CUDA query tile of the mma path: 128 rows (32 per warp) for D <= 64 when the
--- tiles the strategy forms lose at most 1/8 of their rows to padding, else 64. With 16
--- rows per warp each ldmatrix of K or V (512 bytes of shared memory, ~4 cycles of an SM's
--- bandwidth) feeds 2 mma, so the loop is bound by shared memory; 32 rows feed 4. On an
--- H200 (bench/results/gpu-h200.md) 128-row tiles were 5 to 12% faster where they fill,
--- 15% slower on the padded fused LongNet 5-branch tiling (which plan_cuda sends to split).
 -- Fraction of the query rows that are real in the tiles of tq rows a strategy forms:
 -- fused tiles hold one residue class of a g-window, per-branch tiles one offset class of
 -- a segment.
@@ -174,6 +168,12 @@ function M.tile_fill(p, strategy, tq)
   return padded > 0 and rows / padded or 1
 end
 
+-- Default CUDA query tile of the mma path: 128 rows (32 per warp) for D <= 64 when the
+-- tiles the strategy forms lose at most 1/8 of their rows to padding, else 64. With 16
+-- rows per warp each ldmatrix of K or V (512 bytes of shared memory, ~4 cycles of an SM's
+-- bandwidth) feeds 2 mma, so the loop is bound by shared memory; 32 rows feed 4. On an
+-- H200 (bench/results/gpu-h200.md) 128-row tiles were 5 to 12% faster where they fill,
+-- 15% slower on the padded fused LongNet 5-branch tiling (which plan_cuda sends to split).
 function M.cuda_default_tile_q(p, strategy)
   if p.D > 64 or p.lcm_r > 4096 then return 64 end
   return M.tile_fill(p, strategy or p.strategy, 128) >= 7 / 8 and 128 or 64
@@ -195,14 +195,13 @@ function M.plan_cuda(p, opts)
     -- does) let every K and V fragment read from shared memory feed 4 mma instead of 2;
     -- the default takes them up to D = 64 where the query tiles are rarely partial.
     p.tile_q = opts.tile_q or M.cuda_default_tile_q(p)
-    -- Fused tiles that cannot take 32 rows per warp (their residue classes would pad a
-    -- third of the rows, as the LongNet schedule w = 2048..32768, r = 1..12 does) lose to
-    -- per-branch tiles that can: measured on an H200 at N = 65536 (dilattn tune,
-    -- bench/results/gpu-h200-*), LongNet 5-branch split with 128-row tiles took 2.31 ms
-    -- causal and 3.41 ms full against 3.38 and 4.33 ms fused with 64-row tiles. Applies
-    -- to the default only: an explicit tile_q or fused_min_queries keeps its strategy.
-    -- The same held at D = 128 with 64-row tiles for both (split 7.04 ms, fused 7.91):
-    -- split is taken when its tiles are fuller by more than 5 points of rows.
+    -- Split is taken when its query tiles are fuller than the fused ones by more than 5
+    -- points of rows (the strategy rule of M.plan knows no tile sizes). Measured on an
+    -- H200 at N = 65536 (dilattn tune, bench/results/gpu-h200.md): the LongNet schedule
+    -- w = 2048..32768, r = 1..12 (171 queries per residue class) took 2.31 / 3.41 ms split
+    -- (128-row tiles) against 3.38 / 4.33 ms fused (64-row) causal / full at D = 64, and
+    -- 7.04 against 7.91 ms at D = 128 (64-row tiles for both). Defaults only: an explicit
+    -- tile_q or fused_min_queries keeps its strategy.
     if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries and p.lcm_r <= 4096 then
       local split_tq = M.cuda_default_tile_q(p, "split")
       if M.tile_fill(p, "split", split_tq) - M.tile_fill(p, "fused", p.tile_q) > 0.05 then
