@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
           s.sparsity.window = configs[c].window;
           s.sparsity.num_strides = configs[c].stride ? 1 : 0;
           s.sparsity.strides[0] = configs[c].stride;
-          da_plan_options o = {0, 0, strat ? 1 << 30 : 1, 0}; /* split: no fused tile is big enough */
+          da_plan_options o = {0, 0, strat ? 1 << 30 : 1, 0, 0}; /* split: no fused tile is big enough */
           if (t) setenv("DILATTN_TEMPLATE_DIR", templates[t], 1);
           else unsetenv("DILATTN_TEMPLATE_DIR");
           size_t bytes = (size_t)N * 32 * 2;

@@ -101,6 +101,10 @@ static int push_spec(lua_State *L) {
     lua_pushinteger(L, a->opts->fused_min_queries);
     lua_setfield(L, -2, "fused_min_queries");
   }
+  if (a->opts && a->opts->cuda_mma) {
+    lua_pushstring(L, a->opts->cuda_mma == 2 ? "wgmma" : "sync");
+    lua_setfield(L, -2, "mma");
+  }
   return 2;
 }
 
@@ -119,6 +123,8 @@ static int check_opts(const da_context *ctx, const da__render_opts *o) {
   DA_RETURN_IF(o->tile_q < 0 || o->tile_q > 256, DA_ERR_INVALID_ARGUMENT, "tile_q: %d is out of range (1 to 256)", o->tile_q);
   DA_RETURN_IF(o->tile_k < 0 || o->tile_k > 1024, DA_ERR_INVALID_ARGUMENT, "tile_k: %d is out of range (1 to 1024)", o->tile_k);
   DA_RETURN_IF(o->fused_min_queries < 0, DA_ERR_INVALID_ARGUMENT, "fused_min_queries: %d is negative", o->fused_min_queries);
+  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 2, DA_ERR_INVALID_ARGUMENT,
+               "cuda_mma: %d is not 0 (default), 1 (mma.sync) or 2 (wgmma)", o->cuda_mma);
   return DA_OK;
 }
 

@@ -16,7 +16,7 @@ typedef struct {
   int64_t ws_floats_per_token;
   int tile_q, tile_k;
   /* CUDA target */
-  char cuda_path[8];   /* mma | simt */
+  char cuda_path[8];   /* mma | wgmma | simt */
   int threads;         /* threads per CTA */
   int smem_bytes;      /* dynamic shared memory per CTA */
   int64_t tiles_per_window, window_g;  /* fused grid: ceil(N / g) * tiles_per_window */

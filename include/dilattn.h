@@ -270,6 +270,9 @@ typedef struct {
                             this many queries (gcd(w)/lcm(r)); 0 = default (16) */
   int64_t seq_len_hint;  /* expected N: picks the tuning database's nearest shape bucket
                             (0 = 65536) when the three tunables above are 0 */
+  int cuda_mma;          /* CUDA tensor-core instruction: 0 = default (mma.sync), 1 = mma.sync,
+                            2 = wgmma (float16/bfloat16, head_dim 64 or 128; sm_90 devices
+                            only, compiled for sm_90a). Ignored by the host backend. */
 } da_plan_options;
 
 /* da_plan_create with tunables (opts may be NULL). When opts is NULL or its tunables are

@@ -57,7 +57,7 @@ static int fail(int code, const char *fmt, ...) {
 
 static int usage(void) {
   fputs("usage:\n"
-        "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
+        "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [--mma sync|wgmma] [-o DIR] [--report]\n"
         "               [--compile] [--bundle NAME]\n"
         "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "               [--backend auto|host|cuda]\n"
@@ -169,15 +169,16 @@ static void add_artifact(da__bundle_item *it, const char *arch, const char *key,
 }
 
 static int cmd_gen(int argc, char **argv) {
-  const char *outdir = ".", *target = "host", *arch = NULL, *bundle = NULL;
+  const char *outdir = ".", *target = "host", *arch = NULL, *bundle = NULL, *mma = NULL;
   int report = 0, compile = 0, nconf = 0;
   const char *configs[256];
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch") ||
-        !strcmp(argv[i], "--bundle")) {
+        !strcmp(argv[i], "--bundle") || !strcmp(argv[i], "--mma")) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
       const char **dst = !strcmp(argv[i], "-o") ? &outdir : !strcmp(argv[i], "--target") ? &target
                                                          : !strcmp(argv[i], "--arch")     ? &arch
+                                                         : !strcmp(argv[i], "--mma")      ? &mma
                                                                                           : &bundle;
       *dst = argv[++i];
     } else if (!strcmp(argv[i], "--report")) {
@@ -198,6 +199,12 @@ static int cmd_gen(int argc, char **argv) {
   if (bundle && !valid_bundle_name(bundle))
     return fail(EXIT_INPUT, "--bundle %s: the name must be a C identifier (letters, digits, _), at most 64", bundle);
   int cuda = !strcmp(target, "cuda");
+  da_plan_options gopts;
+  memset(&gopts, 0, sizeof gopts);
+  if (mma && strcmp(mma, "sync") && strcmp(mma, "wgmma"))
+    return fail(EXIT_INPUT, "--mma %s: expected sync (mma.sync, the default) or wgmma (sm_90 only)", mma);
+  if (mma && !cuda) return fail(EXIT_INPUT, "--mma %s: only the cuda target has tensor-core paths", mma);
+  gopts.cuda_mma = !mma ? 0 : !strcmp(mma, "wgmma") ? 2 : 1;
   char archs[16][16];
   int narch = 0;
   if (cuda) {
@@ -230,7 +237,7 @@ static int cmd_gen(int argc, char **argv) {
   for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
     da__bundle_item *it = &items[i];
     da__rendered r;
-    da_status st = da__render_ex(ctx, &it->spec, cuda ? DA_TARGET_CUDA : DA_TARGET_HOST, NULL, &r);
+    da_status st = da__render_ex(ctx, &it->spec, cuda ? DA_TARGET_CUDA : DA_TARGET_HOST, gopts.cuda_mma ? &gopts : NULL, &r);
     if (st != DA_OK) {
       rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
       break;
@@ -276,26 +283,27 @@ static int cmd_gen(int argc, char **argv) {
     } else {
       for (int a = 0; a < narch && rc == EXIT_OK; a++) {
         da__nvrtc_result res;
-        char file[340];
+        char file[340], carch[16];
         snprintf(file, sizeof file, "%s.cu", r.kernel_name);
-        st = da__nvrtc_compile(ctx, r.source, file, archs[a], opts, nopts, &res);
+        st = da__cuda_compile_arch(ctx, archs[a], r.cuda_path, carch); /* wgmma: sm_90 -> sm_90a */
+        if (st == DA_OK) st = da__nvrtc_compile(ctx, r.source, file, carch, opts, nopts, &res);
         if (st != DA_OK) {
           rc = fail(exit_code(st), "%s (%s): %s", configs[i], archs[a], da_context_last_error(ctx));
           break;
         }
         char bin[4600], key[65];
-        snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, archs[a]);
+        snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, carch);
         snprintf(bin, sizeof bin, "%s/%s", outdir, file);
-        da__cuda_artifact_key(r.key, archs[a], maj, min, key);
+        da__cuda_artifact_key(r.key, carch, maj, min, key);
         if (compile && write_atomic_bytes(bin, res.cubin, res.cubin_size) != 0)
           rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
         else if (compile)
-          add_artifact(it, archs[a], key, file, res.cubin, res.cubin_size);
+          add_artifact(it, carch, key, file, res.cubin, res.cubin_size);
         if (rc == EXIT_OK && report)
           printf("{\"kernel\":\"%s\",\"arch\":\"%s\",\"registers\":%d,\"spill_bytes\":%d,"
                  "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"compile_ms\":%.1f,"
                  "\"strategy\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"cache_key\":\"%s\"}\n",
-                 r.kernel_name, archs[a], res.registers, res.spill_bytes,
+                 r.kernel_name, carch, res.registers, res.spill_bytes,
                  r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0), res.shared_bytes,
                  res.stack_bytes, res.compile_ms, r.strategy, r.cuda_path, r.threads, r.key);
         else if (rc == EXIT_OK)
@@ -452,7 +460,7 @@ static int cmd_run(int argc, char **argv) {
   double exec_ms = 0;
   if (rc == EXIT_OK && da_context_create(&ctx) != DA_OK) rc = fail(EXIT_RUNTIME, "out of memory");
   if (rc == EXIT_OK) {
-    da_plan_options hint = {0, 0, 0, N}; /* tuned parameters for this shape, if any */
+    da_plan_options hint = {0, 0, 0, N, 0}; /* tuned parameters for this shape, if any */
     da_status st = da_plan_create_ex(ctx, &spec, backend, &hint, &plan);
     if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", config, da_context_last_error(ctx));
   }
@@ -478,7 +486,7 @@ static int cmd_run(int argc, char **argv) {
   }
   double density = -1;
   if (rc == EXIT_OK && da_plan_density(plan, N, &density) != DA_OK) density = -1;
-  da_plan_options used = {0, 0, 0, 0};
+  da_plan_options used = {0, 0, 0, 0, 0};
   if (rc == EXIT_OK) da_plan_get_options(plan, &used);
   if (rc == EXIT_OK)
     printf("{\"kernel\":\"%s\",\"backend\":\"%s\",\"strategy\":\"%s\",\"batch\":%lld,"

@@ -96,15 +96,27 @@ static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_sp
   return st;
 }
 
+da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]) {
+  if (strcmp(cuda_path, "wgmma") != 0) {
+    snprintf(out, 16, "%s", arch);
+    return DA_OK;
+  }
+  DA_RETURN_IF(strcmp(arch, "sm_90") != 0 && strcmp(arch, "sm_90a") != 0, DA_ERR_UNSUPPORTED,
+               "the wgmma path (cuda_mma = 2) needs an sm_90 device or --arch sm_90; this is %s", arch);
+  snprintf(out, 16, "sm_90a");
+  return DA_OK;
+}
+
 da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, const da__rendered *r,
                                const da_spec *spec, da__cuda_plan **out) {
   da__cuda *dev;
   DA_TRY(da__cuda_get(ctx, &dev));
   int maj, min;
   DA_TRY(da__nvrtc_version(ctx, &maj, &min));
-  char key[65];
-  da__cuda_artifact_key(r->key, da__cuda_arch(dev), maj, min, key);
-  nvrtc_job job = {cache, r->source, r->kernel_name, da__cuda_arch(dev), key, r->key};
+  char arch[16], key[65];
+  DA_TRY(da__cuda_compile_arch(ctx, da__cuda_arch(dev), r->cuda_path, arch));
+  da__cuda_artifact_key(r->key, arch, maj, min, key);
+  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
   da__cuda_plan *p = calloc(1, sizeof *p);

@@ -15,6 +15,9 @@ DA_HIDDEN da_status da__cuda_backend_available(const da_context *ctx);
 
 /* Artifact key of a CUDA source for arch: SHA-256 over the source key, the arch, the
  * NVRTC version and the compile options. */
+/* The arch a plan's kernels are compiled for on a device (or offline) of arch: itself, or
+ * sm_90a for the wgmma path, which needs sm_90 (DA_ERR_UNSUPPORTED otherwise). */
+DA_HIDDEN da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]);
 DA_HIDDEN void da__cuda_artifact_key(const char *source_key, const char *arch, int nvrtc_major,
                                      int nvrtc_minor, char key[65]);
 

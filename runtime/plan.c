@@ -216,6 +216,7 @@ static int memo_key(const da_spec *s, da_backend be, const da_plan_options *o, b
   v[n++] = o ? o->tile_q : 0;
   v[n++] = o ? o->tile_k : 0;
   v[n++] = o ? o->fused_min_queries : 0;
+  v[n++] = o ? o->cuda_mma : 0;
   v[n++] = (o && o->seq_len_hint > 0) ? da__tuning_bucket(o->seq_len_hint) : -1;
   v[n++] = s->num_branches;
   v[n++] = s->mode;
@@ -336,7 +337,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   /* untuned request: the tuning database may have better parameters (looked up on a
    * memo miss only, so a warm plan stays a hash and a compare) */
   da_plan_options tuned;
-  if (st == DA_OK && !hit && (!opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries)) &&
+  if (st == DA_OK && !hit && (!opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries && !opts->cuda_mma)) &&
       tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
     opts = &tuned;
   if (st == DA_OK && hit) {
@@ -400,6 +401,7 @@ da_status da_plan_get_options(const da_plan *p, da_plan_options *out) {
   memset(out, 0, sizeof *out);
   out->tile_q = p->r->tile_q;
   out->tile_k = p->r->tile_k;
+  out->cuda_mma = !strcmp(p->r->cuda_path, "wgmma") ? 2 : !strcmp(p->r->cuda_path, "mma") ? 1 : 0;
   return DA_OK;
 }
 

@@ -134,3 +134,12 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
     bs_check(ctx, &s, B, N, 1000 + (uint64_t)i, what, run, user);
   }
 }
+
+da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) {
+  da_plan_options o = {0, 0, 0, 0, 0};
+  if (s->dtype != DA_DTYPE_FLOAT32 && (s->head_dim == 64 || s->head_dim == 128)) {
+    if (base) o = *base;
+    o.cuda_mma = 2;
+  }
+  return o;
+}

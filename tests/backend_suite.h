@@ -21,6 +21,11 @@ void bs_random_spec(int i, int64_t max_n, da_spec *s, int64_t *B, int64_t *N);
 /* Random specs first .. first + count - 1 of that family (N <= max_n), each checked. */
 void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner run, void *user);
 
+/* Plan options for the wgmma path (cuda_mma = 2) where it applies to s (fp16 / bf16 at
+ * head_dim 64 or 128): base's tunables (all 0 when NULL) with cuda_mma = 2; elsewhere all
+ * 0 (the planner's defaults). */
+da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
+
 /* Run spec on random data and compare with the reference; what names it. */
 void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what,
               bs_runner run, void *user);

@@ -81,6 +81,37 @@ def test_gen(tmp):
     check(rc in (0, 3, 4), f"gen --target cuda: exit {rc} {err}")
 
 
+def test_gen_wgmma(tmp):
+    """gen --mma wgmma: sm_90 compiles as sm_90a with zero spills; other arches, the host
+    target, unknown values and specs the path does not serve are refused with a reason."""
+    d = os.path.join(tmp, "wg")
+    os.mkdir(d)
+    cfg = os.path.join(tmp, "wg.json")
+    base = dict(segment_lengths=[256, 512], dilation_rates=[1, 2], num_heads=4, num_kv_heads=4, head_dim=64,
+                dtype="float16", causal=True)
+    json.dump(base, open(cfg, "w"))
+    rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_90", "--mma", "wgmma", "--report", "-o", d)
+    if rc == 4 and "nvrtc" in err.lower():
+        print("gen --mma wgmma --report: NVRTC not available, compile checks skipped")
+    else:
+        check(rc == 0, f"gen --mma wgmma: exit {rc}: {err}")
+        try:
+            rep = json.loads(out.strip().splitlines()[0])
+            check(rep["arch"] == "sm_90a" and rep["path"] == "wgmma" and rep["spill_bytes"] == 0,
+                  f"gen --mma wgmma report: {rep}")
+        except (ValueError, KeyError, IndexError) as ex:
+            check(False, f"gen --mma wgmma output: {ex}: {out}")
+        rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_80,sm_90", "--mma", "wgmma", "--report", "-o", d)
+        check(rc == 4 and "sm_90" in err and "sm_80" in err, f"gen --mma wgmma for sm_80: exit {rc}: {err}")
+    rc, _, err = run("gen", cfg, "--mma", "wgmma", "-o", d)
+    check(rc == 2 and "cuda target" in err, f"gen --mma for the host target: exit {rc}: {err}")
+    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "fast", "-o", d)
+    check(rc == 2 and "--mma fast" in err, f"gen --mma fast: exit {rc}: {err}")
+    json.dump(dict(base, dtype="float32"), open(cfg, "w"))
+    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma", "-o", d)
+    check(rc != 0 and "wgmma" in err and "float16" in err, f"gen --mma wgmma for float32: exit {rc}: {err}")
+
+
 def test_run_golden(tmp):
     for case in sorted(os.listdir(GOLDEN)):
         d = os.path.join(GOLDEN, case)
@@ -226,6 +257,7 @@ def main():
     try:
         test_info()
         test_gen(tmp)
+        test_gen_wgmma(tmp)
         test_run_golden(tmp)
         test_run_bf16(tmp)
         test_bad_inputs(tmp)

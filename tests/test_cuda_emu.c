@@ -13,7 +13,9 @@
  * tiles: random specs with tile_q 128 (two m16 tiles per warp) and 64-key tiles.
  * wide: a batch stride of 2^31 + 4096 elements (64-bit offsets) and the tail CTAs of an
  * N = 2^24 launch, both in sparse address space.
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|all] [FIRST COUNT]
+ * wgmma: the sm_90a path (cuda_mma = 2) on the golden cases, the edge shapes, unaligned
+ * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128).
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]
  * (ctest runs the golden cases and shards of the random specs). */
 #include <math.h>
 #include <sys/mman.h>
@@ -53,10 +55,19 @@ static da_status run_emu_tq128(void *user, da_context *ctx, const da_spec *s, in
   return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
 }
 
+/* run_emu on the wgmma path (sm_90a; cuda_mma = 2) where the planner offers it (fp16 /
+ * bf16 at head_dim 64 or 128), the key tile of user's options there; other specs as
+ * run_emu with the defaults. */
+static da_status run_emu_wgmma(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                               const void *k, const void *v, void *out, float *lse) {
+  da_plan_options o = bs_wgmma_options(s, user);
+  return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
+}
+
 /* Shapes the random family rarely reaches: the LongNet tiling with several branches and
  * a ragged tail on the tensor-core path, each dtype; fused with lcm(r) > 1; split and
  * single forced; D = 128 (the largest mma tile); fp32 on the SIMT path. */
-static void test_edge(da_context *ctx) {
+static void test_edge(da_context *ctx, bs_runner run, void *user) {
   struct {
     int nb;
     int64_t w[3], r[3];
@@ -89,7 +100,7 @@ static void test_edge(da_context *ctx) {
     s.sparsity.global = 1;
     char what[64];
     snprintf(what, sizeof what, "edge case %zu", i);
-    bs_check(ctx, &s, 1, cases[i].n, 77 + i, what, run_emu, NULL);
+    bs_check(ctx, &s, 1, cases[i].n, 77 + i, what, run, user);
   }
 }
 
@@ -205,7 +216,7 @@ static void test_long_grid(da_context *ctx) {
 /* Tensors that do not allow 16-byte accesses (base 2 bytes past 16-byte alignment, row
  * strides not multiples of 8): the tensor-core path loads them with plain 2-byte loads
  * instead of cp.async (vec16 = 0) and must give the same answer. */
-static void test_unaligned(da_context *ctx) {
+static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
   for (int variant = 0; variant < 2; variant++) {
     da_spec s;
     da_spec_init(&s);
@@ -252,7 +263,7 @@ static void test_unaligned(da_context *ctx) {
     da__cuda_args ca;
     da__cuda_args_fill(&ca, &a);
     TU_CHECK(ca.vec16 == 0, "unaligned variant %d: vec16 set", variant);
-    da_status r = da_emu_execute(ctx, &s, NULL, &a, (size_t)bytes[0] - 2 * shift, (size_t)bytes[1] - 2 * shift,
+    da_status r = da_emu_execute(ctx, &s, opts, &a, (size_t)bytes[0] - 2 * shift, (size_t)bytes[1] - 2 * shift,
                                  (size_t)nq * 2, (size_t)nl * 4);
     TU_CHECK(r == DA_OK, "unaligned variant %d: %s", variant, da_context_last_error(ctx));
     da_ref_attention(&s, B, N, dt[0], dt[1], dt[2], ro, rl);
@@ -267,7 +278,7 @@ static void test_unaligned(da_context *ctx) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|all] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -278,11 +289,21 @@ int main(int argc, char **argv) {
   int all = !strcmp(which, "all");
   if (all || !strcmp(which, "golden")) bs_golden(ctx, argv[2], "cuda-emu", run_emu, NULL);
   if (all || !strcmp(which, "edge")) {
-    test_edge(ctx);
-    test_unaligned(ctx);
+    test_edge(ctx, run_emu, NULL);
+    test_unaligned(ctx, NULL);
+  }
+  if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: golden, edge, unaligned, random, both key tiles */
+    da_plan_options wg = {0, 0, 0, 0, 2}, k64 = {0, 64, 0, 0, 0};
+    bs_golden(ctx, argv[2], "cuda-emu wgmma", run_emu_wgmma, NULL);
+    test_edge(ctx, run_emu_wgmma, NULL);
+    test_unaligned(ctx, &wg);
+    bs_random(ctx, 200, 8, 400, run_emu_wgmma, NULL);
+    bs_random(ctx, 208, 6, 400, run_emu_wgmma, &k64);
+    printf("%llu warpgroup wgmma issued\n", da_emu_wgmma_count());
+    TU_CHECK(da_emu_wgmma_count() > 0, "the wgmma runs issued no wgmma");
   }
   if (all || !strcmp(which, "tiles")) { /* 32 query rows per warp (tile_q 128), 32-key tiles */
-    da_plan_options dflt = {0, 0, 0, 0}, k64 = {0, 64, 0, 0};
+    da_plan_options dflt = {0, 0, 0, 0, 0}, k64 = {0, 64, 0, 0, 0};
     bs_random(ctx, 100, 10, 400, run_emu_tq128, &dflt);
     bs_random(ctx, 110, 6, 400, run_emu_tq128, &k64);
   }

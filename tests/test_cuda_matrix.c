@@ -14,10 +14,11 @@
 
 #include "gen/render.h"
 #include "reference.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/nvrtc.h"
 #include "test_util.h"
 
-#define MAX_SPECS 320
+#define MAX_SPECS 400
 
 typedef struct {
   da_spec spec;
@@ -25,7 +26,7 @@ typedef struct {
   int clone;            /* shares the masks of the spec it copies */
   uint8_t *masks[DA_MAX_BRANCHES];
   char name[256], strategy[16], path[8];
-  int regs[2], spill[2], smem[2], dyn_smem, status[2];
+  int regs[2], spill[2], smem[2], dyn_smem, status[2], skip[2];
   char err[512];
 } job_t;
 
@@ -96,6 +97,19 @@ static void build_matrix(int n) {
     j->clone = 1;
     j->opts.tile_q = 128;
   }
+  /* the wgmma path (sm_90a only) on every second fp16 / bf16 spec at D = 64 or 128, with
+   * its default and the other key tile */
+  base = njobs;
+  for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
+    const da_spec *s = &jobs[i].spec;
+    if (jobs[i].clone || s->dtype == DA_DTYPE_FLOAT32 || (s->head_dim != 64 && s->head_dim != 128) || k++ % 2) continue;
+    job_t *j = &jobs[njobs++];
+    *j = jobs[i];
+    memset(j->masks, 0, sizeof j->masks);
+    j->clone = 1;
+    j->opts.cuda_mma = 2;
+    if (k % 4 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
+  }
 }
 
 static void *worker(void *arg) {
@@ -120,9 +134,13 @@ static void *worker(void *arg) {
     j->dyn_smem = r.smem_bytes;
     for (int a = 0; a < 2; a++) {
       da__nvrtc_result res;
-      char file[300];
+      char file[300], arch[16];
       snprintf(file, sizeof file, "%s.cu", r.kernel_name);
-      if (da__nvrtc_compile(ctx, r.source, file, archs[a], NULL, 0, &res) != DA_OK) {
+      if (da__cuda_compile_arch(ctx, archs[a], r.cuda_path, arch) != DA_OK) { /* wgmma on sm_80 */
+        j->skip[a] = 1;
+        continue;
+      }
+      if (da__nvrtc_compile(ctx, r.source, file, arch, NULL, 0, &res) != DA_OK) {
         snprintf(j->err, sizeof j->err, "%s: %.400s", archs[a], da_context_last_error(ctx));
         j->status[a] = -1;
         continue;
@@ -143,7 +161,7 @@ static void host_check(da_context *ctx, job_t *j) {
   da_spec s = j->spec;
   int64_t B = 1, N = 300 + (int64_t)(strlen(j->name) % 37);
   int64_t H = s.num_heads, Hkv = s.num_kv_heads, D = s.head_dim;
-  da_plan_options o = {0, 64, strcmp(j->strategy, "split") ? 0 : 1 << 30, 0}; /* the CUDA plan's strategy */
+  da_plan_options o = {0, 64, strcmp(j->strategy, "split") ? 0 : 1 << 30, 0, 0}; /* the CUDA plan's strategy */
   if (!strcmp(j->path, "simt")) o.tile_k = 0;
   da_plan *plan = NULL;
   if (da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &o, &plan) != DA_OK) {
@@ -191,25 +209,31 @@ int main(int argc, char **argv) {
   pthread_t th[2];
   for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, NULL);
   for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
-  int strategies[3] = {0, 0, 0}, paths[2] = {0, 0}, maxregs = 0;
+  int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0;
   for (int i = 0; i < njobs; i++) {
     job_t *j = &jobs[i];
     for (int a = 0; a < 2; a++) {
       TU_CHECK(j->status[a] == 0, "spec %d %s: %s", i, j->name, j->err);
-      if (j->status[a]) continue;
+      if (j->status[a] || j->skip[a]) continue;
       TU_CHECK(j->spill[a] == 0, "spec %d %s on %s: %d spill bytes", i, j->name, archs[a], j->spill[a]);
       TU_CHECK(j->regs[a] > 0 && j->regs[a] <= 255, "spec %d %s on %s: %d registers", i, j->name, archs[a], j->regs[a]);
       TU_CHECK(j->smem[a] <= smem_limit[a], "spec %d %s on %s: %d bytes smem", i, j->name, archs[a], j->smem[a]);
       if (j->regs[a] > maxregs) maxregs = j->regs[a];
     }
     strategies[!strcmp(j->strategy, "fused") ? 0 : !strcmp(j->strategy, "split") ? 1 : 2]++;
-    paths[!strcmp(j->path, "mma") ? 0 : 1]++;
+    paths[!strcmp(j->path, "mma") ? 0 : !strcmp(j->path, "wgmma") ? 2 : 1]++;
+    TU_CHECK(!strcmp(j->path, "wgmma") == (j->opts.cuda_mma == 2), "spec %d %s: path %s", i, j->name, j->path);
     if (i % 6 == 0 && j->status[0] == 0) host_check(ctx, j);
   }
-  printf("%d specs x 2 archs: fused %d, split %d, single %d; mma %d, simt %d; max registers %d\n", njobs,
-         strategies[0], strategies[1], strategies[2], paths[0], paths[1], maxregs);
+  printf("%d specs x 2 archs (wgmma: sm_90a only): fused %d, split %d, single %d; mma %d, wgmma %d, simt %d; max "
+         "registers %d\n",
+         njobs, strategies[0], strategies[1], strategies[2], paths[0], paths[2], paths[1], maxregs);
+  char arch[16];
+  TU_CHECK(da__cuda_compile_arch(ctx, "sm_80", "wgmma", arch) == DA_ERR_UNSUPPORTED, "wgmma accepted for sm_80");
+  TU_CHECK(da__cuda_compile_arch(ctx, "sm_90", "wgmma", arch) == DA_OK && !strcmp(arch, "sm_90a"), "wgmma on sm_90: %s", arch);
+  TU_CHECK(da__cuda_compile_arch(ctx, "sm_90", "mma", arch) == DA_OK && !strcmp(arch, "sm_90"), "mma on sm_90: %s", arch);
   TU_CHECK(njobs >= 200 || n < 200, "matrix has %d specs", njobs);
-  TU_CHECK((strategies[0] && strategies[1] && strategies[2] && paths[0] && paths[1]) || n < 50,
+  TU_CHECK((strategies[0] && strategies[1] && strategies[2] && paths[0] && paths[1] && paths[2]) || n < 50,
            "matrix misses a strategy or path");
   for (int i = 0; i < njobs; i++)
     for (int b = 0; b < DA_MAX_BRANCHES; b++) free(jobs[i].masks[b]);

@@ -39,7 +39,7 @@ static void run_case(da_context *ctx, const char *dir, const char *name) {
     if (x > vmax) vmax = x;
   }
   /* default plan; split forced (fused_min_queries huge); tiny odd tiles */
-  da_plan_options variants[3] = {{0, 0, 0, 0}, {0, 0, 1 << 30, 0}, {3, 5, 1, 0}};
+  da_plan_options variants[3] = {{0, 0, 0, 0, 0}, {0, 0, 1 << 30, 0, 0}, {3, 5, 1, 0, 0}};
   for (int vi = 0; vi < 3; vi++) {
     da_plan *plan = NULL;
     st = da_plan_create_ex(ctx, &spec, DA_BACKEND_HOST, &variants[vi], &plan);

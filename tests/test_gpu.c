@@ -8,7 +8,9 @@
  *   unaligned: random specs with q, k, v 2 bytes past 16-byte alignment (plain loads
  *            instead of cp.async); an odd pointer refused
  *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
- * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|small|probe]
+ *   wgmma:   (sm_90 only) golden, random and unaligned on the wgmma path (cuda_mma = 2)
+ *            wherever it applies, both key tiles
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|wgmma|small|probe]
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <math.h>
 #include <stdlib.h>
@@ -24,10 +26,10 @@ static da__cuda *dev;
 /* Run spec on the CUDA backend over host arrays (copied in and out). shift: bytes the
  * device copies of q, k and v start past an allocation (2: no 16-byte accesses, the
  * kernels load with plain 2-byte loads instead of cp.async). */
-static da_status run_cuda(da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
-                          const void *k, const void *v, void *out, float *lse, size_t shift) {
+static da_status run_cuda(da_context *ctx, const da_spec *s, const da_plan_options *opts, int64_t B, int64_t N,
+                          const void *q, const void *k, const void *v, void *out, float *lse, size_t shift) {
   da_plan *plan = NULL;
-  da_status st = da_plan_create(ctx, s, DA_BACKEND_CUDA, &plan);
+  da_status st = da_plan_create_ex(ctx, s, DA_BACKEND_CUDA, opts, &plan);
   if (st != DA_OK) return st;
   size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
   size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
@@ -54,20 +56,27 @@ static da_status run_cuda(da_context *ctx, const da_spec *s, int64_t B, int64_t 
 static da_status runner(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                         const void *k, const void *v, void *out, float *lse) {
   (void)user;
-  return run_cuda(ctx, s, B, N, q, k, v, out, lse, 0);
+  return run_cuda(ctx, s, NULL, B, N, q, k, v, out, lse, 0);
+}
+
+/* The wgmma path (sm_90a) where it applies (bs_wgmma_options), user's tunables there. */
+static da_status runner_wgmma(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                              const void *k, const void *v, void *out, float *lse) {
+  da_plan_options o = bs_wgmma_options(s, user);
+  return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, 0);
 }
 
 /* q, k, v one element past 16-byte alignment: the tensor-core path falls back to plain loads;
  * a pointer not aligned to its element is refused. */
 static da_status runner_shifted(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                                 const void *k, const void *v, void *out, float *lse) {
-  (void)user;
   size_t shift = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2; /* one element: aligned to it, not to 16 bytes */
-  return run_cuda(ctx, s, B, N, q, k, v, out, lse, shift);
+  da_plan_options o = user ? bs_wgmma_options(s, NULL) : (da_plan_options){0, 0, 0, 0, 0};
+  return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, shift);
 }
 
-static void test_unaligned(da_context *ctx) {
-  bs_random(ctx, 0, 8, 1000, runner_shifted, NULL);
+static void test_unaligned(da_context *ctx, int wgmma) {
+  bs_random(ctx, 0, 8, 1000, runner_shifted, wgmma ? (void *)1 : NULL);
   da_spec s;
   da_spec_init(&s);
   s.num_branches = 1, s.segment_lengths[0] = 64, s.dilation_rates[0] = 1;
@@ -85,7 +94,7 @@ static void test_unaligned(da_context *ctx) {
 
 /* Long sequence: run on the device, check a prefix and the tail against the reference
  * (segments are independent, so a window of whole segments has the same answer). */
-static void test_long(da_context *ctx, int64_t N, int H, int D, const char *what) {
+static void test_long(da_context *ctx, int64_t N, int H, int D, int cuda_mma, const char *what) {
   da_spec s;
   da_spec_init(&s);
   s.num_branches = 2;
@@ -96,7 +105,8 @@ static void test_long(da_context *ctx, int64_t N, int H, int D, const char *what
   s.dtype = DA_DTYPE_FLOAT16;
   s.causal = 1;
   da_plan *plan = NULL;
-  if (da_plan_create(ctx, &s, DA_BACKEND_CUDA, &plan) != DA_OK) {
+  da_plan_options o = {0, 0, 0, 0, cuda_mma};
+  if (da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &o, &plan) != DA_OK) {
     TU_CHECK(0, "%s: plan: %s", what, da_context_last_error(ctx));
     return;
   }
@@ -164,9 +174,21 @@ int main(int argc, char **argv) {
   int all = !strcmp(which, "all"), small = !strcmp(which, "small");
   if (all || small || !strcmp(which, "golden")) bs_golden(ctx, golden, "cuda", runner, NULL);
   if (all || small || !strcmp(which, "random")) bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
-  if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx);
-  if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, "N=1048576 H=8 D=64");
-  if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, "q > 2^31 elements");
+  if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, 0);
+  if (all || small || !strcmp(which, "wgmma")) {
+    if (strcmp(da__cuda_arch(dev), "sm_90") != 0) {
+      printf("wgmma: skipped, the path needs sm_90 (this is %s)\n", da__cuda_arch(dev));
+    } else {
+      da_plan_options k64 = {0, 64, 0, 0, 0};
+      bs_golden(ctx, golden, "cuda wgmma", runner_wgmma, NULL);
+      bs_random(ctx, 0, small ? 6 : 60, 1000, runner_wgmma, NULL);
+      bs_random(ctx, 60, small ? 0 : 20, 1000, runner_wgmma, &k64);
+      test_unaligned(ctx, 1);
+      if (!small) test_long(ctx, 1 << 20, 8, 64, 2, "wgmma N=1048576 H=8 D=64");
+    }
+  }
+  if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, 0, "N=1048576 H=8 D=64");
+  if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, 0, "q > 2^31 elements");
   da_context_destroy(ctx);
   return tu_report();
 }

@@ -52,7 +52,7 @@ int main(void) {
 
   da_context *ctx;
   da_context_create(&ctx);
-  da_plan_options variants[2] = {{0, 0, 0, 0}, {0, 0, 1 << 30, 0}};
+  da_plan_options variants[2] = {{0, 0, 0, 0, 0}, {0, 0, 1 << 30, 0, 0}};
   for (int vi = 0; vi < 2; vi++) {
     da_plan *plan = NULL;
     TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &variants[vi], &plan) == DA_OK, "plan: %s",

@@ -73,7 +73,7 @@ static void test_plans(void) {
   int64_t B = 2, N = 500;
   size_t nq = (size_t)(B * N * 4 * 32), nk = (size_t)(B * N * 2 * 32);
   float *q = calloc(nq, 4), *k = calloc(nk, 4), *v = calloc(nk, 4), *out = calloc(nq, 4), *lse = calloc((size_t)(B * 4 * N), 4);
-  da_plan_options opts[2] = {{0, 0, 0, 0}, {0, 0, 1 << 30, 0}}; /* fused, then split (needs workspace) */
+  da_plan_options opts[2] = {{0, 0, 0, 0, 0}, {0, 0, 1 << 30, 0, 0}}; /* fused, then split (needs workspace) */
   for (int o = 0; o < 2; o++) {
     da_plan *plan = NULL;
     TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &opts[o], &plan) == DA_OK, "plan: %s", da_context_last_error(ctx));

@@ -75,7 +75,7 @@ static int run_one(da_context *ctx, uint64_t seed) {
     ok = 0;
     goto done;
   }
-  da_plan_options opts[3] = {{0, 0, 0, 0}, {0, 0, 1 << 30, 0}, {(int)pick(&s, 1, 7), (int)pick(&s, 1, 9), 1, 0}};
+  da_plan_options opts[3] = {{0, 0, 0, 0, 0}, {0, 0, 1 << 30, 0, 0}, {(int)pick(&s, 1, 7), (int)pick(&s, 1, 9), 1, 0, 0}};
   da_plan_options *o = &opts[pick(&s, 0, 2)];
   da_plan *plan = NULL;
   if (da_plan_create_ex(ctx, &spec, DA_BACKEND_HOST, o, &plan) != DA_OK) {

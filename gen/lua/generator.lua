@@ -57,7 +57,7 @@ local function make_env(p, target, spec_json, version)
   }, "\n")
   env.dtype_c = string.format("#define LD(p, i) %s((p), (i)) /* %s in, fp32 compute */\n#define ST(p, i, x) %s((p), (i), (x))",
     p.dtype.load, p.dtype_name, p.dtype.store)
-  if target == "cuda" and p.cuda_path == "mma" then
+  if target == "cuda" and (p.cuda_path == "mma" or p.cuda_path == "wgmma") then
     local bf = p.dtype_name == "bfloat16"
     env.dtype_c = env.dtype_c .. string.format("\n#define DA_MMA %s\n#define DA_PACK %s",
       bf and "da_mma_bf16" or "da_mma_f16", bf and "da_pack_bf16x2" or "da_pack_f16x2")

@@ -3,7 +3,8 @@
 --
 -- The spec table comes from C (gen/render.c) with the fields of the config file, plus
 -- spec_hash (hex SHA-256 of the canonical spec JSON). opts: tile_q, tile_k,
--- fused_min_queries (tunables; the defaults suit the host target).
+-- fused_min_queries (tunables; the defaults suit the host target), mma ("sync" or
+-- "wgmma": the CUDA tensor-core instruction; default mma.sync).
 local M = {}
 
 local function gcd(a, b)
@@ -179,22 +180,37 @@ function M.cuda_default_tile_q(p, strategy)
   return M.tile_fill(p, strategy or p.strategy, 128) >= 7 / 8 and 128 or 64
 end
 
--- CUDA specifics (DESIGN.md decision 4). Two compute paths share the control structure:
+-- CUDA specifics (DESIGN.md decision 4). Three compute paths share the control structure:
 --   mma:  fp16/bf16 with D % 16 == 0 and D <= 128: 4 warps x 16 query rows, mma.sync
 --         m16n8k16 (fp32 accumulate), ldmatrix, cp.async double buffering; smem rows
 --         padded by 8 halves so ldmatrix is free of bank conflicts.
+--   wgmma (opts.mma = "wgmma"; sm_90a only, compiled for sm_90a by the runtime): fp16/bf16
+--         with D = 64 or 128: one warpgroup (4 warps x 16 rows = 64 query rows), S and
+--         O by wgmma.mma_async from 128-byte-swizzled shared-memory tiles (da_device.cuh),
+--         cp.async double buffering as on the mma path. Not the default until a GPU
+--         session has run it (bench/results).
 --   simt: everything else (float32 inputs, odd head dims): TPR threads per query row,
 --         fp32 FMAs, K/V tiles converted to fp32 in shared memory.
 -- The grid is (query tiles, heads, batch); the runtime sizes x from N with the facts here.
 function M.plan_cuda(p, opts)
   local D = p.D
+  local wg = opts.mma == "wgmma"
+  if opts.mma and opts.mma ~= "wgmma" and opts.mma ~= "sync" then
+    error("cuda: mma must be \"sync\" or \"wgmma\"", 0)
+  end
+  if wg and (p.dtype_name == "float32" or (D ~= 64 and D ~= 128)) then
+    error("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128", 0)
+  end
   if (p.dtype_name ~= "float32") and D % 16 == 0 and D <= 128 then
-    p.cuda_path = "mma"
+    p.cuda_path = wg and "wgmma" or "mma"
+    p.wgmma = wg
     p.threads = 128
     -- 4 warps x 16 or 32 query rows. 32 rows (two m16 tiles per warp, as FlashAttention-2
     -- does) let every K and V fragment read from shared memory feed 4 mma instead of 2;
     -- the default takes them up to D = 64 where the query tiles are rarely partial.
-    p.tile_q = opts.tile_q or M.cuda_default_tile_q(p)
+    -- wgmma: one warpgroup's m64 tile.
+    local function default_tq(strategy) return wg and 64 or M.cuda_default_tile_q(p, strategy) end
+    p.tile_q = opts.tile_q or default_tq()
     -- Split is taken when its query tiles are fuller than the fused ones by more than 5
     -- points of rows (the strategy rule of M.plan knows no tile sizes). Measured on an
     -- H200 at N = 65536 (dilattn tune, bench/results/gpu-h200.md): the LongNet schedule
@@ -203,11 +219,14 @@ function M.plan_cuda(p, opts)
     -- 7.04 against 7.91 ms at D = 128 (64-row tiles for both). Defaults only: an explicit
     -- tile_q or fused_min_queries keeps its strategy.
     if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries and p.lcm_r <= 4096 then
-      local split_tq = M.cuda_default_tile_q(p, "split")
+      local split_tq = default_tq("split")
       if M.tile_fill(p, "split", split_tq) - M.tile_fill(p, "fused", p.tile_q) > 0.05 then
         p.strategy = "split"
         p.tile_q = split_tq
       end
+    end
+    if wg and p.tile_q ~= 64 then
+      error("cuda wgmma path: tile_q must be 64 (one warpgroup: 4 warps x 16 rows)", 0)
     end
     if p.tile_q ~= 64 and p.tile_q ~= 128 then
       error("cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
@@ -220,17 +239,29 @@ function M.plan_cuda(p, opts)
     -- 64 keys at D = 32 (207 registers), 32 keys up to D = 96 (218 at D = 64, 254 at 96)
     -- D = 128 with 64 keys: 226 registers, 85 KiB of shared memory (opt-in above 48 KiB),
     -- 1.11x faster than 32 keys on an H200 (dilattn tune, LongNet 2-branch causal).
-    if p.tile_q == 128 then
+    if wg then
+      -- scores (TK / 2 registers), packed P (TK / 4) and output (D / 2): 128 keys at D = 64
+      -- (74 KiB of shared memory, 3 CTAs per SM), 64 at D = 128 (82 KiB, 2 per SM)
+      p.tile_k = opts.tile_k or (D <= 64 and 128 or 64)
+    elseif p.tile_q == 128 then
       p.tile_k = opts.tile_k or (D <= 32 and 64 or 32)
     else
       p.tile_k = opts.tile_k or 64
     end
     p.warp_mtiles = p.tile_q // 64
+    if wg and D > 64 and p.tile_k > 64 then
+      error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 (scores, P and output would spill)", 0)
+    end
     if p.tile_k % 16 ~= 0 or p.tile_k < 16 or p.tile_k > 128 then
       error("cuda mma path: tile_k must be a multiple of 16 in [16, 128]", 0)
     end
-    p.smem_row = D + 8 -- halves per shared-memory row (padding breaks bank conflicts)
-    p.smem_bytes = (p.tile_q + 4 * p.tile_k) * p.smem_row * 2 -- Q + 2 stages of K and V
+    if wg then
+      p.smem_row = D -- swizzled, unpadded; 1024 bytes more to align the tiles
+      p.smem_bytes = 1024 + (p.tile_q + 4 * p.tile_k) * D * 2
+    else
+      p.smem_row = D + 8 -- halves per shared-memory row (padding breaks bank conflicts)
+      p.smem_bytes = (p.tile_q + 4 * p.tile_k) * p.smem_row * 2 -- Q + 2 stages of K and V
+    end
   else
     p.cuda_path = "simt"
     local tpr = 1

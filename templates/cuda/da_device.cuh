@@ -60,6 +60,45 @@ DA_HD int da_ldsm_k_col(int lane) { return ((lane >> 3) & 1) * 8; }
 DA_HD int da_ldsm_v_row(int lane) { return (lane & 7) + (((lane >> 3) & 1) << 3); }
 DA_HD int da_ldsm_v_col(int lane) { return (lane >> 4) * 8; }
 
+/* ---- wgmma (sm_90a): shared-memory operands in the 128-byte-swizzle layout ----------------
+ * A tile of `rows` rows (tokens) x HD halves, HD a multiple of 64, rows a multiple of 8,
+ * based at a 1024-byte-aligned shared address: column block cb = d / 64 holds rows x 128
+ * bytes; row r of it is 128 bytes at r * 128, its 16-byte chunk j (halves 8j..8j+7 of the
+ * block) stored at chunk position j ^ (r % 8) (CUTLASS Swizzle<3,4,3>: address bits 4-6
+ * ^= bits 7-9). This is the canonical SW128 layout of the PTX ISA ("Shared Memory Matrix
+ * Layout") read two ways:
+ *   K-major (Q and K as the A / B operand of S = Q K^T, K dim = d): element (mn, k) of a
+ *     k16 step at start + (mn / 8) * SBO + (mn % 8) * 128 + 2k, swizzled; SBO = 1024,
+ *     LBO unused; step kk starts at cb * rows * 128 + (kk % 4) * 32.
+ *   MN-major (V as the B operand of O = P V, N = d, K dim = key; instruction tnspB = 1):
+ *     element (mn, k) at start + (mn / 64) * LBO + (k / 8) * SBO + (k % 8) * 128 + 2 (mn % 64),
+ *     swizzled; SBO = 1024, LBO = rows * 128 (the next column block); step kk (keys
+ *     16kk..16kk+15) starts at kk * 2048.
+ * Descriptor (PTX "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29 LBO >> 4,
+ * 32-45 SBO >> 4, 49-51 base offset (0: atoms 1024-aligned), 62-63 swizzle (1 = 128B). */
+DA_HD int da_sw128_off(int rows, int r, int chunk) { /* byte offset of 16-byte chunk `chunk` of row r */
+  return (chunk >> 3) * rows * 128 + r * 128 + (((chunk & 7) ^ (r & 7)) << 4);
+}
+DA_HD da_u64 da_wgmma_desc(da_u32 addr, da_u32 lbo, da_u32 sbo) {
+  return (da_u64)((addr & 0x3FFFFu) >> 4) | ((da_u64)((lbo >> 4) & 0x3FFFu) << 16) |
+         ((da_u64)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
+}
+/* The shared address the hardware reads for element (mn, k) of an operand described by
+ * desc (SW128 only), per the canonical layouts above. */
+DA_HD da_u32 da_wgmma_elem_addr(da_u64 desc, int mn_major, int mn, int k) {
+  da_u32 start = (da_u32)(desc & 0x3FFFu) << 4, lbo = (da_u32)((desc >> 16) & 0x3FFFu) << 4,
+         sbo = (da_u32)((desc >> 32) & 0x3FFFu) << 4;
+  da_u32 a = mn_major ? start + (da_u32)(mn / 64) * lbo + (da_u32)(k / 8) * sbo + (da_u32)(k % 8) * 128 + (da_u32)(mn % 64) * 2
+                      : start + (da_u32)(mn / 8) * sbo + (da_u32)(mn % 8) * 128 + (da_u32)k * 2;
+  return a ^ (((a >> 7) & 7u) << 4);
+}
+/* Accumulator fragment of wgmma m64nNk16 (f32), thread t of the warpgroup, value v of its
+ * N / 2: warp w = t / 32 owns rows 16w..16w+15 and the layout of each n8 block is the mma
+ * C fragment (da_frag_c_*) of that warp. The A fragment of the register-source form is
+ * the mma A fragment (da_frag_a_*) of the warp's 16 rows. */
+DA_HD int da_wg_d_row(int t, int v) { return 16 * (t >> 5) + da_frag_c_row(t & 31, v & 3); }
+DA_HD int da_wg_d_col(int t, int v) { return 8 * (v >> 2) + da_frag_c_col(t & 31, v & 3); }
+
 DA_HD da_u64 da_splitmix64(da_u64 x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -114,6 +153,23 @@ __device__ __forceinline__ void da_mma_bf16(float d[4], const da_u32 a[4], da_u3
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* wgmma (sm_90a) control; the shape-specific mma_async wrappers are rendered per plan
+ * (cuda/wgmma.inc.tpl). fence: orders this thread's earlier register and shared-memory
+ * accesses before the next wgmma; commit / wait: async groups; fence_proxy_async: makes
+ * shared-memory writes of the generic proxy (cp.async, st.shared) visible to the async
+ * proxy wgmma reads through; fence_operand: keeps the compiler from moving accesses of
+ * accumulator registers across the async region. */
+__device__ __forceinline__ void da_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void da_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void da_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void da_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void da_wgmma_fence_operand(float *r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+
 /* Two floats -> packed pair, lo in the low 16 bits (the lower column), round to nearest. */
 __device__ __forceinline__ da_u32 da_pack_f16x2(float lo, float hi) {
   da_u32 r;
@@ -142,6 +198,7 @@ __device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
   return h;
 }
 #define DA_CHECK_GLOBAL(p, bytes, write) ((void)0)
+#define DA_NOTE_SMEM_WRITE(p, bytes) ((void)0)
 #else
 /* ---- plain C++ references of the documented PTX semantics (host only) ----------------
  * A warp's registers are modelled as arrays indexed by lane. smem is a byte array;
@@ -193,6 +250,38 @@ static inline void da_ref_mma(const float a[32][4][2], const float b[32][2][2], 
       c[l][j] += s;
     }
 }
+/* wgmma.mma_async.m64nNk16.f32 with f16 / bf16 operands: d += A B. A (64 x 16) from
+ * shared memory through desc_a (K-major) or, when a_regs is not NULL, from the
+ * warpgroup's registers (a_regs[t], the RS form); B (16 x n) through desc_b, MN-major when
+ * b_mn_major (tnspB = 1). d[t] is thread t's n / 2 accumulators. */
+static inline float da_ref_half(da_u16 h, int bf16) { return bf16 ? da_bf16_to_f32(h) : da_f16_to_f32(h); }
+static inline void da_ref_wgmma(const unsigned char *smem, int n, int bf16, da_u64 desc_a, const da_u32 (*a_regs)[4],
+                                da_u64 desc_b, int b_mn_major, float *const d[128]) {
+  float A[64][16], B[16][256];
+  for (int m = 0; m < 64 && !a_regs; m++)
+    for (int k = 0; k < 16; k++) {
+      da_u16 h;
+      std::memcpy(&h, smem + da_wgmma_elem_addr(desc_a, 0, m, k), 2);
+      A[m][k] = da_ref_half(h, bf16);
+    }
+  for (int t = 0; t < 128 && a_regs; t++)
+    for (int i = 0; i < 4; i++)
+      for (int e = 0; e < 2; e++)
+        A[16 * (t >> 5) + da_frag_a_row(t & 31, i)][da_frag_a_col(t & 31, i, e)] =
+            da_ref_half((da_u16)(a_regs[t][i] >> (16 * e)), bf16);
+  for (int k = 0; k < 16; k++)
+    for (int c = 0; c < n; c++) {
+      da_u16 h;
+      std::memcpy(&h, smem + da_wgmma_elem_addr(desc_b, b_mn_major, c, k), 2);
+      B[k][c] = da_ref_half(h, bf16);
+    }
+  for (int t = 0; t < 128; t++)
+    for (int v = 0; v < n / 2; v++) {
+      float acc = 0;
+      for (int k = 0; k < 16; k++) acc += A[da_wg_d_row(t, v)][k] * B[k][da_wg_d_col(t, v)];
+      d[t][v] += acc;
+    }
+}
 #if defined(DA_EMULATE) /* on the CPU, under g++: tests/emu */
 #include "da_emu.h"
 #endif
@@ -232,6 +321,7 @@ __device__ __forceinline__ void da_copy16_sync(void *smem, const void *gmem, boo
   if (valid) DA_CHECK_GLOBAL(g, 16, 0);
 #pragma unroll
   for (int e = 0; e < 8; e++) d[e] = valid ? g[e] : (da_u16)0;
+  DA_NOTE_SMEM_WRITE(d, 16);
 }
 __device__ __forceinline__ float da_warp_max4(float x) { /* over the 4 lanes of a group */
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

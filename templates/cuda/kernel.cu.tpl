@@ -84,9 +84,23 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
   return full ? 1 : 2;
 }
 
-{% if p.cuda_path == "mma" then %}
+{% if p.cuda_path ~= "simt" then %}
+{% if p.wgmma then %}
+/* ================ tensor-core path, wgmma (sm_90a): one warpgroup, 64 query rows ================
+ * Q, K and V tiles sit in shared memory in the 128-byte-swizzle layout wgmma reads through
+ * descriptors (da_device.cuh "wgmma"); S = Q K^T is one chain of wgmma.mma_async (both
+ * operands in shared memory), O += P V another (P from registers). Each warp owns 16 query
+ * rows of both accumulators, in the mma C-fragment layout, so the masking and the online
+ * softmax below are the mma.sync path's, with MT = 1. */
+{{ include_rendered("cuda/wgmma.inc.tpl") }}
+#define DA_CHUNK(rows, r, c) (da_sw128_off((rows), (r), (c)) >> 1) /* halves */
+#define ROWH HD /* halves per tile row (a stage of TK rows is TK * ROWH halves) */
+{% else %}
 /* ======================= tensor-core path (mma.sync m16n8k16) ======================= */
 #define DP {{ p.smem_row }}  /* padded smem row, halves */
+#define DA_CHUNK(rows, r, c) ((r) * DP + (c) * 8)
+#define ROWH DP
+{% end %}
 #define BLK_COLS (TK / BLOCK + 2) /* key blocks a TK-key tile can touch */
 #define NT_S (TK / 8)        /* n8 tiles of the score block */
 #define NT_O (HD / 8)        /* n8 tiles of the output block */
@@ -97,10 +111,14 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
 struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m16 tiles */
   float o[MT][NT_O][4];
   float m[MT][2], l[MT][2];
+{% if p.wgmma then %}
+  da_u32 q_addr; /* shared address of the Q tile (wgmma reads it through descriptors) */
+{% else %}
   da_u32 qf[MT][KS_D][4];
+{% end %}
 };
 
-/* Copy rows of a [rows][HD] tile into smem (row stride DP); row i is at element offset
+/* Copy rows of a [rows][HD] tile into smem (chunk layout DA_CHUNK); row i is at element offset
  * row_off(i) of base; rows >= nrows are zero-filled. With vec16 (the caller's tensors
  * allow 16-byte accesses) through cp.async; otherwise with plain 2-byte loads, which land
  * before the barrier that follows the cp.async wait, so the pipeline is the same. */
@@ -111,8 +129,8 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int ro
     int r = i / chunks, c = i % chunks;
     bool ok = r < nrows;
     const da_u16 *src = (const da_u16 *)base + (ok ? row_off(r) + c * 8 : 0);
-    if (vec16) da_cp_async16(smem + r * DP + c * 8, src, ok);
-    else da_copy16_sync(smem + r * DP + c * 8, src, ok);
+    if (vec16) da_cp_async16(smem + DA_CHUNK(rows, r, c), src, ok);
+    else da_copy16_sync(smem + DA_CHUNK(rows, r, c), src, ok);
   }
 }
 
@@ -150,14 +168,17 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       n0 = da_next_key_tile(n0 + TK, a_first, a_last);
     if (n0 < kend) {
       int nk = (int)min((da_i64)TK, kend - n0);
-      da_u16 *kn = Ks + (stage ^ 1) * TK * DP, *vn = Vs + (stage ^ 1) * TK * DP;
+      da_u16 *kn = Ks + (stage ^ 1) * TK * ROWH, *vn = Vs + (stage ^ 1) * TK * ROWH;
       load_rows(kn, A.k, TK, nk, A.vec16, [&](int i) { return kb_ + (n0 + i) * kstep; });
       load_rows(vn, A.v, TK, nk, A.vec16, [&](int i) { return vb_ + (n0 + i) * vstep; });
     }
     da_cp_async_commit();
     da_cp_async_wait<1>();
+{% if p.wgmma then %}
+    da_fence_proxy_async(); /* this thread's copies into the tile, visible to wgmma's reads */
+{% end %}
     __syncthreads();
-    const da_u16 *kt = Ks + stage * TK * DP, *vt = Vs + stage * TK * DP;
+    const da_u16 *kt = Ks + stage * TK * ROWH, *vt = Vs + stage * TK * ROWH;
 {% if p.sparse then %}
     /* partial tile: the layout's verdict per (query row, key block), computed once by the
      * whole CTA into shared memory, so the unrolled element loop only looks it up */
@@ -180,6 +201,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     int wcls = wr0 < nq ? cls : 0;
     if (wcls == 2) {
       const da_i64 wa0 = a0 + (da_i64)wr0 * astride, wa1 = a0 + (da_i64)wr1 * astride;
+      (void)wa0; /* the sparse layouts decide partial tiles by blk_ok */
       if (CAUSAL && c0 > wa1) wcls = 0;
 {% if not p.sparse then %}
       else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + WROWS - 1) wcls = 1;
@@ -192,6 +214,27 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       if (!__any_sync(0xffffffffu, any)) wcls = 0;
     }
 {% end %}
+{% if p.wgmma then %}
+    if (cls != 0) { /* CTA-uniform: the warpgroup's wgmma need all four warps */
+      /* S = Q K^T, 64 x TK, one chain of KS_D wgmma (k16 steps over the head dim) */
+      float s[MT][NT_S][4];
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
+      da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+      da_wgmma_fence();
+      const da_u32 qa = S.q_addr, ka = da_smem_addr(kt), va = da_smem_addr(vt);
+#pragma unroll
+      for (int kk = 0; kk < KS_D; kk++)
+        da_wg_scores(&s[0][0][0], da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024),
+                     da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024));
+      da_wgmma_commit();
+      da_wgmma_wait<0>();
+      da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+      if (wcls == 0) { /* none of the warp's rows sees a key of the tile: P = 0 */
+#pragma unroll
+        for (int nt = 0; nt < NT_S; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
+      } else {
+{% else %}
     if (wcls != 0) {
       /* S = Q K^T for this warp's rows: each K fragment serves its MT m16 tiles */
       float s[MT][NT_S][4];
@@ -211,6 +254,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
             DA_MMA(s[mt][2 * np + 1], S.qf[mt][kk], kf[2], kf[3]);
           }
         }
+      {
+{% end %}
       /* scale, mask partial tiles, online softmax (base 2) */
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
@@ -256,6 +301,27 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
           S.o[mt][dt][2 * hr + 1] *= corr;
         }
       }
+      }
+{% if p.wgmma then %}
+      /* O += P V, 64 x HD: P (the score fragments, packed) is the register A operand of
+       * TK / 16 wgmma; V is read MN-major (tnspB) from the same layout as K */
+      da_u32 pa[TK / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < TK / 16; kk++) {
+        pa[kk][0] = DA_PACK(s[0][2 * kk][0], s[0][2 * kk][1]);
+        pa[kk][1] = DA_PACK(s[0][2 * kk][2], s[0][2 * kk][3]);
+        pa[kk][2] = DA_PACK(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        pa[kk][3] = DA_PACK(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      }
+      da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+      da_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < TK / 16; kk++)
+        da_wg_pv(&S.o[0][0][0], pa[kk], da_wgmma_desc(va + kk * 2048, TK * 128, 1024));
+      da_wgmma_commit();
+      da_wgmma_wait<0>();
+      da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+{% else %}
       /* O += P V: P reuses the score fragments as the A operand; each V fragment serves
        * the warp's MT m16 tiles */
 #pragma unroll
@@ -279,6 +345,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
           }
         }
       }
+{% end %}
     }
     __syncthreads(); /* this stage is overwritten by the next prefetch */
     c0 = n0;
@@ -296,13 +363,20 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   load_rows(Qs, A.q, TQ, T.nq, A.vec16, [&](int i) { return base + i * step; });
   da_cp_async_commit();
   da_cp_async_wait<0>();
+{% if p.wgmma then %}
+  da_fence_proxy_async();
+  S.q_addr = da_smem_addr(Qs);
+  (void)lane, (void)warp;
+{% end %}
   __syncthreads();
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
+{% if not p.wgmma then %}
 #pragma unroll
     for (int kk = 0; kk < KS_D; kk++)
       da_ldmatrix_x4(S.qf[mt][kk],
                      Qs + (warp * WROWS + mt * 16 + da_ldsm_a_row(lane)) * DP + kk * 16 + da_ldsm_a_col(lane));
+{% end %}
 #pragma unroll
     for (int dt = 0; dt < NT_O; dt++) S.o[mt][dt][0] = S.o[mt][dt][1] = S.o[mt][dt][2] = S.o[mt][dt][3] = 0.f;
     S.m[mt][0] = S.m[mt][1] = -INFINITY;
@@ -356,9 +430,18 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
   }
 }
 
+{% if p.wgmma then %}
+/* the tiles start at a 1024-byte-aligned shared address (the swizzle atom); the plan
+ * reserves the 1024 bytes this may skip */
+#define DA_SMEM_DECL                                                                         \
+  DA_DYN_SMEM(da_u16, smem_raw);                                                             \
+  da_u16 *Qs = smem_raw + ((1024u - (da_smem_addr(smem_raw) & 1023u)) & 1023u) / 2,          \
+         *Ks = Qs + TQ * ROWH, *Vs = Ks + 2 * TK * ROWH;
+{% else %}
 #define DA_SMEM_DECL                                   \
   DA_DYN_SMEM(da_u16, smem);                           \
-  da_u16 *Qs = smem, *Ks = smem + TQ * DP, *Vs = Ks + 2 * TK * DP;
+  da_u16 *Qs = smem, *Ks = smem + TQ * ROWH, *Vs = Ks + 2 * TK * ROWH;
+{% end %}
 {% else %}
 /* ============================ SIMT path (fp32 FMAs) ================================= */
 #define TPR {{ p.tpr }} /* threads per query row */

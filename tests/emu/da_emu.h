@@ -17,6 +17,12 @@
  *     source inside a registered global buffer; data lands only at commit or at the
  *     wait that covers it (chosen at random), so a read before the wait sees stale bytes;
  *   - ldmatrix rows inside dynamic shared memory and 16-byte aligned;
+ *   - wgmma (sm_90a): issued by all 128 threads of the warpgroup with the same
+ *     descriptors, after a wgmma.fence since the thread's last wait; its result lands at
+ *     the wait_group that covers it, and the wait fails if the thread touched the
+ *     accumulator or A-fragment registers, or anyone changed the shared memory it reads,
+ *     while it was in flight; shared memory it reads must not hold a generic-proxy write
+ *     (cp.async, st.shared) its writer has not yet fenced with fence.proxy.async;
  *   - loads and stores through da_ld_* / da_st_* inside registered buffers;
  *   - shared memory starts filled with NaN bytes, and threads run in a random order
  *     between barriers, so a missing barrier or a read of unwritten smem shows up;
@@ -71,10 +77,18 @@ static inline void da_ldmatrix_x4_trans(da_u32 r[4], const void *smem) { da_emu_
 static inline void da_mma_f16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1) { da_emu_mma(d, a, b0, b1, 0); }
 static inline void da_mma_bf16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1) { da_emu_mma(d, a, b0, b1, 1); }
 
+static inline da_u32 da_smem_addr(const void *p) { return da_emu_smem_offset(p); }
+static inline void da_wgmma_fence() { da_emu_wgmma_fence(); }
+static inline void da_wgmma_commit() { da_emu_wgmma_commit(); }
+template <int N> static inline void da_wgmma_wait() { da_emu_wgmma_wait(N); }
+static inline void da_fence_proxy_async() { da_emu_fence_proxy_async(); }
+template <int N> static inline void da_wgmma_fence_operand(float *) {}
+
 static inline da_u32 da_pack_f16x2(float lo, float hi) { return da_f32_to_f16(lo) | ((da_u32)da_f32_to_f16(hi) << 16); }
 static inline da_u32 da_pack_bf16x2(float lo, float hi) {
   return da_f32_to_bf16(lo) | ((da_u32)da_f32_to_bf16(hi) << 16);
 }
 #define DA_CHECK_GLOBAL(p, bytes, write) da_emu_check_global((p), (bytes), (write))
+#define DA_NOTE_SMEM_WRITE(p, bytes) da_emu_smem_write((p), (bytes))
 
 #endif

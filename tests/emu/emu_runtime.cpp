@@ -28,12 +28,18 @@ da_emu_thread *da_emu_cur;
 
 namespace {
 
-enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_ANY, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16 };
+enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_ANY, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16,
+       OP_WG_FENCE, OP_WG_MMA, OP_WG_COMMIT, OP_WG_WAIT };
 const char *const OP_NAME[] = {"none",        "__syncthreads",     "__syncthreads_or", "__syncthreads_and",
                                "__syncwarp",  "__shfl_xor_sync",   "__any_sync",       "ldmatrix.x4",
-                               "ldmatrix.x4.trans", "mma.f16",     "mma.bf16"};
+                               "ldmatrix.x4.trans", "mma.f16",     "mma.bf16",         "wgmma.fence",
+                               "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group"};
 enum { READY, WAITING, DONE };
 const size_t STACK = 256 * 1024;
+/* The shared address of the first byte of dynamic shared memory: 16-byte aligned, as on
+ * a GPU, and deliberately not 1024-aligned, so kernels that need 1024-byte alignment
+ * (wgmma's swizzled layouts) must align it themselves, as they must on a GPU. */
+const da_u32 SMEM_BASE = 0x230;
 
 struct Copy {
   unsigned char *dst;
@@ -58,6 +64,33 @@ struct Fiber {
   float c[4] = {0, 0, 0, 0};
   std::vector<Copy> pending;
   std::vector<std::vector<Copy>> groups;
+  /* wgmma operands at arrival */
+  float *wg_d = nullptr;
+  const da_u32 *wg_a = nullptr;
+  da_u64 wg_desc_a = 0, wg_desc_b = 0;
+  int wg_n = 0, wg_bf16 = 0, wg_mn = 0, wg_wait = 0;
+  bool wg_fenced = false;
+  std::vector<int> dirty; /* smem chunks written since this thread's last fence.proxy.async */
+};
+
+/* One wgmma.mma_async of a warpgroup in flight: its operands, the hash of the shared
+ * memory it read, and per thread the result that lands at the covering wait, the
+ * accumulator registers as they were when the chain on them was issued, and the A
+ * fragment (RS form) it read. */
+struct WgOp {
+  int n, bf16, mn;
+  da_u64 desc_a, desc_b;
+  bool a_regs;
+  uint64_t hash;
+  float *d[128];
+  std::vector<float> result[128], before[128];
+  const da_u32 *a[128];
+  da_u32 a_copy[128][4];
+  bool superseded = false; /* a later op on the same accumulators lands instead */
+};
+struct WgState {
+  std::vector<WgOp> open;                /* issued, not yet committed */
+  std::vector<std::vector<WgOp>> groups; /* committed, oldest first */
 };
 
 struct Barrier {
@@ -74,11 +107,12 @@ struct Range {
 
 ucontext_t sched;
 std::vector<Fiber> fibers;
-Barrier block_bar, warp_bar[32];
+Barrier block_bar, warp_bar[32], wg_bar[8];
+WgState wg_state[8];
 int nthreads, live;
 unsigned live_lanes[32];
 Fiber *cur;
-unsigned char *smem;
+unsigned char *smem_window, *smem; /* smem = smem_window + SMEM_BASE */
 size_t smem_bytes;
 std::vector<Range> ranges;
 std::string error;
@@ -86,6 +120,7 @@ uint64_t rng;
 unsigned long long mma_count;  /* warp-level mma.m16n8k16 completed */
 unsigned long long ldsm_count; /* warp-level ldmatrix.x4 completed */
 unsigned long long bar_count;  /* CTA-wide barriers (__syncthreads and its variants) completed */
+unsigned long long wgmma_count; /* warpgroup-level wgmma.mma_async completed */
 int (*block_keep)(void *, unsigned, unsigned, unsigned);
 void *block_keep_user;
 void (*entry_invoke)(void *, const void *);
@@ -124,9 +159,23 @@ void wait_gen(const unsigned *gen, int op) {
 }
 void wait_on(Barrier &b, int op) { wait_gen(&b.gen, op); }
 
+/* Shared-memory writes of the generic proxy not yet followed by the writer's
+ * fence.proxy.async: the 16-byte chunk's writer (-1: none), and each thread's list. A
+ * wgmma (async proxy) reading such a chunk is a missing fence. */
+std::vector<int> async_dirty;
+void note_generic_write(const unsigned char *dst, size_t n) {
+  for (size_t off = (size_t)(dst - smem) / 16; off * 16 < (size_t)(dst - smem) + n; off++) {
+    async_dirty[off] = (int)(cur - fibers.data());
+    cur->dirty.push_back((int)off);
+  }
+}
+
 void land(const std::vector<Copy> &g) {
   static const unsigned char zero[16] = {0};
-  for (const Copy &c : g) memcpy(c.dst, c.src ? c.src : zero, 16);
+  for (const Copy &c : g) {
+    memcpy(c.dst, c.src ? c.src : zero, 16);
+    note_generic_write(c.dst, 16);
+  }
 }
 
 int in_smem(const void *p, size_t n) {
@@ -275,10 +324,151 @@ void warp_arrive(int op, unsigned mask) {
   else wait_on(b, op);
 }
 
+/* ---- warpgroup collectives (wgmma, sm_90a) ----------------------------------------------
+ * wgmma.fence / mma_async / commit_group / wait_group are .sync.aligned: the 128 threads of
+ * the warpgroup execute each together, so each is a warpgroup barrier here. An mma_async
+ * computes its result at issue (da_ref_wgmma) and keeps it until the wait that covers it. */
+bool wg_addr_ok(da_u32 a) { return a >= SMEM_BASE && a + 2 <= SMEM_BASE + smem_bytes; }
+
+uint64_t wg_hash(const WgOp &op) {
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  auto mix = [&](da_u32 a) {
+    int w = async_dirty[(a - SMEM_BASE) / 16];
+    if (w >= 0)
+      fail("wgmma reads shared address 0x%x, written by thread %d without a fence.proxy.async since", a, w);
+    da_u16 v;
+    memcpy(&v, smem - SMEM_BASE + a, 2);
+    h = da_splitmix64(h ^ v ^ ((uint64_t)a << 16));
+  };
+  for (int m = 0; m < 64 && !op.a_regs; m++)
+    for (int k = 0; k < 16; k++) mix(da_wgmma_elem_addr(op.desc_a, 0, m, k));
+  for (int k = 0; k < 16; k++)
+    for (int c = 0; c < op.n; c++) mix(da_wgmma_elem_addr(op.desc_b, op.mn, c, k));
+  return h;
+}
+
+/* the latest in-flight op of warpgroup state st whose accumulators for thread t are d */
+WgOp *wg_latest(WgState &st, int t, const float *d) {
+  for (size_t i = st.open.size(); i-- > 0;)
+    if (st.open[i].d[t] == d) return &st.open[i];
+  for (size_t g = st.groups.size(); g-- > 0;)
+    for (size_t i = st.groups[g].size(); i-- > 0;)
+      if (st.groups[g][i].d[t] == d) return &st.groups[g][i];
+  return nullptr;
+}
+
+void wg_issue(int g, Fiber *th) {
+  const Fiber &f0 = th[0];
+  WgOp op;
+  op.n = f0.wg_n, op.bf16 = f0.wg_bf16, op.mn = f0.wg_mn, op.desc_a = f0.wg_desc_a, op.desc_b = f0.wg_desc_b;
+  op.a_regs = f0.wg_a != nullptr;
+  for (int t = 0; t < 128; t++) {
+    const Fiber &f = th[t];
+    if (!f.wg_fenced) {
+      cur = &th[t];
+      fail("wgmma.mma_async without a wgmma.fence since this thread's last wait_group");
+    }
+    if (f.wg_n != op.n || f.wg_bf16 != op.bf16 || f.wg_mn != op.mn || f.wg_desc_b != op.desc_b ||
+        (f.wg_a != nullptr) != op.a_regs || (!op.a_regs && f.wg_desc_a != op.desc_a)) {
+      cur = &th[t];
+      fail("wgmma.mma_async operands differ across the warpgroup (thread %d)", t);
+    }
+  }
+  for (int m = 0; m < 64 && !op.a_regs; m++)
+    for (int k = 0; k < 16; k++)
+      if (!wg_addr_ok(da_wgmma_elem_addr(op.desc_a, 0, m, k))) fail("wgmma A operand (%d, %d) outside shared memory", m, k);
+  for (int k = 0; k < 16; k++)
+    for (int c = 0; c < op.n; c++)
+      if (!wg_addr_ok(da_wgmma_elem_addr(op.desc_b, op.mn, c, k))) fail("wgmma B operand (%d, %d) outside shared memory", k, c);
+  op.hash = wg_hash(op);
+  WgState &st = wg_state[g];
+  float *acc[128];
+  for (int t = 0; t < 128; t++) {
+    float *d = th[t].wg_d;
+    op.d[t] = d;
+    WgOp *prev = wg_latest(st, t, d);
+    if (prev) { /* chained on accumulators in flight: takes the earlier op's result */
+      op.result[t] = prev->result[t];
+      op.before[t] = prev->before[t];
+      prev->superseded = true;
+    } else {
+      op.result[t].assign(d, d + op.n / 2);
+      op.before[t] = op.result[t];
+    }
+    acc[t] = op.result[t].data();
+    op.a[t] = th[t].wg_a;
+    if (op.a_regs) memcpy(op.a_copy[t], th[t].wg_a, sizeof op.a_copy[t]);
+  }
+  da_ref_wgmma(smem - SMEM_BASE, op.n, op.bf16, op.desc_a, op.a_regs ? op.a_copy : nullptr, op.desc_b, op.mn, acc);
+  wgmma_count++;
+  st.open.push_back(std::move(op));
+}
+
+void wg_land(WgOp &op, Fiber *th) {
+  if (wg_hash(op) != op.hash)
+    fail("shared memory read by an in-flight wgmma.mma_async changed before the wait_group that covers it");
+  for (int t = 0; t < 128; t++) {
+    cur = &th[t];
+    if (op.a_regs && memcmp(op.a[t], op.a_copy[t], sizeof op.a_copy[t]))
+      fail("A-fragment registers of an in-flight wgmma.mma_async modified before its wait_group");
+    if (op.superseded) continue;
+    if (memcmp(op.d[t], op.before[t].data(), op.before[t].size() * sizeof(float)))
+      fail("accumulator registers of an in-flight wgmma.mma_async touched before its wait_group");
+    memcpy(op.d[t], op.result[t].data(), op.result[t].size() * sizeof(float));
+  }
+}
+
+void complete_wg(int g) {
+  Barrier &b = wg_bar[g];
+  Fiber *th = &fibers[(size_t)g * 128];
+  WgState &st = wg_state[g];
+  Fiber *caller = cur;
+  switch (b.op) {
+  case OP_WG_FENCE:
+    for (int t = 0; t < 128; t++) th[t].wg_fenced = true;
+    break;
+  case OP_WG_MMA:
+    wg_issue(g, th);
+    break;
+  case OP_WG_COMMIT:
+    st.groups.push_back(std::move(st.open));
+    st.open.clear();
+    break;
+  case OP_WG_WAIT:
+    for (int t = 0; t < 128; t++)
+      if (th[t].wg_wait != th[0].wg_wait) fail("wgmma.wait_group %d while thread 0 waits %d", th[t].wg_wait, th[0].wg_wait);
+    while ((int)st.groups.size() > th[0].wg_wait) {
+      for (WgOp &op : st.groups.front()) wg_land(op, th);
+      st.groups.erase(st.groups.begin());
+    }
+    for (int t = 0; t < 128; t++) th[t].wg_fenced = false;
+    break;
+  default:
+    break;
+  }
+  cur = caller;
+  b.arrived = 0;
+  b.gen++;
+}
+
+void wg_arrive(int op) {
+  int id = self_id(), g = id / 128;
+  if ((g + 1) * 128 > nthreads) fail("%s needs a whole warpgroup (128 threads)", OP_NAME[op]);
+  for (int w = 4 * g; w < 4 * g + 4; w++)
+    if (live_lanes[w] != 0xffffffffu) fail("%s while threads of the warpgroup have exited", OP_NAME[op]);
+  Barrier &b = wg_bar[g];
+  if (b.arrived == 0) b.op = op;
+  else if (b.op != op) fail("divergent warpgroup: %s while others wait in %s", OP_NAME[op], OP_NAME[b.op]);
+  if (++b.arrived == 128) complete_wg(g);
+  else wait_on(b, op);
+}
+
 void fiber_main() {
   Fiber *f = cur;
   entry_invoke(entry_kernel, entry_args);
   if (!f->pending.empty() || !f->groups.empty()) fail("exits with cp.async copies outstanding");
+  if (self_id() / 128 < 8 && (!wg_state[self_id() / 128].open.empty() || !wg_state[self_id() / 128].groups.empty()))
+    fail("exits with wgmma.mma_async in flight");
   f->state = DONE;
   int id = self_id();
   live--;
@@ -308,6 +498,10 @@ std::string describe_deadlock() {
 int run_block(dim3 bid, dim3 grid) {
   live = nthreads;
   block_bar = Barrier();
+  for (int g = 0; g < 8; g++) {
+    wg_bar[g] = Barrier();
+    wg_state[g] = WgState();
+  }
   for (int w = 0; w < 32; w++) {
     warp_bar[w] = Barrier();
     int lo = w * 32, n = std::min(32, std::max(0, nthreads - lo));
@@ -321,6 +515,8 @@ int run_block(dim3 bid, dim3 grid) {
     f.t.gdim = grid;
     f.state = READY;
     f.sw_mask = 0;
+    f.wg_fenced = false;
+    f.dirty.clear();
     f.pending.clear();
     f.groups.clear();
     getcontext(&f.ctx);
@@ -419,6 +615,38 @@ void da_emu_cp_async_wait(int n) {
   }
 }
 
+unsigned da_emu_smem_offset(const void *p) {
+  if (!in_smem(p, 0)) fail("shared address of %p, which is outside dynamic shared memory", p);
+  return SMEM_BASE + (unsigned)((const unsigned char *)p - smem);
+}
+
+void da_emu_wgmma(float *d, int n, int bf16, unsigned long long desc_a, const unsigned *a_regs,
+                  unsigned long long desc_b, int b_mn_major) {
+  cur->wg_d = d;
+  cur->wg_n = n;
+  cur->wg_bf16 = bf16;
+  cur->wg_desc_a = desc_a;
+  cur->wg_a = a_regs;
+  cur->wg_desc_b = desc_b;
+  cur->wg_mn = b_mn_major;
+  wg_arrive(OP_WG_MMA);
+}
+void da_emu_wgmma_fence(void) { wg_arrive(OP_WG_FENCE); }
+void da_emu_fence_proxy_async(void) {
+  int me = self_id();
+  for (int off : cur->dirty)
+    if (async_dirty[(size_t)off] == me) async_dirty[(size_t)off] = -1;
+  cur->dirty.clear();
+}
+void da_emu_smem_write(const void *p, size_t n) {
+  if (in_smem(p, n)) note_generic_write((const unsigned char *)p, n);
+}
+void da_emu_wgmma_commit(void) { wg_arrive(OP_WG_COMMIT); }
+void da_emu_wgmma_wait(int n) {
+  cur->wg_wait = n;
+  wg_arrive(OP_WG_WAIT);
+}
+
 void da_emu_check_global(const void *p, size_t bytes, int write) {
   const Range *r = find_range(p, bytes);
   if (!r) fail("%s of %zu bytes at %p outside every buffer", write ? "store" : "load", bytes, p);
@@ -434,6 +662,7 @@ void da_emu_reset_buffers(void) { ranges.clear(); }
 unsigned long long da_emu_mma_count(void) { return mma_count; }
 unsigned long long da_emu_ldmatrix_count(void) { return ldsm_count; }
 unsigned long long da_emu_barrier_count(void) { return bar_count; }
+unsigned long long da_emu_wgmma_count(void) { return wgmma_count; }
 
 void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user) {
   block_keep = keep;
@@ -461,7 +690,8 @@ int da_emu_launch(void (*invoke)(void *kernel, const void *args), void *kernel, 
   }
   nthreads = (int)threads;
   smem_bytes = smem_size;
-  smem = (unsigned char *)aligned_alloc(128, (smem_size + 127) / 128 * 128 + 128);
+  smem_window = (unsigned char *)aligned_alloc(128, (SMEM_BASE + smem_size + 127) / 128 * 128 + 128);
+  smem = smem_window + SMEM_BASE;
   error.clear();
   rng = seed;
   entry_invoke = invoke;
@@ -474,10 +704,11 @@ int da_emu_launch(void (*invoke)(void *kernel, const void *args), void *kernel, 
       for (unsigned x = 0; x < gx && rc == 0; x++) {
         if (block_keep && !block_keep(block_keep_user, x, y, z)) continue;
         memset(smem, 0xff, smem_size); /* NaN in every dtype */
+        async_dirty.assign(smem_size / 16 + 1, -1);
         rc = run_block({x, y, z}, grid);
       }
-  free(smem);
-  smem = nullptr;
+  free(smem_window);
+  smem = smem_window = nullptr;
   if (rc) snprintf(err, err_len, "%s", error.c_str());
   return rc;
 }

@@ -28,6 +28,8 @@ unsigned long long da_emu_mma_count(void);
 unsigned long long da_emu_ldmatrix_count(void);
 /* CTA-wide barriers completed (one per CTA per __syncthreads), same counting. */
 unsigned long long da_emu_barrier_count(void);
+/* Warpgroup-level wgmma.mma_async issued (m64nNk16: 2 * 64 * N * 16 FLOPs each). */
+unsigned long long da_emu_wgmma_count(void);
 
 /* Run only the CTAs for which keep returns nonzero (NULL: all), e.g. the last tiles of
  * a 2^24-token launch. */
