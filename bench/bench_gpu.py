@@ -135,9 +135,10 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--tiles", default="64x0,128x0",
-                    help="extra dilattn variants timed beside the default: TILE_QxTILE_K (0: planner's choice "
-                         "for that field); one that the planner refuses is recorded as such")
+    ap.add_argument("--tiles", default="64x0,128x0,64x0:wgmma,64x64:wgmma",
+                    help="extra dilattn variants timed beside the default: TILE_QxTILE_K[:wgmma] (0: planner's "
+                         "choice for that field; :wgmma the sm_90a wgmma path); one that the planner or the "
+                         "device refuses is recorded as such")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
     # the device copy of the tree may carry a stale .git: DILATTN_COMMIT names the build's commit
@@ -190,9 +191,10 @@ def main():
             # the same kernel under other tile shapes, validated then timed like the default
             row["tile_variants"] = {}
             for spec_t in filter(None, args.tiles.split(",")):
-                tq, tk = (int(x) for x in spec_t.split("x"))
+                shape, _, path = spec_t.partition(":")
+                tq, tk = (int(x) for x in shape.split("x"))
                 try:
-                    vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk)
+                    vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=2 if path == "wgmma" else 0)
                 except Exception as e:  # noqa: BLE001 - recorded, not fatal
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue

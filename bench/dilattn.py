@@ -30,7 +30,7 @@ class DaArgs(ctypes.Structure):
 class DaPlanOptions(ctypes.Structure):
     """Mirror of da_plan_options in include/dilattn.h (0 = the planner's default)."""
     _fields_ = [("tile_q", ctypes.c_int), ("tile_k", ctypes.c_int), ("fused_min_queries", ctypes.c_int),
-                ("seq_len_hint", ctypes.c_int64)]
+                ("seq_len_hint", ctypes.c_int64), ("cuda_mma", ctypes.c_int)]
 
 
 class DilattnError(RuntimeError):
@@ -67,16 +67,16 @@ class Dilattn:
     def error(self):
         return (self.lib.da_context_last_error(self.ctx) or b"").decode()
 
-    def plan(self, config, backend="auto", tile_q=0, tile_k=0, fused_min_queries=0):
-        """tile_q / tile_k / fused_min_queries: da_plan_options (0: the planner's default,
-        or the tuning database's entry when all are 0)."""
+    def plan(self, config, backend="auto", tile_q=0, tile_k=0, fused_min_queries=0, cuda_mma=0):
+        """tile_q / tile_k / fused_min_queries / cuda_mma: da_plan_options (0: the planner's
+        default, or the tuning database's entry when all are 0); cuda_mma 2 = wgmma (sm_90)."""
         text = json.dumps(config).encode()
         spec = ctypes.create_string_buffer(self.SPEC_BYTES)
         msg = ctypes.create_string_buffer(1024)
         if self.lib.da_spec_from_json(text, len(text), spec, msg, 1024) != 0:
             raise DilattnError(msg.value.decode())
         handle = ctypes.c_void_p()
-        opts = DaPlanOptions(tile_q, tile_k, fused_min_queries, 0)
+        opts = DaPlanOptions(tile_q, tile_k, fused_min_queries, 0, cuda_mma)
         if self.lib.da_plan_create_ex(self.ctx, spec, BACKENDS[backend], ctypes.byref(opts), ctypes.byref(handle)) != 0:
             raise DilattnError(self.error())
         return Plan(self, handle, config, spec)

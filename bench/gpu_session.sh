@@ -8,7 +8,8 @@
 # Then through the device tool (carry ["build"]), one call per phase, each with a timeout
 # that leaves room to rerun (device time is scarce: run `tests` first, it says whether the
 # kernels are right at all):
-#   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge
+#   bash bench/gpu_session.sh wgmma      # the sm_90a wgmma path, first: test_gpu wgmma, then a short bench beside mma.sync
+#   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
 #   bash bench/gpu_session.sh bench      # bench_gpu.py: full and causal, tile variants
 #   bash bench/gpu_session.sh tune       # dilattn tune on the LongNet configs of bench/configs (fused vs split, tiles)
@@ -32,6 +33,14 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
   run build/tests/test_gpu "$golden" unaligned
   run build/tests/test_gpu "$golden" large
   run build/tests/test_gpu "$golden" huge
+  run build/tests/test_gpu "$golden" wgmma
+fi
+if [ "$phase" = wgmma ]; then
+  run build/tests/test_gpu "$golden" wgmma
+  run python3 bench/bench_gpu.py --lib build/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+    --tiles 128x64,64x0:wgmma,64x64:wgmma --reps 10 --out "$out/bench_wgmma.json"
+  run python3 bench/bench_gpu.py --lib build/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
+    --tiles 128x64,64x0:wgmma,64x64:wgmma --reps 10 --out "$out/bench_wgmma_causal.json"
 fi
 if [ "$phase" = sanitize ] || [ "$phase" = all ]; then
   run tests/run_sanitizer.sh build/tests/test_gpu memcheck "$golden"

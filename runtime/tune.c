@@ -245,6 +245,19 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
         c[n].o.fused_min_queries = multi ? fmins[f] : 0;
         n++;
       }
+  /* the wgmma path (cuda_mma = 2) on sm_90 devices: one warpgroup's 64 rows; 64 or 128 keys
+   * at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
+  da__cuda *dev = NULL;
+  if (cuda && mma && (s.head_dim == 64 || s.head_dim == 128) && da__cuda_get(ctx, &dev) == DA_OK &&
+      !strcmp(da__cuda_arch(dev), "sm_90"))
+    for (int b = 0; b < 2; b++)
+      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
+        c[n].o.tile_q = 64;
+        c[n].o.tile_k = (s.head_dim == 64 ? 64 : 32) << b;
+        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
+        c[n].o.cuda_mma = 2;
+        n++;
+      }
   for (int i = 0; i < n; i++) {
     da__tune_record *r = &c[i].rec;
     snprintf(r->spec_hash, sizeof r->spec_hash, "%s", hash);
@@ -318,9 +331,10 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
     recs[i] = c[i].rec;
     const da__tune_record *r = &c[i].rec;
     if (csv)
-      fprintf(csv, "%s,%s,%lld,%lld,%d,%d,%d,%s,%s,%.4f,%.4f,%.4f,%d,%s,\"%s\"\n", config, r->backend,
+      fprintf(csv, "%s,%s,%lld,%lld,%d,%d,%d,%s,%s,%.4f,%.4f,%.4f,%d,%s,\"%s\",%d\n", config, r->backend,
               (long long)N, (long long)B, r->params.tile_q, r->params.tile_k, r->params.fused_min_queries, r->strategy,
-              r->status, r->median_ms, r->min_ms, r->max_ms, r->is_default, i == best ? "best" : "", r->label);
+              r->status, r->median_ms, r->min_ms, r->max_ms, r->is_default, i == best ? "best" : "", r->label,
+              r->params.cuda_mma);
   }
   da_status st = da__tuning_db_merge(ctx, db, recs, n);
   if (st != DA_OK) fprintf(stderr, "dilattn: error: %s\n", da_context_last_error(ctx));
@@ -328,12 +342,13 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
   for (int i = 0; i < n; i++) failed += strcmp(c[i].rec.status, "ok") != 0;
   printf("{\"config\":\"%s\",\"backend\":\"%s\",\"seq_len\":%lld,\"batch\":%lld,\"candidates\":%d,\"failed\":%d,"
          "\"default_ms\":%.4f,\"best_ms\":%.4f,\"speedup\":%.3f,\"best\":{\"tile_q\":%d,\"tile_k\":%d,"
-         "\"fused_min_queries\":%d,\"strategy\":\"%s\"},\"db\":\"%s\"}\n",
+         "\"fused_min_queries\":%d,\"cuda_mma\":%d,\"strategy\":\"%s\"},\"db\":\"%s\"}\n",
          config, cuda ? "cuda" : "host", (long long)N, (long long)B, n, failed, c[0].rec.median_ms,
          best >= 0 ? c[best].rec.median_ms : -1.0,
          best >= 0 && c[0].rec.median_ms > 0 ? c[0].rec.median_ms / c[best].rec.median_ms : 0.0,
          best >= 0 ? c[best].rec.params.tile_q : 0, best >= 0 ? c[best].rec.params.tile_k : 0,
-         best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.strategy : "", db);
+         best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.params.cuda_mma : 0,
+         best >= 0 ? c[best].rec.strategy : "", db);
   if (plot) draw_plot(plot, c, n, best);
   free(js);
   da_context_destroy(ctx);
@@ -385,7 +400,7 @@ int da__cmd_tune(int argc, char **argv) {
       return 2;
     }
     fprintf(csv, "config,backend,seq_len,batch,tile_q,tile_k,fused_min_queries,strategy,status,median_ms,min_ms,"
-                 "max_ms,default,best,label\n");
+                 "max_ms,default,best,label,cuda_mma\n");
   }
   int rc = 0;
   for (int i = 0; i < nconf; i++) {

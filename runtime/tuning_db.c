@@ -112,6 +112,7 @@ static int parse_record(const char *line, da__tune_record *r) {
   r->params.tile_q = (int)json_integer_value(json_object_get(o, "tile_q"));
   r->params.tile_k = (int)json_integer_value(json_object_get(o, "tile_k"));
   r->params.fused_min_queries = (int)json_integer_value(json_object_get(o, "fused_min_queries"));
+  r->params.cuda_mma = (int)json_integer_value(json_object_get(o, "cuda_mma")); /* absent in older databases: 0 */
   r->median_ms = json_number_value(json_object_get(o, "median_ms"));
   r->min_ms = json_number_value(json_object_get(o, "min_ms"));
   r->max_ms = json_number_value(json_object_get(o, "max_ms"));
@@ -131,6 +132,7 @@ static void format_record(const da__tune_record *r, FILE *f) {
   json_object_set_new(o, "tile_q", json_integer(r->params.tile_q));
   json_object_set_new(o, "tile_k", json_integer(r->params.tile_k));
   json_object_set_new(o, "fused_min_queries", json_integer(r->params.fused_min_queries));
+  json_object_set_new(o, "cuda_mma", json_integer(r->params.cuda_mma));
   json_object_set_new(o, "strategy", json_string(r->strategy));
   json_object_set_new(o, "status", json_string(r->status));
   json_object_set_new(o, "label", json_string(r->label));
@@ -185,7 +187,7 @@ int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
 static int same_slot(const da__tune_record *a, const da__tune_record *b) {
   return !strcmp(a->spec_hash, b->spec_hash) && !strcmp(a->backend, b->backend) && a->bucket == b->bucket &&
          a->batch == b->batch && a->params.tile_q == b->params.tile_q && a->params.tile_k == b->params.tile_k &&
-         a->params.fused_min_queries == b->params.fused_min_queries;
+         a->params.fused_min_queries == b->params.fused_min_queries && a->params.cuda_mma == b->params.cuda_mma;
 }
 
 da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n) {
