@@ -13,7 +13,10 @@
  * Each config runs under the fused and the split strategy, with the built-in templates
  * and, with --baseline DIR (a DILATTN_TEMPLATE_DIR layout: cuda/, host/, lua/), with a
  * baseline's templates in the same process.
- * Run: build/bench/bench_emu_work tests/emu [--n N] [--baseline DIR] [--configs a,b] [--out FILE.json] */
+ * --head-dim D (default 32) and --mma wgmma (the sm_90a path, D = 64 or 128: its
+ * wgmma.mma_async FLOPs count as issued work; ldmatrix does not apply there).
+ * Run: build/bench/bench_emu_work tests/emu [--n N] [--head-dim D] [--mma sync|wgmma] [--baseline DIR]
+ *      [--configs a,b] [--out FILE.json] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,16 +69,24 @@ typedef struct {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_emu_work EMU_INCLUDE_DIR [--n N] [--baseline DIR] [--configs a,b] [--out FILE]\n");
+    fprintf(stderr, "usage: bench_emu_work EMU_INCLUDE_DIR [--n N] [--head-dim D] [--mma sync|wgmma] [--baseline DIR] "
+                    "[--configs a,b] [--out FILE]\n");
     return 2;
   }
   int64_t N = 8192;
+  int D = 32, wgmma = 0;
   const char *baseline = NULL, *out_path = NULL, *only = NULL;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--n")) N = atoll(argv[i + 1]);
     else if (!strcmp(argv[i], "--baseline")) baseline = argv[i + 1];
     else if (!strcmp(argv[i], "--out")) out_path = argv[i + 1];
     else if (!strcmp(argv[i], "--configs")) only = argv[i + 1];
+    else if (!strcmp(argv[i], "--head-dim")) D = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--mma")) wgmma = !strcmp(argv[i + 1], "wgmma");
+  }
+  if (D < 16 || D > 128 || D % 16) {
+    fprintf(stderr, "--head-dim %d: a multiple of 16 up to 128 (the tensor-core path)\n", D);
+    return 2;
   }
   if (da_emu_plan_init(argv[1])) return 1;
   static const config configs[] = {
@@ -93,8 +104,8 @@ int main(int argc, char **argv) {
     perror(out_path);
     return 1;
   }
-  fprintf(out, "{\"bench\": \"emu_work\", \"seq_len\": %lld, \"head_dim\": 32, \"heads\": 1, \"dtype\": \"float16\",\n"
-               " \"results\": [\n", (long long)N);
+  fprintf(out, "{\"bench\": \"emu_work\", \"seq_len\": %lld, \"head_dim\": %d, \"heads\": 1, \"dtype\": \"float16\", "
+               "\"mma\": \"%s\",\n \"results\": [\n", (long long)N, D, wgmma ? "wgmma" : "sync");
   int first = 1, rc = 0;
   for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
     for (int causal = 1; causal >= 0; causal--)
@@ -107,7 +118,7 @@ int main(int argc, char **argv) {
           for (int b = 0; b < s.num_branches; b++)
             s.segment_lengths[b] = configs[c].w[b], s.dilation_rates[b] = configs[c].r[b];
           s.num_heads = s.num_kv_heads = 1;
-          s.head_dim = 32;
+          s.head_dim = D;
           s.dtype = DA_DTYPE_FLOAT16;
           s.causal = causal;
           s.sparsity.layout = configs[c].layout;
@@ -115,22 +126,24 @@ int main(int argc, char **argv) {
           s.sparsity.window = configs[c].window;
           s.sparsity.num_strides = configs[c].stride ? 1 : 0;
           s.sparsity.strides[0] = configs[c].stride;
-          da_plan_options o = {0, 0, strat ? 1 << 30 : 1, 0, 0}; /* split: no fused tile is big enough */
+          da_plan_options o = {0, 0, strat ? 1 << 30 : 1, 0, wgmma ? 2 : 0}; /* split: no fused tile is big enough */
           if (t) setenv("DILATTN_TEMPLATE_DIR", templates[t], 1);
           else unsetenv("DILATTN_TEMPLATE_DIR");
-          size_t bytes = (size_t)N * 32 * 2;
+          size_t bytes = (size_t)N * (size_t)D * 2;
           void *qkv = calloc(1, bytes), *o_ = malloc(bytes);
           float *lse = malloc((size_t)N * 4);
           for (size_t i = 0; i < bytes / 2; i++) ((unsigned short *)qkv)[i] = (unsigned short)(0x3000 + i % 977);
           da_args a;
           da_args_init(&a, &s, 1, N, qkv, qkv, qkv, o_, lse);
           unsigned long long m0 = da_emu_mma_count(), l0 = da_emu_ldmatrix_count(), b0 = da_emu_barrier_count();
+          double w0 = da_emu_wgmma_flops();
           double t0 = now_s();
           da_status st = da_emu_execute(ctx, &s, &o, &a, bytes, bytes, bytes, (size_t)N * 4);
           double secs = now_s() - t0;
           unsigned long long mma = da_emu_mma_count() - m0, ldsm = da_emu_ldmatrix_count() - l0,
                              bars = da_emu_barrier_count() - b0;
-          double eff_flops = 4.0 * 32 * attended_pairs(&s, N) * layout_density(ctx, &s, N), issued = 4096.0 * (double)mma;
+          double eff_flops = 4.0 * D * attended_pairs(&s, N) * layout_density(ctx, &s, N),
+                 issued = 4096.0 * (double)mma + (da_emu_wgmma_flops() - w0);
           if (st != DA_OK) {
             fprintf(stderr, "%s: %s\n", configs[c].name, da_context_last_error(ctx));
             rc = 1;

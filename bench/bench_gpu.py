@@ -135,7 +135,7 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--tiles", default="64x0,128x0,64x0:wgmma,64x64:wgmma",
+    ap.add_argument("--tiles", default="64x0,128x0,128x64,64x0:wgmma,64x64:wgmma",
                     help="extra dilattn variants timed beside the default: TILE_QxTILE_K[:wgmma] (0: planner's "
                          "choice for that field; :wgmma the sm_90a wgmma path); one that the planner or the "
                          "device refuses is recorded as such")

@@ -306,6 +306,17 @@ int main(int argc, char **argv) {
     da_plan_options dflt = {0, 0, 0, 0, 0}, k64 = {0, 64, 0, 0, 0};
     bs_random(ctx, 100, 10, 400, run_emu_tq128, &dflt);
     bs_random(ctx, 110, 6, 400, run_emu_tq128, &k64);
+    /* Q fragments read from shared memory per key tile (32-row warps, 128 x 64 at D = 64,
+     * 128 x 32 at D = 96), both dtypes, causal and not */
+    for (int i = 0; i < 4; i++) {
+      da_spec s;
+      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 96, 128, 256);
+      s.causal = i % 3 == 0;
+      da_plan_options o = {128, i < 2 ? 64 : 32, 0, 0, 0};
+      char what[64];
+      snprintf(what, sizeof what, "Q from shared memory, case %d", i);
+      bs_check(ctx, &s, 1, 333 + 64 * i, 900 + (uint64_t)i, what, run_emu, &o);
+    }
   }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (all || !strcmp(which, "wide")) {

@@ -85,17 +85,19 @@ static void build_matrix(int n) {
         s->sparsity.explicit_masks[b] = j->masks[b];
       }
   }
-  /* 32 query rows per warp (tile_q 128) where the planner allows it (mma path, D <= 64),
-   * on every third such spec */
+  /* 32 query rows per warp (tile_q 128) where the planner allows it (mma path, D <= 96),
+   * on every third such spec; every second D = 64 one with 64-key tiles (Q fragments then
+   * come from shared memory, as at D = 96) */
   int base = njobs;
   for (int i = 0; i < base && njobs < MAX_SPECS; i += 3) {
     const da_spec *s = &jobs[i].spec;
-    if (s->dtype == DA_DTYPE_FLOAT32 || s->head_dim % 16 || s->head_dim > 64) continue;
+    if (s->dtype == DA_DTYPE_FLOAT32 || s->head_dim % 16 || s->head_dim > 96) continue;
     job_t *j = &jobs[njobs++];
     *j = jobs[i];
     memset(j->masks, 0, sizeof j->masks);
     j->clone = 1;
     j->opts.tile_q = 128;
+    if (s->head_dim == 64 && (i / 3) % 2) j->opts.tile_k = 64;
   }
   /* the wgmma path (sm_90a only) on every second fp16 / bf16 spec at D = 64 or 128, with
    * its default and the other key tile */

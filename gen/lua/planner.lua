@@ -241,7 +241,8 @@ function M.plan_cuda(p, opts)
     -- 1.11x faster than 32 keys on an H200 (dilattn tune, LongNet 2-branch causal).
     if wg then
       -- scores (TK / 2 registers), packed P (TK / 4) and output (D / 2): 128 keys at D = 64
-      -- (74 KiB of shared memory, 3 CTAs per SM), 64 at D = 128 (82 KiB, 2 per SM)
+      -- (214 registers, 74 KiB of shared memory: 2 CTAs per SM by registers), 64 at D = 128
+      -- (179 registers, 82 KiB: 2 per SM)
       p.tile_k = opts.tile_k or (D <= 64 and 128 or 64)
     elseif p.tile_q == 128 then
       p.tile_k = opts.tile_k or (D <= 32 and 64 or 32)
@@ -252,6 +253,11 @@ function M.plan_cuda(p, opts)
     if wg and D > 64 and p.tile_k > 64 then
       error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 (scores, P and output would spill)", 0)
     end
+    -- Q fragments from shared memory, read per key tile (as FlashAttention-2 does), where
+    -- keeping them in registers would spill: 32-row warps with 64 or more keys at D >= 64
+    -- (ptxas, sm_90: 128 x 64 at D = 64 spilled 112 bytes with Q in registers). Costs
+    -- MT * D / 16 ldmatrix.x4 per warp per key tile.
+    p.q_smem = not wg and p.tile_q == 128 and ((p.tile_k >= 64 and D >= 64) or D > 64)
     if p.tile_k % 16 ~= 0 or p.tile_k < 16 or p.tile_k > 128 then
       error("cuda mma path: tile_k must be a multiple of 16 in [16, 128]", 0)
     end

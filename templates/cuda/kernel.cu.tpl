@@ -113,6 +113,8 @@ struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m
   float m[MT][2], l[MT][2];
 {% if p.wgmma then %}
   da_u32 q_addr; /* shared address of the Q tile (wgmma reads it through descriptors) */
+{% elseif p.q_smem then %}
+  const da_u16 *qs; /* this lane's ldmatrix row of the Q tile: fragments are read per key tile */
 {% else %}
   da_u32 qf[MT][KS_D][4];
 {% end %}
@@ -243,17 +245,23 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 #pragma unroll
         for (int nt = 0; nt < NT_S; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < KS_D; kk++)
+      for (int kk = 0; kk < KS_D; kk++) {
+{% if p.q_smem then %}
+        da_u32 qf[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) da_ldmatrix_x4(qf[mt], S.qs + mt * 16 * DP + kk * 16);
+{% end %}
 #pragma unroll
         for (int np = 0; np < NT_S / 2; np++) {
           da_u32 kf[4];
           da_ldmatrix_x4(kf, kt + (np * 16 + da_ldsm_k_row(lane)) * DP + kk * 16 + da_ldsm_k_col(lane));
 #pragma unroll
           for (int mt = 0; mt < MT; mt++) {
-            DA_MMA(s[mt][2 * np], S.qf[mt][kk], kf[0], kf[1]);
-            DA_MMA(s[mt][2 * np + 1], S.qf[mt][kk], kf[2], kf[3]);
+            DA_MMA(s[mt][2 * np], {{ p.q_smem and "qf[mt]" or "S.qf[mt][kk]" }}, kf[0], kf[1]);
+            DA_MMA(s[mt][2 * np + 1], {{ p.q_smem and "qf[mt]" or "S.qf[mt][kk]" }}, kf[2], kf[3]);
           }
         }
+      }
       {
 {% end %}
       /* scale, mask partial tiles, online softmax (base 2) */
@@ -371,7 +379,9 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   __syncthreads();
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
-{% if not p.wgmma then %}
+{% if p.q_smem then %}
+    S.qs = Qs + (warp * WROWS + da_ldsm_a_row(lane)) * DP + da_ldsm_a_col(lane);
+{% elseif not p.wgmma then %}
 #pragma unroll
     for (int kk = 0; kk < KS_D; kk++)
       da_ldmatrix_x4(S.qf[mt][kk],

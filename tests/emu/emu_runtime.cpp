@@ -121,6 +121,7 @@ unsigned long long mma_count;  /* warp-level mma.m16n8k16 completed */
 unsigned long long ldsm_count; /* warp-level ldmatrix.x4 completed */
 unsigned long long bar_count;  /* CTA-wide barriers (__syncthreads and its variants) completed */
 unsigned long long wgmma_count; /* warpgroup-level wgmma.mma_async completed */
+double wgmma_flops;             /* their FLOPs: 2 * 64 * N * 16 each */
 int (*block_keep)(void *, unsigned, unsigned, unsigned);
 void *block_keep_user;
 void (*entry_invoke)(void *, const void *);
@@ -401,6 +402,7 @@ void wg_issue(int g, Fiber *th) {
   }
   da_ref_wgmma(smem - SMEM_BASE, op.n, op.bf16, op.desc_a, op.a_regs ? op.a_copy : nullptr, op.desc_b, op.mn, acc);
   wgmma_count++;
+  wgmma_flops += 2.0 * 64 * op.n * 16;
   st.open.push_back(std::move(op));
 }
 
@@ -663,6 +665,7 @@ unsigned long long da_emu_mma_count(void) { return mma_count; }
 unsigned long long da_emu_ldmatrix_count(void) { return ldsm_count; }
 unsigned long long da_emu_barrier_count(void) { return bar_count; }
 unsigned long long da_emu_wgmma_count(void) { return wgmma_count; }
+double da_emu_wgmma_flops(void) { return wgmma_flops; }
 
 void da_emu_set_block_filter(int (*keep)(void *user, unsigned x, unsigned y, unsigned z), void *user) {
   block_keep = keep;

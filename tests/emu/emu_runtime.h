@@ -30,6 +30,7 @@ unsigned long long da_emu_ldmatrix_count(void);
 unsigned long long da_emu_barrier_count(void);
 /* Warpgroup-level wgmma.mma_async issued (m64nNk16: 2 * 64 * N * 16 FLOPs each). */
 unsigned long long da_emu_wgmma_count(void);
+double da_emu_wgmma_flops(void);
 
 /* Run only the CTAs for which keep returns nonzero (NULL: all), e.g. the last tiles of
  * a 2^24-token launch. */
