@@ -17,6 +17,7 @@
  * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128).
  * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]
  * (ctest runs the golden cases and shards of the random specs). */
+#include <dlfcn.h>
 #include <math.h>
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -29,7 +30,9 @@
 #include "emu/emu_runtime.h"
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/nvrtc.h"
 #include "test_util.h"
+#include "wgmma_probe.h"
 
 /* The suite's runner: contiguous host arrays, out and lse poisoned with NaN first so
  * every position must be written. */
@@ -276,6 +279,75 @@ static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
   }
 }
 
+typedef struct {
+  const void *q, *k, *v, *p;
+  float *s, *o;
+} wgp_args;
+
+static void wgp_invoke(void *kernel, const void *args) {
+  const wgp_args *a = args;
+  ((void (*)(const void *, const void *, const void *, const void *, float *, float *))kernel)(a->q, a->k, a->v, a->p,
+                                                                                             a->s, a->o);
+}
+
+/* The wgmma probe (tests/wgmma_probe.h) in the emulator: each (dtype, D, TK) the path
+ * takes, the outputs exact. */
+static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
+  static const struct {
+    da_dtype t;
+    int d, tk;
+  } cases[] = {{DA_DTYPE_FLOAT16, 64, 128}, {DA_DTYPE_BFLOAT16, 64, 64}, {DA_DTYPE_FLOAT16, 128, 64}, {DA_DTYPE_BFLOAT16, 128, 32}};
+  char dir[] = "/tmp/dilattn-wgp-XXXXXX";
+  if (!mkdtemp(dir)) {
+    TU_CHECK(0, "mkdtemp");
+    return;
+  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    wgp_case c;
+    char so[512], err[4096], name[32];
+    if (wgp_init(ctx, &c, cases[i].t, cases[i].d, cases[i].tk) != DA_OK) {
+      TU_CHECK(0, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
+      continue;
+    }
+    snprintf(name, sizeof name, "wgp%zu", i);
+    int maj, min; /* the source test_gpu compiles: NVRTC for sm_90a, where NVRTC is installed */
+    if (da__nvrtc_version(ctx, &maj, &min) == DA_OK) {
+      da__nvrtc_result res;
+      int nopts = 0;
+      const char *const *opts = da__cuda_nvrtc_opts(&nopts);
+      da_status st = da__nvrtc_compile(ctx, c.source, "wgmma_probe.cu", "sm_90a", opts, nopts, &res);
+      TU_CHECK(st == DA_OK, "wgmma probe %zu: NVRTC: %s", i, da_context_last_error(ctx));
+      if (st == DA_OK) {
+        TU_CHECK(res.spill_bytes <= 0, "wgmma probe %zu: %d spill bytes", i, res.spill_bytes);
+        da__nvrtc_result_free(&res);
+      }
+    }
+    void *lib = NULL, *fn = NULL;
+    int ok = da_emu_compile(c.source, dir, name, include_dir, so, sizeof so, err, sizeof err) == 0 &&
+             (lib = dlopen(so, RTLD_NOW | RTLD_LOCAL)) && (fn = dlsym(lib, WGP_KERNEL));
+    TU_CHECK(ok, "wgmma probe %zu: build: %s", i, err);
+    if (ok) {
+      da_emu_reset_buffers();
+      da_emu_register_buffer(c.q, c.q_bytes, 0);
+      da_emu_register_buffer(c.k, c.kv_bytes, 0);
+      da_emu_register_buffer(c.v, c.kv_bytes, 0);
+      wgp_args a = {c.q, c.k, c.v, c.p, c.s_out, c.o_out};
+      int rc = da_emu_launch(wgp_invoke, fn, &a, 1, 1, 1, 128, (size_t)c.smem, 7 + i, err, sizeof err);
+      TU_CHECK(rc == 0, "wgmma probe %zu: launch: %s", i, err);
+      char msg[256] = "";
+      TU_CHECK(rc == 0 && wgp_check(&c, msg, sizeof msg), "wgmma probe %s D=%d TK=%d: %s",
+               cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].d, cases[i].tk, msg);
+      printf("wgmma probe %s D=%d TK=%d: %s\n", cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].d,
+             cases[i].tk, rc == 0 && !msg[0] ? "exact" : "wrong");
+    }
+    if (lib) dlclose(lib);
+    wgp_free(&c);
+  }
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]\n");
@@ -294,6 +366,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: golden, edge, unaligned, random, both key tiles */
     da_plan_options wg = {0, 0, 0, 0, 2}, k64 = {0, 64, 0, 0, 0};
+    test_wgmma_probe(ctx, argv[1]);
     bs_golden(ctx, argv[2], "cuda-emu wgmma", run_emu_wgmma, NULL);
     test_edge(ctx, run_emu_wgmma, NULL);
     test_unaligned(ctx, &wg);

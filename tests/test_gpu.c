@@ -18,8 +18,11 @@
 
 #include "backend_suite.h"
 #include "reference.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/nvrtc.h"
 #include "test_util.h"
+#include "wgmma_probe.h"
 
 static da__cuda *dev;
 
@@ -156,6 +159,54 @@ static void test_long(da_context *ctx, int64_t N, int H, int D, int cuda_mma, co
   da_plan_destroy(plan);
 }
 
+/* The wgmma probe (tests/wgmma_probe.h) on the device: the two chains of one warpgroup
+ * against exact products, naming the first wrong element (which descriptor or fragment
+ * map disagrees with the hardware) before the end-to-end suites run. */
+static void test_wgmma_probe(da_context *ctx) {
+  static const struct {
+    da_dtype t;
+    int d, tk;
+  } cases[] = {{DA_DTYPE_FLOAT16, 64, 128}, {DA_DTYPE_BFLOAT16, 64, 64}, {DA_DTYPE_FLOAT16, 128, 64}, {DA_DTYPE_BFLOAT16, 128, 32}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    wgp_case c;
+    if (wgp_init(ctx, &c, cases[i].t, cases[i].d, cases[i].tk) != DA_OK) {
+      TU_CHECK(0, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
+      continue;
+    }
+    int nopts = 0;
+    const char *const *opts = da__cuda_nvrtc_opts(&nopts);
+    da__nvrtc_result res;
+    da__cuda_kernel k = {0};
+    void *d[6] = {0};
+    size_t bytes[6] = {c.q_bytes, c.kv_bytes, c.kv_bytes, c.p_bytes, c.s_bytes, c.o_bytes};
+    const void *host[4] = {c.q, c.k, c.v, c.p};
+    da_status st = da__nvrtc_compile(ctx, c.source, "wgmma_probe.cu", "sm_90a", opts, nopts, &res);
+    if (st == DA_OK) {
+      st = da__cuda_load(ctx, dev, res.cubin, WGP_KERNEL, c.smem, &k);
+      da__nvrtc_result_free(&res);
+    }
+    for (int j = 0; j < 6 && st == DA_OK; j++) st = da__cuda_malloc(ctx, dev, bytes[j], &d[j]);
+    for (int j = 0; j < 4 && st == DA_OK; j++) st = da__cuda_memcpy_htod(ctx, dev, d[j], host[j], bytes[j]);
+    if (st == DA_OK) {
+      void *params[6] = {&d[0], &d[1], &d[2], &d[3], &d[4], &d[5]};
+      st = da__cuda_launch(ctx, dev, &k, 1, 1, 1, 128, 1, 1, (unsigned)c.smem, NULL, params);
+    }
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, c.s_out, d[4], c.s_bytes);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, c.o_out, d[5], c.o_bytes);
+    TU_CHECK(st == DA_OK, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
+    char msg[256] = "";
+    int ok = st == DA_OK && wgp_check(&c, msg, sizeof msg);
+    TU_CHECK(st != DA_OK || ok, "wgmma probe %s D=%d TK=%d: %s", cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16",
+             cases[i].d, cases[i].tk, msg);
+    printf("wgmma probe %s D=%d TK=%d: %s\n", cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].d, cases[i].tk,
+           ok ? "exact" : "wrong");
+    for (int j = 0; j < 6; j++) da__cuda_free(dev, d[j]);
+    if (k.module) da__cuda_unload(dev, &k);
+    wgp_free(&c);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *golden = argc > 1 ? argv[1] : "../shared/golden";
   const char *which = argc > 2 ? argv[2] : "all";
@@ -180,6 +231,7 @@ int main(int argc, char **argv) {
       printf("wgmma: skipped, the path needs sm_90 (this is %s)\n", da__cuda_arch(dev));
     } else {
       da_plan_options k64 = {0, 64, 0, 0, 0};
+      test_wgmma_probe(ctx);
       bs_golden(ctx, golden, "cuda wgmma", runner_wgmma, NULL);
       bs_random(ctx, 0, small ? 6 : 60, 1000, runner_wgmma, NULL);
       bs_random(ctx, 60, small ? 0 : 20, 1000, runner_wgmma, &k64);

@@ -95,6 +95,34 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
 {{ include_rendered("cuda/wgmma.inc.tpl") }}
 #define DA_CHUNK(rows, r, c) (da_sw128_off((rows), (r), (c)) >> 1) /* halves */
 #define ROWH HD /* halves per tile row (a stage of TK rows is TK * ROWH halves) */
+
+/* s (this thread's TK / 2 accumulators of S, 64 x TK) = Q K^T: one chain of HD / 16
+ * wgmma over the tiles at shared addresses qa (TQ rows) and ka (TK rows), K-major. s must
+ * hold zeros (scale-d is 1: accumulate). Waits for the result. */
+__device__ __forceinline__ void da_wg_qk(float *s, da_u32 qa, da_u32 ka) {
+  da_wgmma_fence_operand<TK / 2>(s);
+  da_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++)
+    da_wg_scores(s, da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024),
+                 da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024));
+  da_wgmma_commit();
+  da_wgmma_wait<0>();
+  da_wgmma_fence_operand<TK / 2>(s);
+}
+
+/* o (this thread's HD / 2 accumulators of O, 64 x HD) += P V: one chain of TK / 16 wgmma,
+ * P from registers (pa[kk]: the A fragment of keys 16kk..16kk+15), V (TK rows at shared
+ * address va) read MN-major. Waits for the result. */
+__device__ __forceinline__ void da_wg_pv_tile(float *o, const da_u32 (*pa)[4], da_u32 va) {
+  da_wgmma_fence_operand<HD / 2>(o);
+  da_wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < TK / 16; kk++) da_wg_pv(o, pa[kk], da_wgmma_desc(va + kk * 2048, TK * 128, 1024));
+  da_wgmma_commit();
+  da_wgmma_wait<0>();
+  da_wgmma_fence_operand<HD / 2>(o);
+}
 {% else %}
 /* ======================= tensor-core path (mma.sync m16n8k16) ======================= */
 #define DP {{ p.smem_row }}  /* padded smem row, halves */
@@ -222,16 +250,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       float s[MT][NT_S][4];
 #pragma unroll
       for (int nt = 0; nt < NT_S; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
-      da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
-      da_wgmma_fence();
-      const da_u32 qa = S.q_addr, ka = da_smem_addr(kt), va = da_smem_addr(vt);
-#pragma unroll
-      for (int kk = 0; kk < KS_D; kk++)
-        da_wg_scores(&s[0][0][0], da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024),
-                     da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024));
-      da_wgmma_commit();
-      da_wgmma_wait<0>();
-      da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+      da_wg_qk(&s[0][0][0], S.q_addr, da_smem_addr(kt));
       if (wcls == 0) { /* none of the warp's rows sees a key of the tile: P = 0 */
 #pragma unroll
         for (int nt = 0; nt < NT_S; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
@@ -321,14 +340,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
         pa[kk][2] = DA_PACK(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
         pa[kk][3] = DA_PACK(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
       }
-      da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
-      da_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < TK / 16; kk++)
-        da_wg_pv(&S.o[0][0][0], pa[kk], da_wgmma_desc(va + kk * 2048, TK * 128, 1024));
-      da_wgmma_commit();
-      da_wgmma_wait<0>();
-      da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+      da_wg_pv_tile(&S.o[0][0][0], pa, da_smem_addr(vt));
 {% else %}
       /* O += P V: P reuses the score fragments as the A operand; each V fragment serves
        * the warp's MT m16 tiles */
