@@ -37,6 +37,7 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
 fi
 if [ "$phase" = wgmma ]; then
   run build/tests/test_gpu "$golden" wgmma
+  run env DILATTN_CUDA_MMA=wgmma build/tests/test_gpu "$golden" huge # q > 2^31 elements, D = 128
   run python3 bench/bench_gpu.py --lib build/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
     --tiles 128x64,64x0:wgmma,64x64:wgmma --reps 10 --out "$out/bench_wgmma.json"
   run python3 bench/bench_gpu.py --lib build/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \

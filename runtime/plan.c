@@ -4,6 +4,7 @@
  * runs the kernel over (batch, head) pairs split across threads. */
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/log.h"
 #include "runtime/pattern_cache.h"
@@ -306,11 +307,35 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   return 1;
 }
 
+/* DILATTN_CUDA_MMA=wgmma: CUDA plans the wgmma path serves (fp16 / bf16 at head_dim 64 or
+ * 128, on an sm_90 device) take it unless opts names an instruction. Returns opts or
+ * *eff. Any other value than "wgmma", "sync" or empty is an error. */
+static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spec *spec,
+                              const da_plan_options *opts, da_plan_options *eff, const da_plan_options **res) {
+  *res = opts;
+  const char *env = getenv("DILATTN_CUDA_MMA");
+  if (!env || !*env || !strcmp(env, "sync")) return DA_OK;
+  DA_RETURN_IF(strcmp(env, "wgmma") != 0, DA_ERR_INVALID_ARGUMENT,
+               "DILATTN_CUDA_MMA=%s: expected wgmma or sync (the default)", env);
+  if (be != DA_BACKEND_CUDA || (opts && opts->cuda_mma)) return DA_OK;
+  da__cuda *dev;
+  if (spec->dtype == DA_DTYPE_FLOAT32 || (spec->head_dim != 64 && spec->head_dim != 128) ||
+      da__cuda_get(ctx, &dev) != DA_OK || strcmp(da__cuda_arch(dev), "sm_90") != 0)
+    return DA_OK;
+  if (opts) *eff = *opts;
+  else memset(eff, 0, sizeof *eff);
+  eff->cuda_mma = 2;
+  *res = eff;
+  return DA_OK;
+}
+
 da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                             const da_plan_options *opts, da_plan **out) {
   DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
   da_backend be = DA_BACKEND_HOST;
   DA_TRY(pick_backend(ctx, backend, &be));
+  da_plan_options eff;
+  DA_TRY(env_cuda_mma(ctx, be, spec, opts, &eff, &opts));
   /* templates read from disk may change between calls: no memo then */
   const char *tdir = getenv("DILATTN_TEMPLATE_DIR");
   int use_memo = !(tdir && *tdir) && spec->num_branches >= 1 && spec->num_branches <= DA_MAX_BRANCHES &&

@@ -243,6 +243,13 @@ def test_bad_inputs(tmp):
     # output into a folder that does not exist: exit 2, nothing written
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", os.path.join(tmp, "no", "o.npy"))
     check(rc == 2 and "o.npy" in err, f"unwritable output: {rc} {err}")
+    # a CUDA environment variable with a value it does not take: refused on any backend
+    rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "fast"})
+    check(rc == 2 and "DILATTN_CUDA_MMA=fast" in err and not os.path.exists(out), f"DILATTN_CUDA_MMA=fast: {rc} {err}")
+    rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "wgmma"})
+    check(rc == 0 or "cuda" in err.lower(), f"DILATTN_CUDA_MMA=wgmma: {rc} {err}")
+    if os.path.exists(out):
+        os.unlink(out)
     # unknown command and no command
     rc, _, _ = run("frobnicate")
     check(rc == 2, "unknown command")
