@@ -67,6 +67,17 @@ static da_status run_emu_wgmma(void *user, da_context *ctx, const da_spec *s, in
   return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
 }
 
+static void wide_spec(da_spec *s, da_dtype t, int heads, int d, int64_t w0, int64_t w1) {
+  da_spec_init(s);
+  s->num_branches = 2;
+  s->segment_lengths[0] = w0, s->segment_lengths[1] = w1;
+  s->dilation_rates[0] = 1, s->dilation_rates[1] = 2;
+  s->num_heads = s->num_kv_heads = heads;
+  s->head_dim = d;
+  s->dtype = t;
+  s->causal = 1;
+}
+
 /* Shapes the random family rarely reaches: the LongNet tiling with several branches and
  * a ragged tail on the tensor-core path, each dtype; fused with lcm(r) > 1; split and
  * single forced; D = 128 (the largest mma tile); fp32 on the SIMT path. */
@@ -105,6 +116,19 @@ static void test_edge(da_context *ctx, bs_runner run, void *user) {
     snprintf(what, sizeof what, "edge case %zu", i);
     bs_check(ctx, &s, 1, cases[i].n, 77 + i, what, run, user);
   }
+  /* the online softmax folds a positive scale into the max and the exp2's FFMA; zero and
+   * negative scales keep the multiply first: both kinds on the tensor-core path */
+  static const double scales[3] = {0.3, -0.125, 0.0};
+  for (int i = 0; i < 3; i++) {
+    da_spec s;
+    wide_spec(&s, i == 1 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 64, 128, 256);
+    s.causal = i != 2;
+    s.has_scale = 1;
+    s.scale = scales[i];
+    char what[64];
+    snprintf(what, sizeof what, "scale %g", scales[i]);
+    bs_check(ctx, &s, 1, 300, 500 + (uint64_t)i, what, run, user);
+  }
 }
 
 /* Address space without memory: pages are only backed where they are written. */
@@ -113,16 +137,6 @@ static void *sparse_alloc(size_t bytes) {
   return p == MAP_FAILED ? NULL : p;
 }
 
-static void wide_spec(da_spec *s, da_dtype t, int heads, int d, int64_t w0, int64_t w1) {
-  da_spec_init(s);
-  s->num_branches = 2;
-  s->segment_lengths[0] = w0, s->segment_lengths[1] = w1;
-  s->dilation_rates[0] = 1, s->dilation_rates[1] = 2;
-  s->num_heads = s->num_kv_heads = heads;
-  s->head_dim = d;
-  s->dtype = t;
-  s->causal = 1;
-}
 
 /* 64-bit offsets: batch 1 of q, k and v starts 2^31 + 4096 elements after batch 0 (a
  * batch stride the caller may pass), so every offset the kernels form for it exceeds

@@ -170,6 +170,16 @@ template <int N> __device__ __forceinline__ void da_wgmma_fence_operand(float *r
   for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+/* 2^x with the SFU alone (ex2.approx.ftz: results below 2^-126 flush to 0; exp2f without
+ * fast math wraps the same instruction in denormal scaling, 3 more FP32 instructions per
+ * softmax element). In the online softmax the largest term of a row is 2^0, so a flushed
+ * term changes nothing at fp32 precision. */
+__device__ __forceinline__ float da_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
 /* Two floats -> packed pair, lo in the low 16 bits (the lower column), round to nearest. */
 __device__ __forceinline__ da_u32 da_pack_f16x2(float lo, float hi) {
   da_u32 r;

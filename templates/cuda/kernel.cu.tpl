@@ -283,14 +283,19 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       }
       {
 {% end %}
+{% if p.scale > 0 then %}
+      /* mask partial tiles, online softmax (base 2); the scale (positive) is folded into
+       * the max and into one FFMA before each exp2 */
+{% else %}
       /* scale, mask partial tiles, online softmax (base 2) */
+{% end %}
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
 #pragma unroll
       for (int nt = 0; nt < NT_S; nt++)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          float x = s[mt][nt][j] * SCALE_LOG2;
+          float x = s[mt][nt][j]{% if p.scale <= 0 then %} * SCALE_LOG2{% end %};
           if (wcls == 2) {
             int row = wr0 + mt * 16 + da_frag_c_row(lane, j);
             da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
@@ -309,15 +314,20 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
         float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
-        mx = da_warp_max4(mx);
+        mx = da_warp_max4(mx){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
         float m_new = fmaxf(S.m[mt][hr], mx);
         float m_use = m_new == -INFINITY ? 0.f : m_new;
-        float corr = exp2f(S.m[mt][hr] - m_use);
+        float corr = da_exp2(S.m[mt][hr] - m_use);
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT_S; nt++) {
-          s[mt][nt][2 * hr] = exp2f(s[mt][nt][2 * hr] - m_use);
-          s[mt][nt][2 * hr + 1] = exp2f(s[mt][nt][2 * hr + 1] - m_use);
+{% if p.scale > 0 then %}
+          s[mt][nt][2 * hr] = da_exp2(fmaf(s[mt][nt][2 * hr], SCALE_LOG2, -m_use));
+          s[mt][nt][2 * hr + 1] = da_exp2(fmaf(s[mt][nt][2 * hr + 1], SCALE_LOG2, -m_use));
+{% else %}
+          s[mt][nt][2 * hr] = da_exp2(s[mt][nt][2 * hr] - m_use);
+          s[mt][nt][2 * hr + 1] = da_exp2(s[mt][nt][2 * hr + 1] - m_use);
+{% end %}
           sum += s[mt][nt][2 * hr] + s[mt][nt][2 * hr + 1];
         }
         S.l[mt][hr] = S.l[mt][hr] * corr + sum;

@@ -78,6 +78,10 @@ static inline void da_mma_f16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b
 static inline void da_mma_bf16(float d[4], const da_u32 a[4], da_u32 b0, da_u32 b1) { da_emu_mma(d, a, b0, b1, 1); }
 
 static inline da_u32 da_smem_addr(const void *p) { return da_emu_smem_offset(p); }
+static inline float da_exp2(float x) { /* ex2.approx.ftz: subnormal results flush to 0 */
+  float r = exp2f(x);
+  return r < 1.17549435e-38f ? 0.f : r;
+}
 static inline void da_wgmma_fence() { da_emu_wgmma_fence(); }
 static inline void da_wgmma_commit() { da_emu_wgmma_commit(); }
 template <int N> static inline void da_wgmma_wait() { da_emu_wgmma_wait(N); }
