@@ -123,7 +123,7 @@ static int write_header(const char *dir, const char *name, const da__bundle_item
              " * config. %s_<config>_plan registers the bundle's compiled kernels with the context (once)\n"
              " * and creates the plan; %s_<config>_run executes it on contiguous tensors. Do not edit. */\n",
           name, DA_VERSION_STRING, name, name, name);
-  fprintf(f, "#ifndef %s_DILATTN_BUNDLE_H\n#define %s_DILATTN_BUNDLE_H\n\n#include <dilattn.h>\n#include <stdint.h>\n\n", name, name);
+  fprintf(f, "#ifndef %s_DILATTN_BUNDLE_H\n#define %s_DILATTN_BUNDLE_H\n\n#include <dilattn.h>\n#include <stdint.h>\n#include <string.h>\n\n", name, name);
   fprintf(f, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
   fprintf(f, "/* Register this bundle's compiled kernels with ctx (idempotent). Defined in %s_bundle.c. */\n", name);
   fprintf(f, "da_status %s_register(da_context *ctx);\n\n", name);
@@ -137,9 +137,13 @@ static int write_header(const char *dir, const char *name, const da__bundle_item
     write_spec_init(f, &it->spec);
     fprintf(f, "}\n\n");
     fprintf(f, "static inline da_status %s_%s_plan(da_context *ctx, da_backend backend, da_plan **out) {\n"
-               "  da_status st = %s_register(ctx);\n  if (st != DA_OK) return st;\n  da_spec s;\n  %s_%s_spec(&s);\n"
-               "  return da_plan_create(ctx, &s, backend, out);\n}\n\n",
+               "  da_status st = %s_register(ctx);\n  if (st != DA_OK) return st;\n  da_spec s;\n  %s_%s_spec(&s);\n",
             name, id, name, name, id);
+    if (it->cuda_mma) /* the instruction the bundled kernels were rendered for (gen --mma) */
+      fprintf(f, "  da_plan_options o;\n  memset(&o, 0, sizeof o);\n  o.cuda_mma = %d;\n"
+                 "  return da_plan_create_ex(ctx, &s, backend, &o, out);\n}\n\n", it->cuda_mma);
+    else
+      fprintf(f, "  return da_plan_create(ctx, &s, backend, out);\n}\n\n");
     fprintf(f, "/* q, out: [batch, seq_len, %d, %d]; k, v: [batch, seq_len, %d, %d]; lse: [batch, %d, seq_len] or NULL */\n",
             it->spec.num_heads, it->spec.head_dim, it->spec.num_kv_heads, it->spec.head_dim, it->spec.num_heads);
     fprintf(f, "static inline da_status %s_%s_run(da_plan *plan, int64_t batch, int64_t seq_len, const %s *q,\n"

@@ -246,6 +246,7 @@ static int cmd_gen(int argc, char **argv) {
     snprintf(it->kernel, sizeof it->kernel, "%s", r.kernel_name);
     snprintf(it->source_key, sizeof it->source_key, "%s", r.key);
     snprintf(it->target, sizeof it->target, "%s", target);
+    it->cuda_mma = gopts.cuda_mma;
     snprintf(it->source_file, sizeof it->source_file, "%s.%s", r.kernel_name, cuda ? "cu" : "c");
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", outdir, it->source_file);

@@ -101,6 +101,12 @@ def test_gen_wgmma(tmp):
                   f"gen --mma wgmma report: {rep}")
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma output: {ex}: {out}")
+        # a bundle's typed _plan asks for the instruction its kernels were compiled for
+        rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_90", "--mma", "wgmma", "--compile",
+                           "--bundle", "wgb", "-o", d)
+        header = open(os.path.join(d, "wgb.h")).read() if rc == 0 else ""
+        check(rc == 0 and "o.cuda_mma = 2;" in header and "sm_90a" in open(os.path.join(d, "manifest.json")).read(),
+              f"gen --mma wgmma --bundle: exit {rc}: {err}")
         rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_80,sm_90", "--mma", "wgmma", "--report", "-o", d)
         check(rc == 4 and "sm_90" in err and "sm_80" in err, f"gen --mma wgmma for sm_80: exit {rc}: {err}")
     rc, _, err = run("gen", cfg, "--mma", "wgmma", "-o", d)
