@@ -230,8 +230,16 @@ def plot(result, path):
     fig, ax = plt.subplots(figsize=(8, 5))
     for name in sorted({r["config"] for r in rows}):
         rs = [r for r in rows if r["config"] == name]
-        ax.plot([r["seq_len"] for r in rs], [r["dilattn_tflops"] for r in rs], "o-", label=f"dilattn {name}")
-        ax.plot([r["seq_len"] for r in rs], [r["torch_tflops"] for r in rs], "x--", label=f"torch {name}")
+        line, = ax.plot([r["seq_len"] for r in rs], [r["dilattn_tflops"] for r in rs], "o-", label=f"dilattn {name}")
+        ax.plot([r["seq_len"] for r in rs], [r["torch_tflops"] for r in rs], "x--", color=line.get_color(),
+                label=f"torch {name}")
+        # the wgmma variants that ran and validated, in the config's colour
+        for key in sorted({k for r in rs for k in r.get("tile_variants", {}) if k.endswith(":wgmma")}):
+            pts = [(r["seq_len"], r["tile_variants"][key]["tflops"]) for r in rs
+                   if r["tile_variants"].get(key, {}).get("valid")]
+            if pts:
+                ax.plot(*zip(*pts), "^-." if key.startswith("64x0") else "v:", color=line.get_color(),
+                        label=f"dilattn {name} {key}")
     ax.plot([r["seq_len"] for r in rows], [r["sdpa_dense_tflops"] for r in rows], "k:", label="SDPA dense")
     r0 = rows[0]
     ax.set_xscale("log", base=2)
