@@ -33,9 +33,9 @@ extern "C" {
 #endif
 
 #define DA_VERSION_MAJOR 0
-#define DA_VERSION_MINOR 1
+#define DA_VERSION_MINOR 2
 #define DA_VERSION_PATCH 0
-#define DA_VERSION_STRING "0.1.0"
+#define DA_VERSION_STRING "0.2.0"
 
 /* ---------------------------------------------------------------------------------
  * Status codes. X-macro: (NAME, CLI exit code class, message).
@@ -282,7 +282,9 @@ typedef struct {
 DA_API da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                                    const da_plan_options *opts, da_plan **out);
 
-/* The tunables the plan was built with (tuned or default, as resolved): tile_q, tile_k. */
+/* The tunables the plan was built with (tuned or default, as resolved): tile_q, tile_k and,
+ * on CUDA, cuda_mma (1 mma.sync, 2 wgmma; 0 on the host and the SIMT path). The struct
+ * grew cuda_mma in 0.2.0: code built against an older header must be rebuilt. */
 DA_API da_status da_plan_get_options(const da_plan *plan, da_plan_options *out);
 
 /* The tiling strategy the plan chose: "fused" (one online softmax across branches),

@@ -139,7 +139,8 @@ static int write_header(const char *dir, const char *name, const da__bundle_item
     fprintf(f, "static inline da_status %s_%s_plan(da_context *ctx, da_backend backend, da_plan **out) {\n"
                "  da_status st = %s_register(ctx);\n  if (st != DA_OK) return st;\n  da_spec s;\n  %s_%s_spec(&s);\n",
             name, id, name, name, id);
-    if (it->cuda_mma) /* the instruction the bundled kernels were rendered for (gen --mma) */
+    if (it->cuda_mma) /* the instruction the bundled CUDA kernels were rendered for (gen --mma; 1: mma.sync), so
+                         DILATTN_CUDA_MMA or the tuning database cannot send the plan past them */
       fprintf(f, "  da_plan_options o;\n  memset(&o, 0, sizeof o);\n  o.cuda_mma = %d;\n"
                  "  return da_plan_create_ex(ctx, &s, backend, &o, out);\n}\n\n", it->cuda_mma);
     else

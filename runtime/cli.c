@@ -208,8 +208,16 @@ static int cmd_gen(int argc, char **argv) {
   char archs[16][16];
   int narch = 0;
   if (cuda) {
-    narch = parse_archs(arch ? arch : "sm_80,sm_90", archs, 16);
+    /* the wgmma path has one arch: sm_90 (compiled as sm_90a), the default with --mma wgmma */
+    narch = parse_archs(arch ? arch : gopts.cuda_mma == 2 ? "sm_90" : "sm_80,sm_90", archs, 16);
     if (narch <= 0) return fail(EXIT_INPUT, "--arch %s: expected a comma-separated list like sm_80,sm_90", arch);
+    if (gopts.cuda_mma == 2) {
+      for (int a = 0; a < narch; a++)
+        if (strcmp(archs[a], "sm_90") && strcmp(archs[a], "sm_90a"))
+          return fail(EXIT_INPUT, "--mma wgmma --arch %s: the wgmma path runs on sm_90 only (compiled as sm_90a), not %s",
+                      arch, archs[a]);
+      narch = 1; /* sm_90 and sm_90a name the same cubin */
+    }
   } else if (arch && strcmp(arch, "host")) {
     return fail(EXIT_INPUT, "--arch %s: the host target has no arch (use --target cuda)", arch);
   }
@@ -246,7 +254,7 @@ static int cmd_gen(int argc, char **argv) {
     snprintf(it->kernel, sizeof it->kernel, "%s", r.kernel_name);
     snprintf(it->source_key, sizeof it->source_key, "%s", r.key);
     snprintf(it->target, sizeof it->target, "%s", target);
-    it->cuda_mma = gopts.cuda_mma;
+    it->cuda_mma = cuda ? (gopts.cuda_mma ? gopts.cuda_mma : 1) : 0; /* a CUDA bundle names its instruction */
     snprintf(it->source_file, sizeof it->source_file, "%s.%s", r.kernel_name, cuda ? "cu" : "c");
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", outdir, it->source_file);
@@ -491,11 +499,11 @@ static int cmd_run(int argc, char **argv) {
   if (rc == EXIT_OK) da_plan_get_options(plan, &used);
   if (rc == EXIT_OK)
     printf("{\"kernel\":\"%s\",\"backend\":\"%s\",\"strategy\":\"%s\",\"batch\":%lld,"
-           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"tile_q\":%d,\"tile_k\":%d,\"execute_ms\":%.2f,"
+           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"tile_q\":%d,\"tile_k\":%d,\"cuda_mma\":%d,\"execute_ms\":%.2f,"
            "\"out\":\"%s\",\"lse\":%s%s%s}\n",
            da_plan_kernel_name(plan), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",
            da_plan_strategy(plan), (long long)B, (long long)N, spec.num_heads, spec.head_dim,
-           dtype_name(spec.dtype), density, used.tile_q, used.tile_k, exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
+           dtype_name(spec.dtype), density, used.tile_q, used.tile_k, used.cuda_mma, exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
   da_plan_destroy(plan);
   da_context_destroy(ctx);
   da__npy_free(&q);

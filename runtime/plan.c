@@ -302,14 +302,18 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   const da__tune_record *r = da__tuning_best(ctx->tuning, n, hash, be == DA_BACKEND_CUDA ? "cuda" : "host",
                                              da__tuning_bucket(hint > 0 ? hint : 65536));
   if (!r) return 0;
+  const char *env = getenv("DILATTN_CUDA_MMA");
+  if (r->params.cuda_mma == 2 && env && !strcmp(env, "sync")) return 0; /* mma.sync forced: not this record */
   *out = r->params;
   out->seq_len_hint = hint;
   return 1;
 }
 
 /* DILATTN_CUDA_MMA=wgmma: CUDA plans the wgmma path serves (fp16 / bf16 at head_dim 64 or
- * 128, on an sm_90 device) take it unless opts names an instruction. Returns opts or
- * *eff. Any other value than "wgmma", "sync" or empty is an error. */
+ * 128, on an sm_90 device) take it unless opts sets a tunable (tile sizes, strategy or
+ * instruction: a caller or the tuner that chose them gets what it chose). Returns opts
+ * or *eff. Any other value than "wgmma", "sync" or empty is an error. (sync: the tuning
+ * database's wgmma records are skipped, see tuned_options.) */
 static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spec *spec,
                               const da_plan_options *opts, da_plan_options *eff, const da_plan_options **res) {
   *res = opts;
@@ -317,7 +321,8 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   if (!env || !*env || !strcmp(env, "sync")) return DA_OK;
   DA_RETURN_IF(strcmp(env, "wgmma") != 0, DA_ERR_INVALID_ARGUMENT,
                "DILATTN_CUDA_MMA=%s: expected wgmma or sync (the default)", env);
-  if (be != DA_BACKEND_CUDA || (opts && opts->cuda_mma)) return DA_OK;
+  if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
+    return DA_OK;
   da__cuda *dev;
   if (spec->dtype == DA_DTYPE_FLOAT32 || (spec->head_dim != 64 && spec->head_dim != 128) ||
       da__cuda_get(ctx, &dev) != DA_OK || strcmp(da__cuda_arch(dev), "sm_90") != 0)

@@ -97,8 +97,8 @@ def test_gen_wgmma(tmp):
         check(rc == 0, f"gen --mma wgmma: exit {rc}: {err}")
         try:
             rep = json.loads(out.strip().splitlines()[0])
-            check(rep["arch"] == "sm_90a" and rep["path"] == "wgmma" and rep["spill_bytes"] == 0,
-                  f"gen --mma wgmma report: {rep}")
+            check(rep["arch"] == "sm_90a" and rep["path"] == "wgmma" and rep["spill_bytes"] == 0 and
+                  rep["kernel"].endswith("_wgmma"), f"gen --mma wgmma report: {rep}")
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma output: {ex}: {out}")
         # a bundle's typed _plan asks for the instruction its kernels were compiled for
@@ -107,15 +107,27 @@ def test_gen_wgmma(tmp):
         header = open(os.path.join(d, "wgb.h")).read() if rc == 0 else ""
         check(rc == 0 and "o.cuda_mma = 2;" in header and "sm_90a" in open(os.path.join(d, "manifest.json")).read(),
               f"gen --mma wgmma --bundle: exit {rc}: {err}")
-        rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_80,sm_90", "--mma", "wgmma", "--report", "-o", d)
-        check(rc == 4 and "sm_90" in err and "sm_80" in err, f"gen --mma wgmma for sm_80: exit {rc}: {err}")
+        # a plain CUDA bundle names mma.sync, so DILATTN_CUDA_MMA cannot send its plans past its kernels
+        d3 = os.path.join(tmp, "wg3")
+        os.mkdir(d3)
+        rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_90", "--compile", "--bundle", "syb", "-o", d3)
+        header = open(os.path.join(d3, "syb.h")).read() if rc == 0 else ""
+        check(rc == 0 and "o.cuda_mma = 1;" in header, f"gen --bundle (cuda): exit {rc}: {err}")
+    # arches are checked before anything is written: exit 2, no file
+    d2 = os.path.join(tmp, "wg2")
+    os.mkdir(d2)
+    rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_80,sm_90", "--mma", "wgmma", "-o", d2)
+    check(rc == 2 and "sm_90" in err and "sm_80" in err and not os.listdir(d2),
+          f"gen --mma wgmma for sm_80: exit {rc}, files {os.listdir(d2)}: {err}")
     rc, _, err = run("gen", cfg, "--mma", "wgmma", "-o", d)
     check(rc == 2 and "cuda target" in err, f"gen --mma for the host target: exit {rc}: {err}")
     rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "fast", "-o", d)
     check(rc == 2 and "--mma fast" in err, f"gen --mma fast: exit {rc}: {err}")
-    json.dump(dict(base, dtype="float32"), open(cfg, "w"))
-    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma", "-o", d)
-    check(rc != 0 and "wgmma" in err and "float16" in err, f"gen --mma wgmma for float32: exit {rc}: {err}")
+    for bad in (dict(dtype="float32"), dict(head_dim=96)):
+        json.dump(dict(base, **bad), open(cfg, "w"))
+        rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma", "-o", d2)
+        check(rc == 2 and "wgmma" in err and "head_dim 64 or 128" in err and not os.listdir(d2),
+              f"gen --mma wgmma for {bad}: exit {rc}: {err}")
 
 
 def test_run_golden(tmp):
@@ -252,8 +264,13 @@ def test_bad_inputs(tmp):
     # a CUDA environment variable with a value it does not take: refused on any backend
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "fast"})
     check(rc == 2 and "DILATTN_CUDA_MMA=fast" in err and not os.path.exists(out), f"DILATTN_CUDA_MMA=fast: {rc} {err}")
-    rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "wgmma"})
-    check(rc == 0 or "cuda" in err.lower(), f"DILATTN_CUDA_MMA=wgmma: {rc} {err}")
+    rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "wgmma"})
+    try:
+        summary = json.loads(so)
+        # the host backend (no GPU here) ignores it; on an sm_90 GPU an fp16/bf16 D 64/128 config reports 2
+        check(rc == 0 and summary["cuda_mma"] in (0, 1, 2), f"DILATTN_CUDA_MMA=wgmma: {rc} {summary}")
+    except (ValueError, KeyError) as ex:
+        check(False, f"DILATTN_CUDA_MMA=wgmma: exit {rc}: {ex}: {so} {err}")
     if os.path.exists(out):
         os.unlink(out)
     # unknown command and no command

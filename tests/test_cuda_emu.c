@@ -16,6 +16,7 @@
  * wgmma: the sm_90a path (cuda_mma = 2) on the golden cases, the edge shapes, unaligned
  * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128).
  * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]
+ *      (wgmma-random FIRST COUNT replays random specs on the wgmma path)
  * (ctest runs the golden cases and shards of the random specs). */
 #include <dlfcn.h>
 #include <math.h>
@@ -386,6 +387,13 @@ int main(int argc, char **argv) {
     test_unaligned(ctx, &wg);
     bs_random(ctx, 200, 8, 400, run_emu_wgmma, NULL);
     bs_random(ctx, 208, 6, 400, run_emu_wgmma, &k64);
+    for (int i = 0; i < 2; i++) { /* D = 128 with 32-key tiles (a tuner candidate), both dtypes */
+      da_spec s;
+      wide_spec(&s, i ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 128, 128, 256);
+      s.causal = i == 0;
+      da_plan_options o = {64, 32, 0, 0, 2};
+      bs_check(ctx, &s, 1, 290 + 37 * i, 700 + (uint64_t)i, "wgmma D = 128, 32-key tiles", run_emu, &o);
+    }
     printf("%llu warpgroup wgmma issued\n", da_emu_wgmma_count());
     TU_CHECK(da_emu_wgmma_count() > 0, "the wgmma runs issued no wgmma");
   }
@@ -406,6 +414,7 @@ int main(int argc, char **argv) {
     }
   }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
+  if (!strcmp(which, "wgmma-random")) bs_random(ctx, first, count, 400, run_emu_wgmma, NULL); /* replay on the wgmma path */
   if (all || !strcmp(which, "wide")) {
     test_wide_offsets(ctx);
     test_long_grid(ctx);

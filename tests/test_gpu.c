@@ -34,6 +34,10 @@ static da_status run_cuda(da_context *ctx, const da_spec *s, const da_plan_optio
   da_plan *plan = NULL;
   da_status st = da_plan_create_ex(ctx, s, DA_BACKEND_CUDA, opts, &plan);
   if (st != DA_OK) return st;
+  if (opts && opts->cuda_mma == 2) { /* the wgmma suites must run what they are named for */
+    da_plan_options used;
+    TU_CHECK(da_plan_get_options(plan, &used) == DA_OK && used.cuda_mma == 2, "plan did not take the wgmma path");
+  }
   size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
   size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
   size_t lb = (size_t)(B * s->num_heads * N) * 4;

@@ -148,6 +148,7 @@ function M.plan(spec, target, opts)
   p.name = string.format("da_fwd_%s_w%s_r%s_h%d_%d_d%d_%s%s%s_%s", mode, table.concat(ws, "_"),
     table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
     layout_tag(sp), spec.spec_hash:sub(1, 12))
+  if p.wgmma then p.name = p.name .. "_wgmma" end -- both paths' sources can share a folder
   return p
 end
 

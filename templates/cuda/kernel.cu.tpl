@@ -231,7 +231,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     int wcls = wr0 < nq ? cls : 0;
     if (wcls == 2) {
       const da_i64 wa0 = a0 + (da_i64)wr0 * astride, wa1 = a0 + (da_i64)wr1 * astride;
-      (void)wa0; /* the sparse layouts decide partial tiles by blk_ok */
+      (void)wa0; /* unused where the layout is sparse (blk_ok decides those tiles) */
       if (CAUSAL && c0 > wa1) wcls = 0;
 {% if not p.sparse then %}
       else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + WROWS - 1) wcls = 1;
