@@ -3,9 +3,10 @@
 # each fit one device call (DESIGN: build here, carry the build folder; the device has no
 # package registry).
 #
-# Here, first:
-#   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 && rm -rf build/golden && cp -r ../shared/golden build/golden
-# Then through the device tool (carry ["build"]), one call per phase, each with a timeout
+# Here, first: bash bench/gpu_carry.sh (builds, then fills build-gpu/ with what the device
+# needs, well under the 64 MiB the device tool carries).
+# Then through the device tool (carry ["build-gpu"], commands prefixed with
+# DILATTN_BUILD=build-gpu), one call per phase, each with a timeout
 # that leaves room to rerun (device time is scarce: run `tests` first, it says whether the
 # kernels are right at all):
 #   bash bench/gpu_session.sh wgmma      # the sm_90a wgmma path, first: test_gpu wgmma, then a short bench beside mma.sync
@@ -20,40 +21,41 @@
 set -u
 out=${OUT:-/tmp/dilattn-gpu}
 mkdir -p "$out"
-golden=build/golden
+B=${DILATTN_BUILD:-build} # the build folder: build-gpu when carried (bench/gpu_carry.sh)
+golden=$B/golden
 phase=${1:-all}
 export DILATTN_CACHE_DIR=${DILATTN_CACHE_DIR:-/tmp/dilattn-kcache} # not under $OUT: nothing to bring back
 run() { echo "== $*"; "$@" 2>&1 | tee -a "$out/session.log"; echo "rc=${PIPESTATUS[0]}" | tee -a "$out/session.log"; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; } | tee "$out/device.txt"
 if [ "$phase" = tests ] || [ "$phase" = all ]; then
-  run build/dilattn info
-  run build/tests/test_nvrtc
-  run build/tests/test_gpu "$golden" golden
-  run build/tests/test_gpu "$golden" random
-  run build/tests/test_gpu "$golden" unaligned
-  run build/tests/test_gpu "$golden" large
-  run build/tests/test_gpu "$golden" huge
-  run build/tests/test_gpu "$golden" wgmma
+  run $B/dilattn info
+  run $B/tests/test_nvrtc
+  run $B/tests/test_gpu "$golden" golden
+  run $B/tests/test_gpu "$golden" random
+  run $B/tests/test_gpu "$golden" unaligned
+  run $B/tests/test_gpu "$golden" large
+  run $B/tests/test_gpu "$golden" huge
+  run $B/tests/test_gpu "$golden" wgmma
 fi
 if [ "$phase" = wgmma ]; then
-  run build/tests/test_gpu "$golden" wgmma
-  run env DILATTN_CUDA_MMA=wgmma build/tests/test_gpu "$golden" huge # q > 2^31 elements, D = 128
-  run python3 bench/bench_gpu.py --lib build/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+  run $B/tests/test_gpu "$golden" wgmma
+  run env DILATTN_CUDA_MMA=wgmma $B/tests/test_gpu "$golden" huge # q > 2^31 elements, D = 128
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
     --tiles 128x64,64x0:wgmma,64x64:wgmma --reps 10 --out "$out/bench_wgmma.json"
-  run python3 bench/bench_gpu.py --lib build/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
     --tiles 128x64,64x0:wgmma,64x64:wgmma --reps 10 --out "$out/bench_wgmma_causal.json"
 fi
 if [ "$phase" = sanitize ] || [ "$phase" = all ]; then
-  run tests/run_sanitizer.sh build/tests/test_gpu memcheck "$golden"
-  run tests/run_sanitizer.sh build/tests/test_gpu racecheck "$golden"
+  run tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"
+  run tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden"
 fi
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
-  run python3 bench/bench_gpu.py --lib build/libdilattn.so --out "$out/bench_gpu.json" --plot "$out/bench_gpu.png"
-  run python3 bench/bench_gpu.py --lib build/libdilattn.so --causal --configs longnet5,longnet2 --out "$out/bench_gpu_causal.json"
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --out "$out/bench_gpu.json" --plot "$out/bench_gpu.png"
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --causal --configs longnet5,longnet2 --out "$out/bench_gpu_causal.json"
 fi
 if [ "$phase" = tune ] || [ "$phase" = all ]; then
   for c in longnet5_causal longnet5 longnet2_causal; do
-    run build/dilattn tune "bench/configs/$c.json" --seq-len 65536 --backend cuda --reps 10 \
+    run $B/dilattn tune "bench/configs/$c.json" --seq-len 65536 --backend cuda --reps 10 \
       -o "$out/tune_$c.csv" --plot "$out/tune_$c.png" --db "$out/tuning.jsonl"
   done
 fi
