@@ -1,7 +1,7 @@
 # dilattn_add_kernels.cmake - build-time kernel generation for a user's target.
 #
 #   dilattn_add_kernels(<target> CONFIGS a.json b.json [ARCHS sm_80 sm_90] [NAME bundle]
-#                       [TARGET host|cuda])
+#                       [TARGET host|cuda] [MMA sync|wgmma])
 #
 # Runs `dilattn gen --compile --bundle NAME` at build time (TARGET cuda, the default
 # when ARCHS are given, compiles a cubin per arch with NVRTC; TARGET host compiles host
@@ -9,9 +9,10 @@
 # kernels as data) to <target>, puts NAME.h (one typed entry point per config: spec,
 # plan, run) on its include path, and links dilattn::dilattn. At run time NAME_<config>_plan
 # registers the bundle with the context, so the plan starts without a compiler
-# (DILATTN_DISABLE_JIT=1 proves it).
+# (DILATTN_DISABLE_JIT=1 proves it). MMA wgmma builds the sm_90a wgmma path (ARCHS then
+# default to sm_90, the only arch it takes).
 function(dilattn_add_kernels target)
-  cmake_parse_arguments(DK "" "NAME;TARGET" "CONFIGS;ARCHS" ${ARGN})
+  cmake_parse_arguments(DK "" "NAME;TARGET;MMA" "CONFIGS;ARCHS" ${ARGN})
   if(NOT DK_CONFIGS)
     message(FATAL_ERROR "dilattn_add_kernels(${target}): CONFIGS is required")
   endif()
@@ -34,10 +35,17 @@ function(dilattn_add_kernels target)
   set(arch_args "")
   if(DK_TARGET STREQUAL "cuda")
     if(NOT DK_ARCHS)
-      set(DK_ARCHS sm_80 sm_90)
+      if(DK_MMA STREQUAL "wgmma")
+        set(DK_ARCHS sm_90)
+      else()
+        set(DK_ARCHS sm_80 sm_90)
+      endif()
     endif()
     string(REPLACE ";" "," arch_list "${DK_ARCHS}")
     set(arch_args --arch ${arch_list})
+    if(DK_MMA)
+      list(APPEND arch_args --mma ${DK_MMA})
+    endif()
   endif()
   add_custom_command(
     OUTPUT ${out}/${DK_NAME}_bundle.c ${out}/${DK_NAME}.h ${out}/manifest.json
