@@ -135,7 +135,7 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--tiles", default="64x0,128x0,128x64,64x0:wgmma,64x64:wgmma",
+    ap.add_argument("--tiles", default="64x0,128x0,128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma",
                     help="extra dilattn variants timed beside the default: TILE_QxTILE_K[:wgmma] (0: planner's "
                          "choice for that field; :wgmma the sm_90a wgmma path); one that the planner or the "
                          "device refuses is recorded as such")
@@ -234,11 +234,11 @@ def plot(result, path):
         ax.plot([r["seq_len"] for r in rs], [r["torch_tflops"] for r in rs], "x--", color=line.get_color(),
                 label=f"torch {name}")
         # the wgmma variants that ran and validated, in the config's colour
-        for key in sorted({k for r in rs for k in r.get("tile_variants", {}) if k.endswith(":wgmma")}):
+        for ki, key in enumerate(sorted({k for r in rs for k in r.get("tile_variants", {}) if k.endswith(":wgmma")})):
             pts = [(r["seq_len"], r["tile_variants"][key]["tflops"]) for r in rs
                    if r["tile_variants"].get(key, {}).get("valid")]
             if pts:
-                ax.plot(*zip(*pts), "^-." if key.startswith("64x0") else "v:", color=line.get_color(),
+                ax.plot(*zip(*pts), ("^-.", "v:", "s--")[ki % 3], color=line.get_color(),
                         label=f"dilattn {name} {key}")
     ax.plot([r["seq_len"] for r in rows], [r["sdpa_dense_tflops"] for r in rows], "k:", label="SDPA dense")
     r0 = rows[0]

@@ -245,14 +245,15 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
         c[n].o.fused_min_queries = multi ? fmins[f] : 0;
         n++;
       }
-  /* the wgmma path (cuda_mma = 2) on sm_90 devices: one warpgroup's 64 rows; 64 or 128 keys
-   * at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
+  /* the wgmma path (cuda_mma = 2) on sm_90 devices: one or two warpgroups of 64 rows; 64 or
+   * 128 keys at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
   da__cuda *dev = NULL;
   if (cuda && mma && (s.head_dim == 64 || s.head_dim == 128) && da__cuda_get(ctx, &dev) == DA_OK &&
       !strcmp(da__cuda_arch(dev), "sm_90"))
-    for (int b = 0; b < 2; b++)
+    for (int a = 0; a < 2; a++)
+      for (int b = 0; b < 2; b++)
       for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
-        c[n].o.tile_q = 64;
+        c[n].o.tile_q = 64 << a;
         c[n].o.tile_k = (s.head_dim == 64 ? 64 : 32) << b;
         c[n].o.fused_min_queries = multi ? fmins[f] : 0;
         c[n].o.cuda_mma = 2;

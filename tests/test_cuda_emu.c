@@ -14,7 +14,8 @@
  * wide: a batch stride of 2^31 + 4096 elements (64-bit offsets) and the tail CTAs of an
  * N = 2^24 launch, both in sparse address space.
  * wgmma: the sm_90a path (cuda_mma = 2) on the golden cases, the edge shapes, unaligned
- * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128).
+ * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128), with
+ * one and two warpgroups per CTA and both key tiles.
  * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]
  *      (wgmma-random FIRST COUNT replays random specs on the wgmma path)
  * (ctest runs the golden cases and shards of the random specs). */
@@ -380,13 +381,22 @@ int main(int argc, char **argv) {
     test_unaligned(ctx, NULL);
   }
   if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: golden, edge, unaligned, random, both key tiles */
-    da_plan_options wg = {0, 0, 0, 0, 2}, k64 = {0, 64, 0, 0, 0};
+    da_plan_options wg = {0, 0, 0, 0, 2}, k64 = {0, 64, 0, 0, 0}, q64 = {64, 0, 0, 0, 0}, q128 = {128, 0, 0, 0, 0};
     test_wgmma_probe(ctx, argv[1]);
     bs_golden(ctx, argv[2], "cuda-emu wgmma", run_emu_wgmma, NULL);
     test_edge(ctx, run_emu_wgmma, NULL);
     test_unaligned(ctx, &wg);
     bs_random(ctx, 200, 8, 400, run_emu_wgmma, NULL);
     bs_random(ctx, 208, 6, 400, run_emu_wgmma, &k64);
+    bs_random(ctx, 214, 6, 400, run_emu_wgmma, &q64);  /* one warpgroup per CTA */
+    bs_random(ctx, 220, 8, 400, run_emu_wgmma, &q128); /* two warpgroups per CTA */
+    for (int i = 0; i < 4; i++) { /* two warpgroups over full 128-row tiles: segments of 512 and 1024 */
+      da_spec s;
+      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 512, 1024);
+      s.causal = i % 3 == 0;
+      da_plan_options o = {128, 0, 0, 0, 2};
+      bs_check(ctx, &s, 1, 1100, 800 + (uint64_t)i, "wgmma, 128-row tiles", run_emu, &o);
+    }
     for (int i = 0; i < 2; i++) { /* D = 128 with 32-key tiles (a tuner candidate), both dtypes */
       da_spec s;
       wide_spec(&s, i ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 128, 128, 256);

@@ -100,7 +100,7 @@ static void build_matrix(int n) {
     if (s->head_dim == 64 && (i / 3) % 2) j->opts.tile_k = 64;
   }
   /* the wgmma path (sm_90a only) on every second fp16 / bf16 spec at D = 64 or 128, with
-   * its default and the other key tile */
+   * its defaults, the other key tile, or one warpgroup per CTA */
   base = njobs;
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
@@ -111,6 +111,7 @@ static void build_matrix(int n) {
     j->clone = 1;
     j->opts.cuda_mma = 2;
     if (k % 4 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
+    if (k % 4 == 2) j->opts.tile_q = 64; /* one warpgroup (the default takes two where tiles fill) */
   }
 }
 

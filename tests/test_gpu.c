@@ -239,6 +239,9 @@ int main(int argc, char **argv) {
       bs_golden(ctx, golden, "cuda wgmma", runner_wgmma, NULL);
       bs_random(ctx, 0, small ? 6 : 60, 1000, runner_wgmma, NULL);
       bs_random(ctx, 60, small ? 0 : 20, 1000, runner_wgmma, &k64);
+      da_plan_options q64 = {64, 0, 0, 0, 0}, q128 = {128, 0, 0, 0, 0}; /* one, two warpgroups per CTA */
+      bs_random(ctx, 80, small ? 0 : 20, 1000, runner_wgmma, &q64);
+      bs_random(ctx, 100, small ? 2 : 20, 1000, runner_wgmma, &q128);
       test_unaligned(ctx, 1);
       if (!small) test_long(ctx, 1 << 20, 8, 64, 2, "wgmma N=1048576 H=8 D=64");
     }

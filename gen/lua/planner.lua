@@ -186,7 +186,7 @@ end
 --         m16n8k16 (fp32 accumulate), ldmatrix, cp.async double buffering; smem rows
 --         padded by 8 halves so ldmatrix is free of bank conflicts.
 --   wgmma (opts.mma = "wgmma"; sm_90a only, compiled for sm_90a by the runtime): fp16/bf16
---         with D = 64 or 128: one warpgroup (4 warps x 16 rows = 64 query rows), S and
+--         with D = 64 or 128: one or two warpgroups (4 warps x 16 rows = 64 query rows each), S and
 --         O by wgmma.mma_async from 128-byte-swizzled shared-memory tiles (da_device.cuh),
 --         cp.async double buffering as on the mma path. Not the default until a GPU
 --         session has run it (bench/results).
@@ -209,8 +209,15 @@ function M.plan_cuda(p, opts)
     -- 4 warps x 16 or 32 query rows. 32 rows (two m16 tiles per warp, as FlashAttention-2
     -- does) let every K and V fragment read from shared memory feed 4 mma instead of 2;
     -- the default takes them up to D = 64 where the query tiles are rarely partial.
-    -- wgmma: one warpgroup's m64 tile.
-    local function default_tq(strategy) return wg and 64 or M.cuda_default_tile_q(p, strategy) end
+    -- wgmma: one or two warpgroups of 64 rows (m64 tiles) sharing the K / V tiles: 128 rows
+    -- where the tiles fill as the mma rule has it (any head dim), since each K / V byte
+    -- read from L2 then feeds twice the FLOPs: at 64 rows a CTA reads 1/64 byte per FLOP,
+    -- 6 TB/s at 400 TFLOP/s, about what an H100's L2 delivers.
+    local function default_tq(strategy)
+      if not wg then return M.cuda_default_tile_q(p, strategy) end
+      if p.lcm_r > 4096 then return 64 end
+      return M.tile_fill(p, strategy or p.strategy, 128) >= 7 / 8 and 128 or 64
+    end
     p.tile_q = opts.tile_q or default_tq()
     -- Split is taken when its query tiles are fuller than the fused ones by more than 5
     -- points of rows (the strategy rule of M.plan knows no tile sizes). Measured on an
@@ -226,13 +233,12 @@ function M.plan_cuda(p, opts)
         p.tile_q = split_tq
       end
     end
-    if wg and p.tile_q ~= 64 then
-      error("cuda wgmma path: tile_q must be 64 (one warpgroup: 4 warps x 16 rows)", 0)
-    end
     if p.tile_q ~= 64 and p.tile_q ~= 128 then
-      error("cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
+      error(wg and "cuda wgmma path: tile_q must be 64 or 128 (one or two warpgroups of 64 rows)"
+        or "cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
     end
-    if p.tile_q == 128 and D > 96 then
+    if wg then p.threads = p.tile_q * 2 end -- a warpgroup (128 threads) per 64 rows
+    if p.tile_q == 128 and D > 96 and not wg then
       error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
     end
     -- keys per tile: what keeps scores + output + Q fragments in the register file
@@ -250,7 +256,7 @@ function M.plan_cuda(p, opts)
     else
       p.tile_k = opts.tile_k or 64
     end
-    p.warp_mtiles = p.tile_q // 64
+    p.warp_mtiles = wg and 1 or p.tile_q // 64
     if wg and D > 64 and p.tile_k > 64 then
       error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 (scores, P and output would spill)", 0)
     end

@@ -86,8 +86,8 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
 
 {% if p.cuda_path ~= "simt" then %}
 {% if p.wgmma then %}
-/* ================ tensor-core path, wgmma (sm_90a): one warpgroup, 64 query rows ================
- * Q, K and V tiles sit in shared memory in the 128-byte-swizzle layout wgmma reads through
+/* ========= tensor-core path, wgmma (sm_90a): a warpgroup (4 warps) per 64 query rows =========
+ * TQ = 64 or 128 rows: one or two warpgroups share the K and V tiles. Q, K and V tiles sit in shared memory in the 128-byte-swizzle layout wgmma reads through
  * descriptors (da_device.cuh "wgmma"); S = Q K^T is one chain of wgmma.mma_async (both
  * operands in shared memory), O += P V another (P from registers). Each warp owns 16 query
  * rows of both accumulators, in the mma C-fragment layout, so the masking and the online
@@ -134,7 +134,7 @@ __device__ __forceinline__ void da_wg_pv_tile(float *o, const da_u32 (*pa)[4], d
 #define NT_O (HD / 8)        /* n8 tiles of the output block */
 #define KS_D (HD / 16)       /* k16 steps over head_dim */
 #define MT {{ p.warp_mtiles }}  /* m16 tiles per warp: each K / V fragment feeds MT mma */
-#define WROWS (16 * MT)      /* query rows per warp; TQ = 4 * WROWS */
+#define WROWS (16 * MT)      /* query rows per warp; TQ = NTHREADS / 32 * WROWS */
 
 struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m16 tiles */
   float o[MT][NT_O][4];
@@ -395,7 +395,7 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   da_cp_async_wait<0>();
 {% if p.wgmma then %}
   da_fence_proxy_async();
-  S.q_addr = da_smem_addr(Qs);
+  S.q_addr = da_smem_addr(Qs) + (threadIdx.x >> 7) * 64 * 128; /* this warpgroup's 64 rows */
   (void)lane, (void)warp;
 {% end %}
   __syncthreads();
