@@ -164,6 +164,126 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int ro
   }
 }
 
+{% if p.sparse then %}
+#define DA_SPARSE_ARGS_DECL , const unsigned char *blk_ok, da_idx kb_first, int nkb
+#define DA_SPARSE_ARGS , blk_ok, kb_first, nkb
+/* Partial tile: the layout's verdict per (query row, key block), computed once by the
+ * whole CTA into shared memory (blk_ok), so the unrolled element loop only looks it up.
+ * CTA-uniform (a barrier inside for cls == 2). */
+__device__ __forceinline__ void tile_blocks(unsigned char *blk_ok, int br, const da_cuda_args &A, da_i64 c0, da_i64 kend,
+                                            da_i64 a0, da_i64 astride, int nq, int cls, da_idx *kb_first, int *nkb) {
+  *kb_first = (da_idx)(c0 / BLOCK);
+  *nkb = (int)((min(c0 + TK, kend) - 1) / BLOCK - *kb_first + 1);
+  if (cls == 2) {
+    for (int i = threadIdx.x; i < TQ * *nkb; i += NTHREADS) {
+      int row = i / *nkb, kbi = i % *nkb;
+      da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
+      blk_ok[row * BLK_COLS + kbi] = row < nq && da_allowed(br, &A, a / BLOCK, *kb_first + kbi);
+    }
+    __syncthreads();
+  }
+}
+{% else %}
+#define DA_SPARSE_ARGS_DECL
+#define DA_SPARSE_ARGS
+{% end %}
+
+/* The warp's own verdict on key tile c0 (the CTA's is cls): its rows may all lie past nq
+ * or (causal) before every key of it, and need no mask where the CTA's rows as a whole
+ * do; a query tile of the fused strategy spans TQ * LCM_R positions, so this skips most of
+ * the causal work its rows do not need. Warp-uniform: no barrier inside. */
+__device__ __forceinline__ int warp_tile_class(int cls, int warp, int lane, da_i64 c0, da_i64 kend, da_i64 a0,
+                                               da_i64 astride, int nq DA_SPARSE_ARGS_DECL) {
+  const int wr0 = warp * WROWS, wr1 = min(wr0 + WROWS - 1, nq - 1);
+  int wcls = wr0 < nq ? cls : 0;
+  (void)lane, (void)kend;
+  if (wcls == 2) {
+    const da_i64 wa0 = a0 + (da_i64)wr0 * astride, wa1 = a0 + (da_i64)wr1 * astride;
+    (void)wa0; /* unused where the layout is sparse (blk_ok decides those tiles) */
+    if (CAUSAL && c0 > wa1) wcls = 0;
+{% if not p.sparse then %}
+    else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + WROWS - 1) wcls = 1;
+{% end %}
+  }
+{% if p.sparse then %}
+  if (wcls == 2) { /* the layout allows none of the warp's (row, key block) pairs */
+    int any = 0;
+    for (int i = lane; i < WROWS * nkb; i += 32) any |= blk_ok[(wr0 + i / nkb) * BLK_COLS + i % nkb];
+    if (!__any_sync(0xffffffffu, any)) wcls = 0;
+  }
+{% end %}
+  return wcls;
+}
+
+/* Mask (wcls 2: partial tile) and the online softmax of one key tile's scores s for this
+ * warp's rows (base 2): s becomes P (unnormalized), S's max, sum and output are rescaled.
+ * wcls 0 (none of the warp's rows sees a key of the tile): P = 0, S unchanged. */
+__device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
+                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL) {
+  if (wcls == 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+    return;
+  }
+{% if p.scale > 0 then %}
+  /* mask partial tiles, online softmax (base 2); the scale (positive) is folded into
+   * the max and into one FFMA before each exp2 */
+{% else %}
+  /* scale, mask partial tiles, online softmax (base 2) */
+{% end %}
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+  for (int nt = 0; nt < NT_S; nt++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      float x = s[mt][nt][j]{% if p.scale <= 0 then %} * SCALE_LOG2{% end %};
+      if (wcls == 2) {
+        int row = wr0 + mt * 16 + da_frag_c_row(lane, j);
+        da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
+        bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
+{% if p.sparse then %}
+        ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
+{% end %}
+        if (!ok) x = -INFINITY;
+      }
+      s[mt][nt][j] = x;
+    }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) { /* the thread's two rows of each m16 tile */
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+    mx = da_warp_max4(mx){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
+    float m_new = fmaxf(S.m[mt][hr], mx);
+    float m_use = m_new == -INFINITY ? 0.f : m_new;
+    float corr = da_exp2(S.m[mt][hr] - m_use);
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT_S; nt++) {
+{% if p.scale > 0 then %}
+      s[mt][nt][2 * hr] = da_exp2(fmaf(s[mt][nt][2 * hr], SCALE_LOG2, -m_use));
+      s[mt][nt][2 * hr + 1] = da_exp2(fmaf(s[mt][nt][2 * hr + 1], SCALE_LOG2, -m_use));
+{% else %}
+      s[mt][nt][2 * hr] = da_exp2(s[mt][nt][2 * hr] - m_use);
+      s[mt][nt][2 * hr + 1] = da_exp2(s[mt][nt][2 * hr + 1] - m_use);
+{% end %}
+      sum += s[mt][nt][2 * hr] + s[mt][nt][2 * hr + 1];
+    }
+    S.l[mt][hr] = S.l[mt][hr] * corr + sum;
+    S.m[mt][hr] = m_new;
+#pragma unroll
+    for (int dt = 0; dt < NT_O; dt++) {
+      S.o[mt][dt][2 * hr] *= corr;
+      S.o[mt][dt][2 * hr + 1] *= corr;
+    }
+  }
+}
+
 __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
   const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len);
@@ -210,40 +330,11 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     __syncthreads();
     const da_u16 *kt = Ks + stage * TK * ROWH, *vt = Vs + stage * TK * ROWH;
 {% if p.sparse then %}
-    /* partial tile: the layout's verdict per (query row, key block), computed once by the
-     * whole CTA into shared memory, so the unrolled element loop only looks it up */
-    const da_idx kb_first = (da_idx)(c0 / BLOCK);
-    const int nkb = (int)((min(c0 + TK, kend) - 1) / BLOCK - kb_first + 1);
-    if (cls == 2) {
-      for (int i = threadIdx.x; i < TQ * nkb; i += NTHREADS) {
-        int row = i / nkb, kbi = i % nkb;
-        da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
-        blk_ok[row * BLK_COLS + kbi] = row < nq && da_allowed(br, &A, a / BLOCK, kb_first + kbi);
-      }
-      __syncthreads();
-    }
+    da_idx kb_first;
+    int nkb;
+    tile_blocks(blk_ok, br, A, c0, kend, a0, astride, nq, cls, &kb_first, &nkb);
 {% end %}
-    /* the warp's own verdict on the tile: its rows may all lie past nq or (causal)
-     * before every key of it, and need no mask where the CTA's rows as a whole do; a
-     * query tile of the fused strategy spans TQ * LCM_R positions, so this skips most of
-     * the causal work its rows do not need. Warp-uniform: no barrier inside. */
-    const int wr0 = warp * WROWS, wr1 = min(wr0 + WROWS - 1, nq - 1);
-    int wcls = wr0 < nq ? cls : 0;
-    if (wcls == 2) {
-      const da_i64 wa0 = a0 + (da_i64)wr0 * astride, wa1 = a0 + (da_i64)wr1 * astride;
-      (void)wa0; /* unused where the layout is sparse (blk_ok decides those tiles) */
-      if (CAUSAL && c0 > wa1) wcls = 0;
-{% if not p.sparse then %}
-      else if ((!CAUSAL || c0 + TK - 1 <= wa0) && c0 + TK <= kend && wr1 == wr0 + WROWS - 1) wcls = 1;
-{% end %}
-    }
-{% if p.sparse then %}
-    if (wcls == 2) { /* the layout allows none of the warp's (row, key block) pairs */
-      int any = 0;
-      for (int i = lane; i < WROWS * nkb; i += 32) any |= blk_ok[(wr0 + i / nkb) * BLK_COLS + i % nkb];
-      if (!__any_sync(0xffffffffu, any)) wcls = 0;
-    }
-{% end %}
+    const int wr0 = warp * WROWS, wcls = warp_tile_class(cls, warp, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
 {% if p.wgmma then %}
     if (cls != 0) { /* CTA-uniform: the warpgroup's wgmma need all four warps */
       /* S = Q K^T, 64 x TK, one chain of KS_D wgmma (k16 steps over the head dim) */
@@ -251,10 +342,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 #pragma unroll
       for (int nt = 0; nt < NT_S; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
       da_wg_qk(&s[0][0][0], S.q_addr, da_smem_addr(kt));
-      if (wcls == 0) { /* none of the warp's rows sees a key of the tile: P = 0 */
-#pragma unroll
-        for (int nt = 0; nt < NT_S; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
-      } else {
+      softmax_tile(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
 {% else %}
     if (wcls != 0) {
       /* S = Q K^T for this warp's rows: each K fragment serves its MT m16 tiles */
@@ -281,64 +369,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
           }
         }
       }
-      {
+      softmax_tile(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
 {% end %}
-{% if p.scale > 0 then %}
-      /* mask partial tiles, online softmax (base 2); the scale (positive) is folded into
-       * the max and into one FFMA before each exp2 */
-{% else %}
-      /* scale, mask partial tiles, online softmax (base 2) */
-{% end %}
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int nt = 0; nt < NT_S; nt++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          float x = s[mt][nt][j]{% if p.scale <= 0 then %} * SCALE_LOG2{% end %};
-          if (wcls == 2) {
-            int row = wr0 + mt * 16 + da_frag_c_row(lane, j);
-            da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
-            bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
-{% if p.sparse then %}
-            ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
-{% end %}
-            if (!ok) x = -INFINITY;
-          }
-          s[mt][nt][j] = x;
-        }
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int hr = 0; hr < 2; hr++) { /* the thread's two rows of each m16 tile */
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
-        mx = da_warp_max4(mx){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
-        float m_new = fmaxf(S.m[mt][hr], mx);
-        float m_use = m_new == -INFINITY ? 0.f : m_new;
-        float corr = da_exp2(S.m[mt][hr] - m_use);
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT_S; nt++) {
-{% if p.scale > 0 then %}
-          s[mt][nt][2 * hr] = da_exp2(fmaf(s[mt][nt][2 * hr], SCALE_LOG2, -m_use));
-          s[mt][nt][2 * hr + 1] = da_exp2(fmaf(s[mt][nt][2 * hr + 1], SCALE_LOG2, -m_use));
-{% else %}
-          s[mt][nt][2 * hr] = da_exp2(s[mt][nt][2 * hr] - m_use);
-          s[mt][nt][2 * hr + 1] = da_exp2(s[mt][nt][2 * hr + 1] - m_use);
-{% end %}
-          sum += s[mt][nt][2 * hr] + s[mt][nt][2 * hr + 1];
-        }
-        S.l[mt][hr] = S.l[mt][hr] * corr + sum;
-        S.m[mt][hr] = m_new;
-#pragma unroll
-        for (int dt = 0; dt < NT_O; dt++) {
-          S.o[mt][dt][2 * hr] *= corr;
-          S.o[mt][dt][2 * hr + 1] *= corr;
-        }
-      }
-      }
 {% if p.wgmma then %}
       /* O += P V, 64 x HD: P (the score fragments, packed) is the register A operand of
        * TK / 16 wgmma; V is read MN-major (tnspB) from the same layout as K */
