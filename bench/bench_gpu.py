@@ -135,9 +135,10 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--tiles", default="64x0,128x0,128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma",
-                    help="extra dilattn variants timed beside the default: TILE_QxTILE_K[:wgmma] (0: planner's "
-                         "choice for that field; :wgmma the sm_90a wgmma path); one that the planner or the "
+    ap.add_argument("--tiles", default="64x0,128x0,128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap",
+                    help="extra dilattn variants timed beside the default: TILE_QxTILE_K[:wgmma|:wgmma-overlap] (0: "
+                         "planner's choice for that field; :wgmma the sm_90a wgmma path, :wgmma-overlap with the "
+                         "next tile's scores in flight during the softmax); one that the planner or the "
                          "device refuses is recorded as such")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -194,7 +195,8 @@ def main():
                 shape, _, path = spec_t.partition(":")
                 tq, tk = (int(x) for x in shape.split("x"))
                 try:
-                    vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=2 if path == "wgmma" else 0)
+                    mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3}[path]
+                    vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=mma)
                 except Exception as e:  # noqa: BLE001 - recorded, not fatal
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue
@@ -234,7 +236,7 @@ def plot(result, path):
         ax.plot([r["seq_len"] for r in rs], [r["torch_tflops"] for r in rs], "x--", color=line.get_color(),
                 label=f"torch {name}")
         # the wgmma variants that ran and validated, in the config's colour
-        for ki, key in enumerate(sorted({k for r in rs for k in r.get("tile_variants", {}) if k.endswith(":wgmma")})):
+        for ki, key in enumerate(sorted({k for r in rs for k in r.get("tile_variants", {}) if ":wgmma" in k})):
             pts = [(r["seq_len"], r["tile_variants"][key]["tflops"]) for r in rs
                    if r["tile_variants"].get(key, {}).get("valid")]
             if pts:

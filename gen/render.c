@@ -102,7 +102,7 @@ static int push_spec(lua_State *L) {
     lua_setfield(L, -2, "fused_min_queries");
   }
   if (a->opts && a->opts->cuda_mma) {
-    lua_pushstring(L, a->opts->cuda_mma == 2 ? "wgmma" : "sync");
+    lua_pushstring(L, a->opts->cuda_mma == 3 ? "wgmma-overlap" : a->opts->cuda_mma == 2 ? "wgmma" : "sync");
     lua_setfield(L, -2, "mma");
   }
   return 2;
@@ -123,8 +123,8 @@ static int check_opts(const da_context *ctx, const da__render_opts *o) {
   DA_RETURN_IF(o->tile_q < 0 || o->tile_q > 256, DA_ERR_INVALID_ARGUMENT, "tile_q: %d is out of range (1 to 256)", o->tile_q);
   DA_RETURN_IF(o->tile_k < 0 || o->tile_k > 1024, DA_ERR_INVALID_ARGUMENT, "tile_k: %d is out of range (1 to 1024)", o->tile_k);
   DA_RETURN_IF(o->fused_min_queries < 0, DA_ERR_INVALID_ARGUMENT, "fused_min_queries: %d is negative", o->fused_min_queries);
-  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 2, DA_ERR_INVALID_ARGUMENT,
-               "cuda_mma: %d is not 0 (default), 1 (mma.sync) or 2 (wgmma)", o->cuda_mma);
+  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 3, DA_ERR_INVALID_ARGUMENT,
+               "cuda_mma: %d is not 0 (default), 1 (mma.sync), 2 (wgmma) or 3 (wgmma, overlapped)", o->cuda_mma);
   return DA_OK;
 }
 
@@ -167,6 +167,7 @@ static void copy_facts(lua_State *L, da__rendered *f) {
   f->ws_floats_per_token = fact_int(L, "ws_floats_per_token");
   f->tile_q = (int)fact_int(L, "tile_q");
   f->tile_k = (int)fact_int(L, "tile_k");
+  f->cuda_mma = (int)fact_int(L, "cuda_mma");
   f->threads = (int)fact_int(L, "threads");
   f->smem_bytes = (int)fact_int(L, "smem_bytes");
   f->tiles_per_window = fact_int(L, "tiles_per_window");
@@ -186,10 +187,10 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
   if (da_spec_validate(spec, msg, sizeof msg) != DA_OK)
     return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
   DA_TRY(check_opts(ctx, opts));
-  DA_RETURN_IF(opts && opts->cuda_mma == 2 && target == DA_TARGET_CUDA &&
+  DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA &&
                    (spec->dtype == DA_DTYPE_FLOAT32 || (spec->head_dim != 64 && spec->head_dim != 128)),
                DA_ERR_INVALID_ARGUMENT,
-               "cuda_mma = 2 (wgmma) needs float16 or bfloat16 with head_dim 64 or 128 (this spec: %s, head_dim %d)",
+               "cuda_mma = %d (wgmma) needs float16 or bfloat16 with head_dim 64 or 128 (this spec: %s, head_dim %d)", opts->cuda_mma,
                spec->dtype == DA_DTYPE_FLOAT32 ? "float32" : spec->dtype == DA_DTYPE_FLOAT16 ? "float16" : "bfloat16",
                spec->head_dim);
   char *spec_json = da_spec_to_json(spec);

@@ -201,21 +201,21 @@ static int cmd_gen(int argc, char **argv) {
   int cuda = !strcmp(target, "cuda");
   da_plan_options gopts;
   memset(&gopts, 0, sizeof gopts);
-  if (mma && strcmp(mma, "sync") && strcmp(mma, "wgmma"))
-    return fail(EXIT_INPUT, "--mma %s: expected sync (mma.sync, the default) or wgmma (sm_90 only)", mma);
+  if (mma && strcmp(mma, "sync") && strcmp(mma, "wgmma") && strcmp(mma, "wgmma-overlap"))
+    return fail(EXIT_INPUT, "--mma %s: expected sync (mma.sync, the default), wgmma or wgmma-overlap (sm_90 only)", mma);
   if (mma && !cuda) return fail(EXIT_INPUT, "--mma %s: only the cuda target has tensor-core paths", mma);
-  gopts.cuda_mma = !mma ? 0 : !strcmp(mma, "wgmma") ? 2 : 1;
+  gopts.cuda_mma = !mma ? 0 : !strcmp(mma, "wgmma") ? 2 : !strcmp(mma, "wgmma-overlap") ? 3 : 1;
   char archs[16][16];
   int narch = 0;
   if (cuda) {
     /* the wgmma path has one arch: sm_90 (compiled as sm_90a), the default with --mma wgmma */
-    narch = parse_archs(arch ? arch : gopts.cuda_mma == 2 ? "sm_90" : "sm_80,sm_90", archs, 16);
+    narch = parse_archs(arch ? arch : gopts.cuda_mma >= 2 ? "sm_90" : "sm_80,sm_90", archs, 16);
     if (narch <= 0) return fail(EXIT_INPUT, "--arch %s: expected a comma-separated list like sm_80,sm_90", arch);
-    if (gopts.cuda_mma == 2) {
+    if (gopts.cuda_mma >= 2) {
       for (int a = 0; a < narch; a++)
         if (strcmp(archs[a], "sm_90") && strcmp(archs[a], "sm_90a"))
-          return fail(EXIT_INPUT, "--mma wgmma --arch %s: the wgmma path runs on sm_90 only (compiled as sm_90a), not %s",
-                      arch, archs[a]);
+          return fail(EXIT_INPUT, "--mma %s --arch %s: the wgmma path runs on sm_90 only (compiled as sm_90a), not %s",
+                      mma, arch, archs[a]);
       narch = 1; /* sm_90 and sm_90a name the same cubin */
     }
   } else if (arch && strcmp(arch, "host")) {

@@ -303,7 +303,7 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
                                              da__tuning_bucket(hint > 0 ? hint : 65536));
   if (!r) return 0;
   const char *env = getenv("DILATTN_CUDA_MMA");
-  if (r->params.cuda_mma == 2 && env && !strcmp(env, "sync")) return 0; /* mma.sync forced: not this record */
+  if (r->params.cuda_mma >= 2 && env && !strcmp(env, "sync")) return 0; /* mma.sync forced: not this record */
   *out = r->params;
   out->seq_len_hint = hint;
   return 1;
@@ -431,7 +431,7 @@ da_status da_plan_get_options(const da_plan *p, da_plan_options *out) {
   memset(out, 0, sizeof *out);
   out->tile_q = p->r->tile_q;
   out->tile_k = p->r->tile_k;
-  out->cuda_mma = !strcmp(p->r->cuda_path, "wgmma") ? 2 : !strcmp(p->r->cuda_path, "mma") ? 1 : 0;
+  out->cuda_mma = p->r->cuda_mma;
   return DA_OK;
 }
 

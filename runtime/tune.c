@@ -250,15 +250,23 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
   da__cuda *dev = NULL;
   if (cuda && mma && (s.head_dim == 64 || s.head_dim == 128) && da__cuda_get(ctx, &dev) == DA_OK &&
       !strcmp(da__cuda_arch(dev), "sm_90"))
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < 2; a++) {
       for (int b = 0; b < 2; b++)
-      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
+        for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
+          c[n].o.tile_q = 64 << a;
+          c[n].o.tile_k = (s.head_dim == 64 ? 64 : 32) << b;
+          c[n].o.fused_min_queries = multi ? fmins[f] : 0;
+          c[n].o.cuda_mma = 2;
+          n++;
+        }
+      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) { /* overlapped: 64-key tiles */
         c[n].o.tile_q = 64 << a;
-        c[n].o.tile_k = (s.head_dim == 64 ? 64 : 32) << b;
+        c[n].o.tile_k = 64;
         c[n].o.fused_min_queries = multi ? fmins[f] : 0;
-        c[n].o.cuda_mma = 2;
+        c[n].o.cuda_mma = 3;
         n++;
       }
+    }
   for (int i = 0; i < n; i++) {
     da__tune_record *r = &c[i].rec;
     snprintf(r->spec_hash, sizeof r->spec_hash, "%s", hash);

@@ -139,7 +139,7 @@ da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) 
   da_plan_options o = {0, 0, 0, 0, 0};
   if (s->dtype != DA_DTYPE_FLOAT32 && (s->head_dim == 64 || s->head_dim == 128)) {
     if (base) o = *base;
-    o.cuda_mma = 2;
+    o.cuda_mma = base && base->cuda_mma >= 2 ? base->cuda_mma : 2;
   }
   return o;
 }

@@ -21,9 +21,9 @@ void bs_random_spec(int i, int64_t max_n, da_spec *s, int64_t *B, int64_t *N);
 /* Random specs first .. first + count - 1 of that family (N <= max_n), each checked. */
 void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner run, void *user);
 
-/* Plan options for the wgmma path (cuda_mma = 2) where it applies to s (fp16 / bf16 at
- * head_dim 64 or 128): base's tunables (all 0 when NULL) with cuda_mma = 2; elsewhere all
- * 0 (the planner's defaults). */
+/* Plan options for the wgmma path where it applies to s (fp16 / bf16 at head_dim 64 or
+ * 128): base's tunables (all 0 when NULL) with base's cuda_mma if it names a wgmma
+ * variant (2, 3), else 2; elsewhere all 0 (the planner's defaults). */
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
 
 /* Run spec on random data and compare with the reference; what names it. */

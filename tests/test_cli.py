@@ -102,6 +102,13 @@ def test_gen_wgmma(tmp):
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma output: {ex}: {out}")
         # a bundle's typed _plan asks for the instruction its kernels were compiled for
+        rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-overlap", "--report", "-o", d)
+        try:
+            rep = json.loads(out.strip().splitlines()[0])
+            check(rc == 0 and rep["arch"] == "sm_90a" and rep["spill_bytes"] == 0 and rep["kernel"].endswith("_wgmmao"),
+                  f"gen --mma wgmma-overlap report: {rep}")
+        except (ValueError, KeyError, IndexError) as ex:
+            check(False, f"gen --mma wgmma-overlap: exit {rc}: {ex}: {out} {err}")
         rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_90", "--mma", "wgmma", "--compile",
                            "--bundle", "wgb", "-o", d)
         header = open(os.path.join(d, "wgb.h")).read() if rc == 0 else ""

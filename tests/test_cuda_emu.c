@@ -15,8 +15,9 @@
  * N = 2^24 launch, both in sparse address space.
  * wgmma: the sm_90a path (cuda_mma = 2) on the golden cases, the edge shapes, unaligned
  * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128), with
- * one and two warpgroups per CTA and both key tiles.
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]
+ * one and two warpgroups per CTA and both key tiles; wgmma-overlap: the same with
+ * cuda_mma = 3 (the next tile's scores in flight during the softmax).
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|all] [FIRST COUNT]
  *      (wgmma-random FIRST COUNT replays random specs on the wgmma path)
  * (ctest runs the golden cases and shards of the random specs). */
 #include <dlfcn.h>
@@ -364,9 +365,40 @@ static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* The wgmma path (cuda_mma = mma: 2, or 3 overlapped) wherever it applies: golden cases,
+ * edge shapes, unaligned tensors, random specs with the default and other tile shapes,
+ * full 128-row tiles (two warpgroups), D = 128 with 32-key tiles. */
+static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
+  da_plan_options wg = {0, 0, 0, 0, mma}, k64 = {0, 64, 0, 0, mma}, q64 = {64, 0, 0, 0, mma}, q128 = {128, 0, 0, 0, mma};
+  unsigned long long before = da_emu_wgmma_count();
+  bs_golden(ctx, golden, mma == 3 ? "cuda-emu wgmma-overlap" : "cuda-emu wgmma", run_emu_wgmma, &wg);
+  test_edge(ctx, run_emu_wgmma, &wg);
+  test_unaligned(ctx, &wg);
+  bs_random(ctx, 200, 8, 400, run_emu_wgmma, &wg);
+  bs_random(ctx, 208, 6, 400, run_emu_wgmma, &k64);
+  bs_random(ctx, 214, 6, 400, run_emu_wgmma, &q64);  /* one warpgroup per CTA */
+  bs_random(ctx, 220, 8, 400, run_emu_wgmma, &q128); /* two warpgroups per CTA */
+  for (int i = 0; i < 4; i++) { /* two warpgroups over full 128-row tiles: segments of 512 and 1024 */
+    da_spec s;
+    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 512, 1024);
+    s.causal = i % 3 == 0;
+    da_plan_options o = {128, 0, 0, 0, mma};
+    bs_check(ctx, &s, 1, 1100, 800 + (uint64_t)i, "wgmma, 128-row tiles", run_emu, &o);
+  }
+  for (int i = 0; i < 2; i++) { /* D = 128 with 32-key tiles (a tuner candidate), both dtypes */
+    da_spec s;
+    wide_spec(&s, i ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 128, 128, 256);
+    s.causal = i == 0;
+    da_plan_options o = {64, 32, 0, 0, mma};
+    bs_check(ctx, &s, 1, 290 + 37 * i, 700 + (uint64_t)i, "wgmma D = 128, 32-key tiles", run_emu, &o);
+  }
+  printf("cuda_mma %d: %llu warpgroup wgmma issued\n", mma, da_emu_wgmma_count() - before);
+  TU_CHECK(da_emu_wgmma_count() > before, "the wgmma runs issued no wgmma");
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|all] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|all] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -380,33 +412,11 @@ int main(int argc, char **argv) {
     test_edge(ctx, run_emu, NULL);
     test_unaligned(ctx, NULL);
   }
-  if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: golden, edge, unaligned, random, both key tiles */
-    da_plan_options wg = {0, 0, 0, 0, 2}, k64 = {0, 64, 0, 0, 0}, q64 = {64, 0, 0, 0, 0}, q128 = {128, 0, 0, 0, 0};
+  if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: probe, golden, edge, unaligned, random, tile shapes */
     test_wgmma_probe(ctx, argv[1]);
-    bs_golden(ctx, argv[2], "cuda-emu wgmma", run_emu_wgmma, NULL);
-    test_edge(ctx, run_emu_wgmma, NULL);
-    test_unaligned(ctx, &wg);
-    bs_random(ctx, 200, 8, 400, run_emu_wgmma, NULL);
-    bs_random(ctx, 208, 6, 400, run_emu_wgmma, &k64);
-    bs_random(ctx, 214, 6, 400, run_emu_wgmma, &q64);  /* one warpgroup per CTA */
-    bs_random(ctx, 220, 8, 400, run_emu_wgmma, &q128); /* two warpgroups per CTA */
-    for (int i = 0; i < 4; i++) { /* two warpgroups over full 128-row tiles: segments of 512 and 1024 */
-      da_spec s;
-      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 512, 1024);
-      s.causal = i % 3 == 0;
-      da_plan_options o = {128, 0, 0, 0, 2};
-      bs_check(ctx, &s, 1, 1100, 800 + (uint64_t)i, "wgmma, 128-row tiles", run_emu, &o);
-    }
-    for (int i = 0; i < 2; i++) { /* D = 128 with 32-key tiles (a tuner candidate), both dtypes */
-      da_spec s;
-      wide_spec(&s, i ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 128, 128, 256);
-      s.causal = i == 0;
-      da_plan_options o = {64, 32, 0, 0, 2};
-      bs_check(ctx, &s, 1, 290 + 37 * i, 700 + (uint64_t)i, "wgmma D = 128, 32-key tiles", run_emu, &o);
-    }
-    printf("%llu warpgroup wgmma issued\n", da_emu_wgmma_count());
-    TU_CHECK(da_emu_wgmma_count() > 0, "the wgmma runs issued no wgmma");
+    test_wgmma_suite(ctx, argv[2], 2);
   }
+  if (all || !strcmp(which, "wgmma-overlap")) test_wgmma_suite(ctx, argv[2], 3); /* the same, overlapped */
   if (all || !strcmp(which, "tiles")) { /* 32 query rows per warp (tile_q 128), 32-key tiles */
     da_plan_options dflt = {0, 0, 0, 0, 0}, k64 = {0, 64, 0, 0, 0};
     bs_random(ctx, 100, 10, 400, run_emu_tq128, &dflt);

@@ -8,9 +8,10 @@
  *   unaligned: random specs with q, k, v 2 bytes past 16-byte alignment (plain loads
  *            instead of cp.async); an odd pointer refused
  *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
- *   wgmma:   (sm_90 only) golden, random and unaligned on the wgmma path (cuda_mma = 2)
- *            wherever it applies, both key tiles
- * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|wgmma|small|probe]
+ *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
+ *            path (cuda_mma = 2) wherever it applies, tile shapes, N = 1M
+ *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|wgmma|wgmma-overlap|small|probe]
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <math.h>
 #include <stdlib.h>
@@ -34,9 +35,10 @@ static da_status run_cuda(da_context *ctx, const da_spec *s, const da_plan_optio
   da_plan *plan = NULL;
   da_status st = da_plan_create_ex(ctx, s, DA_BACKEND_CUDA, opts, &plan);
   if (st != DA_OK) return st;
-  if (opts && opts->cuda_mma == 2) { /* the wgmma suites must run what they are named for */
+  if (opts && opts->cuda_mma >= 2) { /* the wgmma suites must run what they are named for */
     da_plan_options used;
-    TU_CHECK(da_plan_get_options(plan, &used) == DA_OK && used.cuda_mma == 2, "plan did not take the wgmma path");
+    TU_CHECK(da_plan_get_options(plan, &used) == DA_OK && used.cuda_mma == opts->cuda_mma,
+             "plan did not take the wgmma path %d", opts->cuda_mma);
   }
   size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
   size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
@@ -78,12 +80,12 @@ static da_status runner_wgmma(void *user, da_context *ctx, const da_spec *s, int
 static da_status runner_shifted(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                                 const void *k, const void *v, void *out, float *lse) {
   size_t shift = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2; /* one element: aligned to it, not to 16 bytes */
-  da_plan_options o = user ? bs_wgmma_options(s, NULL) : (da_plan_options){0, 0, 0, 0, 0};
+  da_plan_options o = user ? bs_wgmma_options(s, user) : (da_plan_options){0, 0, 0, 0, 0};
   return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, shift);
 }
 
-static void test_unaligned(da_context *ctx, int wgmma) {
-  bs_random(ctx, 0, 8, 1000, runner_shifted, wgmma ? (void *)1 : NULL);
+static void test_unaligned(da_context *ctx, const da_plan_options *wg) {
+  bs_random(ctx, 0, 8, 1000, runner_shifted, (void *)wg);
   da_spec s;
   da_spec_init(&s);
   s.num_branches = 1, s.segment_lengths[0] = 64, s.dilation_rates[0] = 1;
@@ -211,6 +213,20 @@ static void test_wgmma_probe(da_context *ctx) {
   }
 }
 
+/* The wgmma path (cuda_mma = mma: 2, or 3 overlapped) wherever it applies: golden, random
+ * specs with the default and other tile shapes (one and two warpgroups), unaligned
+ * tensors, N = 1M. small: a few of each (for compute-sanitizer). */
+static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int small) {
+  da_plan_options wg = {0, 0, 0, 0, mma}, k64 = {0, 64, 0, 0, mma}, q64 = {64, 0, 0, 0, mma}, q128 = {128, 0, 0, 0, mma};
+  bs_golden(ctx, golden, mma == 2 ? "cuda wgmma" : "cuda wgmma-overlap", runner_wgmma, &wg);
+  bs_random(ctx, 0, small ? 6 : 60, 1000, runner_wgmma, &wg);
+  bs_random(ctx, 60, small ? 0 : 20, 1000, runner_wgmma, &k64);
+  bs_random(ctx, 80, small ? 0 : 20, 1000, runner_wgmma, &q64);
+  bs_random(ctx, 100, small ? 2 : 20, 1000, runner_wgmma, &q128);
+  test_unaligned(ctx, &wg);
+  if (!small) test_long(ctx, 1 << 20, 8, 64, mma, mma == 2 ? "wgmma N=1048576 H=8 D=64" : "wgmma-overlap N=1048576 H=8 D=64");
+}
+
 int main(int argc, char **argv) {
   const char *golden = argc > 1 ? argv[1] : "../shared/golden";
   const char *which = argc > 2 ? argv[2] : "all";
@@ -229,22 +245,16 @@ int main(int argc, char **argv) {
   int all = !strcmp(which, "all"), small = !strcmp(which, "small");
   if (all || small || !strcmp(which, "golden")) bs_golden(ctx, golden, "cuda", runner, NULL);
   if (all || small || !strcmp(which, "random")) bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
-  if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, 0);
-  if (all || small || !strcmp(which, "wgmma")) {
+  if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, NULL);
+  for (int mma = 2; mma <= 3; mma++) {
+    const char *mode = mma == 2 ? "wgmma" : "wgmma-overlap";
+    if (!all && !small && strcmp(which, mode)) continue;
     if (strcmp(da__cuda_arch(dev), "sm_90") != 0) {
-      printf("wgmma: skipped, the path needs sm_90 (this is %s)\n", da__cuda_arch(dev));
-    } else {
-      da_plan_options k64 = {0, 64, 0, 0, 0};
-      test_wgmma_probe(ctx);
-      bs_golden(ctx, golden, "cuda wgmma", runner_wgmma, NULL);
-      bs_random(ctx, 0, small ? 6 : 60, 1000, runner_wgmma, NULL);
-      bs_random(ctx, 60, small ? 0 : 20, 1000, runner_wgmma, &k64);
-      da_plan_options q64 = {64, 0, 0, 0, 0}, q128 = {128, 0, 0, 0, 0}; /* one, two warpgroups per CTA */
-      bs_random(ctx, 80, small ? 0 : 20, 1000, runner_wgmma, &q64);
-      bs_random(ctx, 100, small ? 2 : 20, 1000, runner_wgmma, &q128);
-      test_unaligned(ctx, 1);
-      if (!small) test_long(ctx, 1 << 20, 8, 64, 2, "wgmma N=1048576 H=8 D=64");
+      printf("%s: skipped, the path needs sm_90 (this is %s)\n", mode, da__cuda_arch(dev));
+      continue;
     }
+    if (mma == 2) test_wgmma_probe(ctx);
+    test_wgmma_suite(ctx, golden, mma, small);
   }
   if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, 0, "N=1048576 H=8 D=64");
   if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, 0, "q > 2^31 elements");

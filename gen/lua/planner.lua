@@ -148,7 +148,7 @@ function M.plan(spec, target, opts)
   p.name = string.format("da_fwd_%s_w%s_r%s_h%d_%d_d%d_%s%s%s_%s", mode, table.concat(ws, "_"),
     table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
     layout_tag(sp), spec.spec_hash:sub(1, 12))
-  if p.wgmma then p.name = p.name .. "_wgmma" end -- both paths' sources can share a folder
+  if p.wgmma then p.name = p.name .. (p.wg_overlap and "_wgmmao" or "_wgmma") end -- sources can share a folder
   return p
 end
 
@@ -195,10 +195,14 @@ end
 -- The grid is (query tiles, heads, batch); the runtime sizes x from N with the facts here.
 function M.plan_cuda(p, opts)
   local D = p.D
-  local wg = opts.mma == "wgmma"
-  if opts.mma and opts.mma ~= "wgmma" and opts.mma ~= "sync" then
-    error("cuda: mma must be \"sync\" or \"wgmma\"", 0)
+  local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap"
+  if opts.mma and not wg and opts.mma ~= "sync" then
+    error("cuda: mma must be \"sync\", \"wgmma\" or \"wgmma-overlap\"", 0)
   end
+  -- wgmma-overlap: the next key tile's S = Q K^T in flight during this tile's softmax
+  -- (two score register sets, three K / V stages)
+  p.wg_overlap = opts.mma == "wgmma-overlap"
+  p.stages = p.wg_overlap and 3 or 2
   if wg and (p.dtype_name == "float32" or (D ~= 64 and D ~= 128)) then
     error("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128", 0)
   end
@@ -250,15 +254,16 @@ function M.plan_cuda(p, opts)
       -- scores (TK / 2 registers), packed P (TK / 4) and output (D / 2): 128 keys at D = 64
       -- (214 registers, 74 KiB of shared memory: 2 CTAs per SM by registers), 64 at D = 128
       -- (179 registers, 82 KiB: 2 per SM)
-      p.tile_k = opts.tile_k or (D <= 64 and 128 or 64)
+      p.tile_k = opts.tile_k or ((D <= 64 and not p.wg_overlap) and 128 or 64)
     elseif p.tile_q == 128 then
       p.tile_k = opts.tile_k or (D <= 32 and 64 or 32)
     else
       p.tile_k = opts.tile_k or 64
     end
     p.warp_mtiles = wg and 1 or p.tile_q // 64
-    if wg and D > 64 and p.tile_k > 64 then
-      error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 (scores, P and output would spill)", 0)
+    if wg and (D > 64 or p.wg_overlap) and p.tile_k > 64 then
+      error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 and when overlapped (scores, P and "
+        .. "output would spill)", 0)
     end
     -- Q fragments from shared memory, read per key tile (as FlashAttention-2 does), where
     -- keeping them in registers would spill: 32-row warps with 64 or more keys at D >= 64
@@ -270,7 +275,7 @@ function M.plan_cuda(p, opts)
     end
     if wg then
       p.smem_row = D -- swizzled, unpadded; 1024 bytes more to align the tiles
-      p.smem_bytes = 1024 + (p.tile_q + 4 * p.tile_k) * D * 2
+      p.smem_bytes = 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2
     else
       p.smem_row = D + 8 -- halves per shared-memory row (padding breaks bank conflicts)
       p.smem_bytes = (p.tile_q + 4 * p.tile_k) * p.smem_row * 2 -- Q + 2 stages of K and V

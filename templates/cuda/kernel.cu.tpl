@@ -99,7 +99,7 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
 /* s (this thread's TK / 2 accumulators of S, 64 x TK) = Q K^T: one chain of HD / 16
  * wgmma over the tiles at shared addresses qa (TQ rows) and ka (TK rows), K-major. s must
  * hold zeros (scale-d is 1: accumulate). Waits for the result. */
-__device__ __forceinline__ void da_wg_qk(float *s, da_u32 qa, da_u32 ka) {
+__device__ __forceinline__ void da_wg_qk_issue(float *s, da_u32 qa, da_u32 ka) { /* without the wait */
   da_wgmma_fence_operand<TK / 2>(s);
   da_wgmma_fence();
 #pragma unroll
@@ -107,6 +107,9 @@ __device__ __forceinline__ void da_wg_qk(float *s, da_u32 qa, da_u32 ka) {
     da_wg_scores(s, da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024),
                  da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024));
   da_wgmma_commit();
+}
+__device__ __forceinline__ void da_wg_qk(float *s, da_u32 qa, da_u32 ka) {
+  da_wg_qk_issue(s, qa, ka);
   da_wgmma_wait<0>();
   da_wgmma_fence_operand<TK / 2>(s);
 }
@@ -114,14 +117,28 @@ __device__ __forceinline__ void da_wg_qk(float *s, da_u32 qa, da_u32 ka) {
 /* o (this thread's HD / 2 accumulators of O, 64 x HD) += P V: one chain of TK / 16 wgmma,
  * P from registers (pa[kk]: the A fragment of keys 16kk..16kk+15), V (TK rows at shared
  * address va) read MN-major. Waits for the result. */
-__device__ __forceinline__ void da_wg_pv_tile(float *o, const da_u32 (*pa)[4], da_u32 va) {
+__device__ __forceinline__ void da_wg_pv_issue(float *o, const da_u32 (*pa)[4], da_u32 va) { /* without the wait */
   da_wgmma_fence_operand<HD / 2>(o);
   da_wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < TK / 16; kk++) da_wg_pv(o, pa[kk], da_wgmma_desc(va + kk * 2048, TK * 128, 1024));
   da_wgmma_commit();
+}
+__device__ __forceinline__ void da_wg_pv_tile(float *o, const da_u32 (*pa)[4], da_u32 va) {
+  da_wg_pv_issue(o, pa, va);
   da_wgmma_wait<0>();
   da_wgmma_fence_operand<HD / 2>(o);
+}
+
+/* P (this warp's score fragments after the softmax) packed as the RS A operand, per k16 step */
+__device__ __forceinline__ void da_wg_pack_p(da_u32 (*pa)[4], const float (&s)[1][TK / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < TK / 16; kk++) {
+    pa[kk][0] = DA_PACK(s[0][2 * kk][0], s[0][2 * kk][1]);
+    pa[kk][1] = DA_PACK(s[0][2 * kk][2], s[0][2 * kk][3]);
+    pa[kk][2] = DA_PACK(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    pa[kk][3] = DA_PACK(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+  }
 }
 {% else %}
 /* ======================= tensor-core path (mma.sync m16n8k16) ======================= */
@@ -134,6 +151,7 @@ __device__ __forceinline__ void da_wg_pv_tile(float *o, const da_u32 (*pa)[4], d
 #define NT_O (HD / 8)        /* n8 tiles of the output block */
 #define KS_D (HD / 16)       /* k16 steps over head_dim */
 #define MT {{ p.warp_mtiles }}  /* m16 tiles per warp: each K / V fragment feeds MT mma */
+#define STAGES {{ p.stages }}  /* K / V tiles in shared memory (cp.async pipeline depth) */
 #define WROWS (16 * MT)      /* query rows per warp; TQ = NTHREADS / 32 * WROWS */
 
 struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m16 tiles */
@@ -215,23 +233,19 @@ __device__ __forceinline__ int warp_tile_class(int cls, int warp, int lane, da_i
   return wcls;
 }
 
-/* Mask (wcls 2: partial tile) and the online softmax of one key tile's scores s for this
- * warp's rows (base 2): s becomes P (unnormalized), S's max, sum and output are rescaled.
- * wcls 0 (none of the warp's rows sees a key of the tile): P = 0, S unchanged. */
-__device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
-                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL) {
-  if (wcls == 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int nt = 0; nt < NT_S; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-    return;
-  }
+/* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
+ * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
+ * them, the output too; m_use gets what softmax_exp subtracts. wcls 0 (none of the warp's
+ * rows sees a key of the tile): nothing changes. */
+__device__ __forceinline__ void softmax_max(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
+                                            da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL,
+                                            float (&m_use)[MT][2]) {
+  if (wcls == 0) return;
 {% if p.scale > 0 then %}
-  /* mask partial tiles, online softmax (base 2); the scale (positive) is folded into
-   * the max and into one FFMA before each exp2 */
+  /* mask partial tiles; the scale (positive) is folded into the max here and into one
+   * FFMA before each exp2 in softmax_exp */
 {% else %}
-  /* scale, mask partial tiles, online softmax (base 2) */
+  /* scale, mask partial tiles */
 {% end %}
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
@@ -260,21 +274,9 @@ __device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4
     for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
     mx = da_warp_max4(mx){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
     float m_new = fmaxf(S.m[mt][hr], mx);
-    float m_use = m_new == -INFINITY ? 0.f : m_new;
-    float corr = da_exp2(S.m[mt][hr] - m_use);
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < NT_S; nt++) {
-{% if p.scale > 0 then %}
-      s[mt][nt][2 * hr] = da_exp2(fmaf(s[mt][nt][2 * hr], SCALE_LOG2, -m_use));
-      s[mt][nt][2 * hr + 1] = da_exp2(fmaf(s[mt][nt][2 * hr + 1], SCALE_LOG2, -m_use));
-{% else %}
-      s[mt][nt][2 * hr] = da_exp2(s[mt][nt][2 * hr] - m_use);
-      s[mt][nt][2 * hr + 1] = da_exp2(s[mt][nt][2 * hr + 1] - m_use);
-{% end %}
-      sum += s[mt][nt][2 * hr] + s[mt][nt][2 * hr + 1];
-    }
-    S.l[mt][hr] = S.l[mt][hr] * corr + sum;
+    m_use[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
+    float corr = da_exp2(S.m[mt][hr] - m_use[mt][hr]);
+    S.l[mt][hr] *= corr;
     S.m[mt][hr] = m_new;
 #pragma unroll
     for (int dt = 0; dt < NT_O; dt++) {
@@ -284,6 +286,157 @@ __device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4
   }
 }
 
+/* The second half: s becomes P (unnormalized, base 2) and its row sums join S's. wcls 0:
+ * P = 0. */
+__device__ __forceinline__ void softmax_exp(da_state &S, float (&s)[MT][NT_S][4], int wcls, const float (&m_use)[MT][2]) {
+  if (wcls == 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT_S; nt++) {
+{% if p.scale > 0 then %}
+      s[mt][nt][2 * hr] = da_exp2(fmaf(s[mt][nt][2 * hr], SCALE_LOG2, -m_use[mt][hr]));
+      s[mt][nt][2 * hr + 1] = da_exp2(fmaf(s[mt][nt][2 * hr + 1], SCALE_LOG2, -m_use[mt][hr]));
+{% else %}
+      s[mt][nt][2 * hr] = da_exp2(s[mt][nt][2 * hr] - m_use[mt][hr]);
+      s[mt][nt][2 * hr + 1] = da_exp2(s[mt][nt][2 * hr + 1] - m_use[mt][hr]);
+{% end %}
+      sum += s[mt][nt][2 * hr] + s[mt][nt][2 * hr + 1];
+    }
+    S.l[mt][hr] += sum;
+  }
+}
+
+/* softmax_exp for the overlapped wgmma loop: P goes straight into the RS A fragments pa
+ * (packed per k16 step), s is only read, so no instruction writes a wgmma accumulator
+ * while the next tile's scores are in flight. */
+__device__ __forceinline__ void softmax_exp_pack(da_state &S, const float (&s)[MT][NT_S][4], int wcls,
+                                                 const float (&m_use)[MT][2], da_u32 (*pa)[4]) {
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < NT_S; nt++) {
+    float p[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+{% if p.scale > 0 then %}
+      p[j] = wcls == 0 ? 0.f : da_exp2(fmaf(s[0][nt][j], SCALE_LOG2, -m_use[0][j >> 1]));
+{% else %}
+      p[j] = wcls == 0 ? 0.f : da_exp2(s[0][nt][j] - m_use[0][j >> 1]);
+{% end %}
+    sum[0] += p[0] + p[1];
+    sum[1] += p[2] + p[3];
+    /* n8 tile nt is half of k16 step nt / 2: regs 0, 1 (first half) or 2, 3 (second) */
+    pa[nt >> 1][2 * (nt & 1)] = DA_PACK(p[0], p[1]);
+    pa[nt >> 1][2 * (nt & 1) + 1] = DA_PACK(p[2], p[3]);
+  }
+  if (wcls != 0) S.l[0][0] += sum[0], S.l[0][1] += sum[1];
+}
+
+/* Both halves: mask and the online softmax of one key tile (see above). */
+__device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
+                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL) {
+  float m_use[MT][2];
+  softmax_max(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
+  softmax_exp(S, s, wcls, m_use);
+}
+
+{% if p.wg_overlap then %}
+/* wgmma, overlapped: tile j+1's S = Q K^T is issued before tile j's softmax, so the
+ * warpgroup's tensor cores work while its warps compute exp2 (FlashAttention-3's
+ * intra-warpgroup overlap); S of tiles j and j+1 live in two register sets, swapped by
+ * running the step with its arguments exchanged. Three K/V stages: tile j (V for P V),
+ * tile j + 1 (K for the next S) and tile j + 2 loading. One CTA barrier per tile. */
+__device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+                       da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+  const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len);
+  const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
+  const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wr0 = warp * WROWS;
+{% if p.sparse then %}
+  __shared__ unsigned char blk_ok[TQ * BLK_COLS];
+{% end %}
+  const da_i64 kb_ = b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2];
+  const da_i64 vb_ = b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2];
+  const da_i64 kstep = r * A.k_stride[1], vstep = r * A.v_stride[1];
+  /* the first tile at or after `from` that is not skipped (CTA-uniform) */
+  auto next_tile = [&](da_i64 from, int *cls) -> da_i64 {
+    da_i64 c = da_next_key_tile(from, a_first, a_last);
+    int k = 0;
+    while (c < kend && (k = classify(br, A, c, kend, a_first, a_last)) == 0) c = da_next_key_tile(c + TK, a_first, a_last);
+    *cls = k;
+    return c;
+  };
+  /* tile c into stage st (nothing past kend), one cp.async group either way */
+  auto load_tile = [&](da_i64 c, int st) {
+    if (c < kend) {
+      int nk = (int)min((da_i64)TK, kend - c);
+      load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb_ + (c + i) * kstep; });
+      load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb_ + (c + i) * vstep; });
+    }
+    da_cp_async_commit();
+  };
+  int cls0 = 0, cls1 = 0, st = 0;
+  da_i64 c0 = next_tile(0, &cls0);
+  if (c0 >= kend) return;
+  load_tile(c0, 0);
+  da_i64 c1 = next_tile(c0 + TK, &cls1);
+  load_tile(c1, 1);
+  da_cp_async_wait<1>(); /* tile c0 */
+  da_fence_proxy_async();
+  __syncthreads();
+  float sa[MT][NT_S][4], sb[MT][NT_S][4];
+#pragma unroll
+  for (int nt = 0; nt < NT_S; nt++) sa[0][nt][0] = sa[0][nt][1] = sa[0][nt][2] = sa[0][nt][3] = 0.f;
+  da_wg_qk(&sa[0][0][0], S.q_addr, da_smem_addr(Ks));
+  /* tile c0 sits in stage st with its scores in sc; tile c1 (if any) is in flight to the
+   * next stage */
+  auto step = [&](float (&sc)[MT][NT_S][4], float (&sn)[MT][NT_S][4]) -> bool {
+    da_cp_async_wait<0>(); /* tile c1 */
+    da_fence_proxy_async();
+    __syncthreads(); /* tile c1 visible; every warp is done with the tile before c0 */
+    const int st1 = st == 2 ? 0 : st + 1, st2 = st1 == 2 ? 0 : st1 + 1;
+    int cls2 = 0;
+    const da_i64 c2 = c1 < kend ? next_tile(c1 + TK, &cls2) : kend;
+    load_tile(c2, st2); /* into the stage of the tile before c0 */
+{% if p.sparse then %}
+    da_idx kb_first;
+    int nkb;
+    tile_blocks(blk_ok, br, A, c0, kend, a0, astride, nq, cls0, &kb_first, &nkb);
+{% end %}
+    /* this tile's maxima and the output's rescale come first: no instruction may write an
+     * accumulator of the wgmma pipeline once it has started (ptxas would serialize it) */
+    const int wcls = warp_tile_class(cls0, warp, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
+    float m_use[MT][2];
+    softmax_max(S, sc, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
+    if (c1 < kend) { /* the next tile's scores, in flight during this tile's exp2 */
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++) sn[0][nt][0] = sn[0][nt][1] = sn[0][nt][2] = sn[0][nt][3] = 0.f;
+      da_wg_qk_issue(&sn[0][0][0], S.q_addr, da_smem_addr(Ks + st1 * TK * ROWH));
+    }
+    da_u32 pa[TK / 16][4];
+    softmax_exp_pack(S, sc, wcls, m_use, pa);
+    da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + st * TK * ROWH));
+    da_wgmma_wait<0>(); /* the next S and this P V */
+    da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+    da_wgmma_fence_operand<NT_S * 4>(&sn[0][0][0]);
+    c0 = c1, cls0 = cls1, c1 = c2, cls1 = cls2, st = st1;
+    return c0 < kend;
+  };
+  while (step(sa, sb) && step(sb, sa)) {
+  }
+  da_cp_async_wait<0>();
+  __syncthreads(); /* the other warpgroup's last P V still reads its stage: the next branch loads there */
+}
+{% else %}
 __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
   const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len);
@@ -375,13 +528,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       /* O += P V, 64 x HD: P (the score fragments, packed) is the register A operand of
        * TK / 16 wgmma; V is read MN-major (tnspB) from the same layout as K */
       da_u32 pa[TK / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < TK / 16; kk++) {
-        pa[kk][0] = DA_PACK(s[0][2 * kk][0], s[0][2 * kk][1]);
-        pa[kk][1] = DA_PACK(s[0][2 * kk][2], s[0][2 * kk][3]);
-        pa[kk][2] = DA_PACK(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-        pa[kk][3] = DA_PACK(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-      }
+      da_wg_pack_p(pa, s);
       da_wg_pv_tile(&S.o[0][0][0], pa, da_smem_addr(vt));
 {% else %}
       /* O += P V: P reuses the score fragments as the A operand; each V fragment serves
@@ -416,6 +563,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   }
   da_cp_async_wait<0>();
 }
+
+{% end %}
 
 /* Load the query tile into smem and registers; reset the softmax state. */
 __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
@@ -500,11 +649,11 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
 #define DA_SMEM_DECL                                                                         \
   DA_DYN_SMEM(da_u16, smem_raw);                                                             \
   da_u16 *Qs = smem_raw + ((1024u - (da_smem_addr(smem_raw) & 1023u)) & 1023u) / 2,          \
-         *Ks = Qs + TQ * ROWH, *Vs = Ks + 2 * TK * ROWH;
+         *Ks = Qs + TQ * ROWH, *Vs = Ks + STAGES * TK * ROWH;
 {% else %}
 #define DA_SMEM_DECL                                   \
   DA_DYN_SMEM(da_u16, smem);                           \
-  da_u16 *Qs = smem, *Ks = smem + TQ * ROWH, *Vs = Ks + 2 * TK * ROWH;
+  da_u16 *Qs = smem, *Ks = smem + TQ * ROWH, *Vs = Ks + STAGES * TK * ROWH;
 {% end %}
 {% else %}
 /* ============================ SIMT path (fp32 FMAs) ================================= */
