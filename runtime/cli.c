@@ -310,11 +310,11 @@ static int cmd_gen(int argc, char **argv) {
           add_artifact(it, carch, key, file, res.cubin, res.cubin_size);
         if (rc == EXIT_OK && report)
           printf("{\"kernel\":\"%s\",\"arch\":\"%s\",\"registers\":%d,\"spill_bytes\":%d,"
-                 "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"compile_ms\":%.1f,"
+                 "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
                  "\"strategy\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"cache_key\":\"%s\"}\n",
                  r.kernel_name, carch, res.registers, res.spill_bytes,
                  r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0), res.shared_bytes,
-                 res.stack_bytes, res.compile_ms, r.strategy, r.cuda_path, r.threads, r.key);
+                 res.stack_bytes, res.wgmma_serialized, res.compile_ms, r.strategy, r.cuda_path, r.threads, r.key);
         else if (rc == EXIT_OK)
           printf("%s\n", bin);
         da__nvrtc_result_free(&res);

@@ -10,6 +10,7 @@
 #include "runtime/cuda_backend.h"
 
 #include "runtime/cuda_driver.h"
+#include "runtime/log.h"
 #include "runtime/nvrtc.h"
 
 #include <stdio.h>
@@ -56,6 +57,9 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
   snprintf(file, sizeof file, "%s.cu", j->name);
   da__nvrtc_result res;
   DA_TRY(da__nvrtc_compile(ctx, j->source, file, j->arch, NVRTC_OPTS, 1, &res));
+  if (res.wgmma_serialized > 0) /* still correct, but the wgmma path's overlap is gone */
+    da__log(DA_LOG_WARN, "%s (%s): ptxas serialized its wgmma (%d notes in the compile log)", j->name, j->arch,
+            res.wgmma_serialized);
   *bytes = res.cubin;
   *n = res.cubin_size;
   res.cubin = NULL;

@@ -200,7 +200,7 @@ static long num_before(const char *begin, const char *at) {
 static int max_int(int a, long b) { return b > a ? (int)b : a; }
 
 void da__nvrtc_parse_ptxas(const char *log, da__nvrtc_result *r) {
-  int regs = -1, smem = -1, stack = -1, spill = -1;
+  int regs = -1, smem = -1, stack = -1, spill = -1, serialized = 0;
   const char *line = log ? log : "";
   while (*line) {
     const char *nl = strchr(line, '\n');
@@ -220,6 +220,9 @@ void da__nvrtc_parse_ptxas(const char *log, da__nvrtc_result *r) {
         smem = max_int(smem, sm ? num_before(buf, sm) : 0);
       }
     }
+    /* "(C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized ...",
+     * "(C7517) ... warpgroup.wait is injected ..." */
+    if ((strstr(buf, "wgmma") && strstr(buf, "serialized")) || strstr(buf, "warpgroup.wait is injected")) serialized++;
     /* "    16 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads" */
     const char *sf = strstr(buf, " bytes stack frame");
     if (sf) {
@@ -239,6 +242,7 @@ void da__nvrtc_parse_ptxas(const char *log, da__nvrtc_result *r) {
   r->shared_bytes = smem;
   r->stack_bytes = stack;
   r->spill_bytes = spill;
+  r->wgmma_serialized = serialized;
 }
 
 /* ---- dumps ---------------------------------------------------------------------- */

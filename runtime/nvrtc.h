@@ -16,6 +16,8 @@ typedef struct {
   int spill_bytes;   /* spill stores + spill loads, summed over functions; -1 if not reported */
   int shared_bytes;  /* static smem, max over entries; -1 if not reported */
   int stack_bytes;   /* stack frame, max over functions; -1 if not reported */
+  int wgmma_serialized; /* ptxas notes that it serialized wgmma or injected a wait (C75xx "wgmma ...
+                           serialized" / "warpgroup.wait is injected"): the overlap is lost */
   double compile_ms; /* wall time of nvrtcCompileProgram */
   char arch[16];     /* the arch compiled for ("sm_90") */
 } da__nvrtc_result;

@@ -98,14 +98,15 @@ def test_gen_wgmma(tmp):
         try:
             rep = json.loads(out.strip().splitlines()[0])
             check(rep["arch"] == "sm_90a" and rep["path"] == "wgmma" and rep["spill_bytes"] == 0 and
-                  rep["kernel"].endswith("_wgmma"), f"gen --mma wgmma report: {rep}")
+                  rep["wgmma_serialized"] == 0 and rep["kernel"].endswith("_wgmma"), f"gen --mma wgmma report: {rep}")
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma output: {ex}: {out}")
         # a bundle's typed _plan asks for the instruction its kernels were compiled for
         rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-overlap", "--report", "-o", d)
         try:
             rep = json.loads(out.strip().splitlines()[0])
-            check(rc == 0 and rep["arch"] == "sm_90a" and rep["spill_bytes"] == 0 and rep["kernel"].endswith("_wgmmao"),
+            check(rc == 0 and rep["arch"] == "sm_90a" and rep["spill_bytes"] == 0 and rep["wgmma_serialized"] == 0 and
+                  rep["kernel"].endswith("_wgmmao"),
                   f"gen --mma wgmma-overlap report: {rep}")
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma-overlap: exit {rc}: {ex}: {out} {err}")

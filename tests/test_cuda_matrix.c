@@ -26,7 +26,7 @@ typedef struct {
   int clone;            /* shares the masks of the spec it copies */
   uint8_t *masks[DA_MAX_BRANCHES];
   char name[256], strategy[16], path[8];
-  int regs[2], spill[2], smem[2], dyn_smem, status[2], skip[2];
+  int regs[2], spill[2], smem[2], dyn_smem, status[2], skip[2], serialized[2];
   char err[512];
 } job_t;
 
@@ -151,6 +151,7 @@ static void *worker(void *arg) {
       }
       j->regs[a] = res.registers;
       j->spill[a] = res.spill_bytes;
+      j->serialized[a] = res.wgmma_serialized;
       j->smem[a] = r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0);
       da__nvrtc_result_free(&res);
     }
@@ -220,6 +221,7 @@ int main(int argc, char **argv) {
       TU_CHECK(j->status[a] == 0, "spec %d %s: %s", i, j->name, j->err);
       if (j->status[a] || j->skip[a]) continue;
       TU_CHECK(j->spill[a] == 0, "spec %d %s on %s: %d spill bytes", i, j->name, archs[a], j->spill[a]);
+      TU_CHECK(j->serialized[a] == 0, "spec %d %s on %s: ptxas serialized its wgmma", i, j->name, archs[a]);
       TU_CHECK(j->regs[a] > 0 && j->regs[a] <= 255, "spec %d %s on %s: %d registers", i, j->name, archs[a], j->regs[a]);
       TU_CHECK(j->smem[a] <= smem_limit[a], "spec %d %s on %s: %d bytes smem", i, j->name, archs[a], j->smem[a]);
       if (j->regs[a] > maxregs) maxregs = j->regs[a];

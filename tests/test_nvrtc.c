@@ -109,6 +109,16 @@ static void test_parser(void) {
   CHECK(r.registers == 96 && r.spill_bytes == 8 && r.shared_bytes == 1024 && r.stack_bytes == 32,
         "old log: regs %d spill %d smem %d stack %d", r.registers, r.spill_bytes, r.shared_bytes,
         r.stack_bytes);
+  CHECK(r.wgmma_serialized == 0, "old log: %d wgmma notes", r.wgmma_serialized);
+  const char *serial = /* CUDA 13 ptxas on an sm_90a kernel whose accumulators are touched in flight */
+      "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+      "non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline "
+      "stage in the function 'k'\n"
+      "ptxas info    : (C7517) Potential Performance Loss: warpgroup.wait is injected in the function 'k'\n"
+      "ptxas info    : Used 206 registers, used 1 barriers\n";
+  da__nvrtc_parse_ptxas(serial, &r);
+  CHECK(r.wgmma_serialized == 2 && r.registers == 206, "serialized log: %d notes, %d regs", r.wgmma_serialized,
+        r.registers);
   da__nvrtc_parse_ptxas("", &r);
   CHECK(r.registers == -1 && r.spill_bytes == -1 && r.shared_bytes == -1 && r.stack_bytes == -1,
         "empty log: %d %d %d %d", r.registers, r.spill_bytes, r.shared_bytes, r.stack_bytes);
