@@ -24,7 +24,7 @@ static const char PROBE[] =
     "  __syncthreads();\n"
     "  const int t = threadIdx.x;\n"
     "  float s[TK / 2], o[HD / 2];\n"
-    "  for (int i = 0; i < TK / 2; i++) s[i] = 0.f;\n"
+    "  for (int i = 0; i < TK / 2; i++) s[i] = -INFINITY; /* the chain's first step must ignore it */\n"
     "  for (int i = 0; i < HD / 2; i++) o[i] = 0.f;\n"
     "  da_wg_qk(s, da_smem_addr(Qs), da_smem_addr(Ks));\n"
     "  da_u32 pa[TK / 16][4];\n"

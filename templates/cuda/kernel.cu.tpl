@@ -97,15 +97,19 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
 #define ROWH HD /* halves per tile row (a stage of TK rows is TK * ROWH halves) */
 
 /* s (this thread's TK / 2 accumulators of S, 64 x TK) = Q K^T: one chain of HD / 16
- * wgmma over the tiles at shared addresses qa (TQ rows) and ka (TK rows), K-major. s must
- * hold zeros (scale-d is 1: accumulate). Waits for the result. */
+ * wgmma over the tiles at shared addresses qa (TQ rows) and ka (TK rows), K-major; the
+ * first step ignores s's old values (scale-d 0), so s needs no zeroing. Waits for the
+ * result. */
 __device__ __forceinline__ void da_wg_qk_issue(float *s, da_u32 qa, da_u32 ka) { /* without the wait */
   da_wgmma_fence_operand<TK / 2>(s);
   da_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; kk++)
-    da_wg_scores(s, da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024),
-                 da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024));
+  for (int kk = 0; kk < HD / 16; kk++) {
+    const da_u64 a = da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024),
+                 b = da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024);
+    if (kk == 0) da_wg_scores_first(s, a, b);
+    else da_wg_scores(s, a, b);
+  }
   da_wgmma_commit();
 }
 __device__ __forceinline__ void da_wg_qk(float *s, da_u32 qa, da_u32 ka) {
@@ -394,8 +398,6 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   da_fence_proxy_async();
   __syncthreads();
   float sa[MT][NT_S][4], sb[MT][NT_S][4];
-#pragma unroll
-  for (int nt = 0; nt < NT_S; nt++) sa[0][nt][0] = sa[0][nt][1] = sa[0][nt][2] = sa[0][nt][3] = 0.f;
   da_wg_qk(&sa[0][0][0], S.q_addr, da_smem_addr(Ks));
   /* tile c0 sits in stage st with its scores in sc; tile c1 (if any) is in flight to the
    * next stage */
@@ -417,11 +419,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     const int wcls = warp_tile_class(cls0, warp, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
     float m_use[MT][2];
     softmax_max(S, sc, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
-    if (c1 < kend) { /* the next tile's scores, in flight during this tile's exp2 */
-#pragma unroll
-      for (int nt = 0; nt < NT_S; nt++) sn[0][nt][0] = sn[0][nt][1] = sn[0][nt][2] = sn[0][nt][3] = 0.f;
+    if (c1 < kend) /* the next tile's scores, in flight during this tile's exp2 */
       da_wg_qk_issue(&sn[0][0][0], S.q_addr, da_smem_addr(Ks + st1 * TK * ROWH));
-    }
     da_u32 pa[TK / 16][4];
     softmax_exp_pack(S, sc, wcls, m_use, pa);
     da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + st * TK * ROWH));
@@ -492,8 +491,6 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     if (cls != 0) { /* CTA-uniform: the warpgroup's wgmma need all four warps */
       /* S = Q K^T, 64 x TK, one chain of KS_D wgmma (k16 steps over the head dim) */
       float s[MT][NT_S][4];
-#pragma unroll
-      for (int nt = 0; nt < NT_S; nt++) s[0][nt][0] = s[0][nt][1] = s[0][nt][2] = s[0][nt][3] = 0.f;
       da_wg_qk(&s[0][0][0], S.q_addr, da_smem_addr(kt));
       softmax_tile(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
 {% else %}

@@ -27,7 +27,7 @@ void da_emu_cp_async_wait(int n);
 void da_emu_check_global(const void *p, size_t bytes, int write);
 unsigned da_emu_smem_offset(const void *p);
 void da_emu_wgmma(float *d, int n, int bf16, unsigned long long desc_a, const unsigned *a_regs,
-                  unsigned long long desc_b, int b_mn_major);
+                  unsigned long long desc_b, int b_mn_major, int scale_d);
 void da_emu_wgmma_fence(void);
 void da_emu_fence_proxy_async(void);
 void da_emu_smem_write(const void *p, size_t n);

@@ -68,7 +68,7 @@ struct Fiber {
   float *wg_d = nullptr;
   const da_u32 *wg_a = nullptr;
   da_u64 wg_desc_a = 0, wg_desc_b = 0;
-  int wg_n = 0, wg_bf16 = 0, wg_mn = 0, wg_wait = 0;
+  int wg_n = 0, wg_bf16 = 0, wg_mn = 0, wg_wait = 0, wg_scale_d = 1;
   bool wg_fenced = false;
   std::vector<int> dirty; /* smem chunks written since this thread's last fence.proxy.async */
 };
@@ -78,7 +78,7 @@ struct Fiber {
  * accumulator registers as they were when the chain on them was issued, and the A
  * fragment (RS form) it read. */
 struct WgOp {
-  int n, bf16, mn;
+  int n, bf16, mn, scale_d; /* scale_d 0: d = A B, the accumulators' values ignored */
   da_u64 desc_a, desc_b;
   bool a_regs;
   uint64_t hash;
@@ -362,6 +362,7 @@ void wg_issue(int g, Fiber *th) {
   const Fiber &f0 = th[0];
   WgOp op;
   op.n = f0.wg_n, op.bf16 = f0.wg_bf16, op.mn = f0.wg_mn, op.desc_a = f0.wg_desc_a, op.desc_b = f0.wg_desc_b;
+  op.scale_d = f0.wg_scale_d;
   op.a_regs = f0.wg_a != nullptr;
   for (int t = 0; t < 128; t++) {
     const Fiber &f = th[t];
@@ -369,7 +370,7 @@ void wg_issue(int g, Fiber *th) {
       cur = &th[t];
       fail("wgmma.mma_async without a wgmma.fence since this thread's last wait_group");
     }
-    if (f.wg_n != op.n || f.wg_bf16 != op.bf16 || f.wg_mn != op.mn || f.wg_desc_b != op.desc_b ||
+    if (f.wg_n != op.n || f.wg_bf16 != op.bf16 || f.wg_mn != op.mn || f.wg_desc_b != op.desc_b || f.wg_scale_d != op.scale_d ||
         (f.wg_a != nullptr) != op.a_regs || (!op.a_regs && f.wg_desc_a != op.desc_a)) {
       cur = &th[t];
       fail("wgmma.mma_async operands differ across the warpgroup (thread %d)", t);
@@ -396,6 +397,7 @@ void wg_issue(int g, Fiber *th) {
       op.result[t].assign(d, d + op.n / 2);
       op.before[t] = op.result[t];
     }
+    if (!op.scale_d) op.result[t].assign((size_t)op.n / 2, 0.f); /* d = A B */
     acc[t] = op.result[t].data();
     op.a[t] = th[t].wg_a;
     if (op.a_regs) memcpy(op.a_copy[t], th[t].wg_a, sizeof op.a_copy[t]);
@@ -623,7 +625,8 @@ unsigned da_emu_smem_offset(const void *p) {
 }
 
 void da_emu_wgmma(float *d, int n, int bf16, unsigned long long desc_a, const unsigned *a_regs,
-                  unsigned long long desc_b, int b_mn_major) {
+                  unsigned long long desc_b, int b_mn_major, int scale_d) {
+  cur->wg_scale_d = scale_d;
   cur->wg_d = d;
   cur->wg_n = n;
   cur->wg_bf16 = bf16;
