@@ -118,6 +118,10 @@ static int push_render_fn(lua_State *L) {
   return 1;
 }
 
+int da__wgmma_serves(const da_spec *spec) {
+  return spec->dtype != DA_DTYPE_FLOAT32 && (spec->head_dim == 64 || spec->head_dim == 128);
+}
+
 static int check_opts(const da_context *ctx, const da__render_opts *o) {
   if (!o) return DA_OK;
   DA_RETURN_IF(o->tile_q < 0 || o->tile_q > 256, DA_ERR_INVALID_ARGUMENT, "tile_q: %d is out of range (1 to 256)", o->tile_q);
@@ -187,8 +191,7 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
   if (da_spec_validate(spec, msg, sizeof msg) != DA_OK)
     return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
   DA_TRY(check_opts(ctx, opts));
-  DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA &&
-                   (spec->dtype == DA_DTYPE_FLOAT32 || (spec->head_dim != 64 && spec->head_dim != 128)),
+  DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA && !da__wgmma_serves(spec),
                DA_ERR_INVALID_ARGUMENT,
                "cuda_mma = %d (wgmma) needs float16 or bfloat16 with head_dim 64 or 128 (this spec: %s, head_dim %d)", opts->cuda_mma,
                spec->dtype == DA_DTYPE_FLOAT32 ? "float32" : spec->dtype == DA_DTYPE_FLOAT16 ? "float16" : "bfloat16",

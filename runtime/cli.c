@@ -213,7 +213,7 @@ static int cmd_gen(int argc, char **argv) {
     if (narch <= 0) return fail(EXIT_INPUT, "--arch %s: expected a comma-separated list like sm_80,sm_90", arch);
     if (gopts.cuda_mma >= 2) {
       for (int a = 0; a < narch; a++)
-        if (strcmp(archs[a], "sm_90") && strcmp(archs[a], "sm_90a"))
+        if (!da__cuda_wgmma_arch(archs[a]))
           return fail(EXIT_INPUT, "--mma %s --arch %s: the wgmma path runs on sm_90 only (compiled as sm_90a), not %s",
                       mma, arch, archs[a]);
       narch = 1; /* sm_90 and sm_90a name the same cubin */

@@ -100,12 +100,14 @@ static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_sp
   return st;
 }
 
+int da__cuda_wgmma_arch(const char *arch) { return !strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a"); }
+
 da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]) {
   if (strcmp(cuda_path, "wgmma") != 0) {
     snprintf(out, 16, "%s", arch);
     return DA_OK;
   }
-  DA_RETURN_IF(strcmp(arch, "sm_90") != 0 && strcmp(arch, "sm_90a") != 0, DA_ERR_UNSUPPORTED,
+  DA_RETURN_IF(!da__cuda_wgmma_arch(arch), DA_ERR_UNSUPPORTED,
                "the wgmma path (cuda_mma = 2) needs an sm_90 device or --arch sm_90; this is %s", arch);
   snprintf(out, 16, "sm_90a");
   return DA_OK;

@@ -18,6 +18,8 @@ DA_HIDDEN da_status da__cuda_backend_available(const da_context *ctx);
 /* The arch a plan's kernels are compiled for on a device (or offline) of arch: itself, or
  * sm_90a for the wgmma path, which needs sm_90 (DA_ERR_UNSUPPORTED otherwise). */
 DA_HIDDEN da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]);
+/* Whether arch ("sm_90", "sm_90a", ...) runs the wgmma paths. */
+DA_HIDDEN int da__cuda_wgmma_arch(const char *arch);
 DA_HIDDEN void da__cuda_artifact_key(const char *source_key, const char *arch, int nvrtc_major,
                                      int nvrtc_minor, char key[65]);
 

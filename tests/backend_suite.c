@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gen/render.h"
 #include "reference.h"
 #include "runtime/fileio.h"
 #include "runtime/npy.h"
@@ -137,7 +138,7 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
 
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) {
   da_plan_options o = {0, 0, 0, 0, 0};
-  if (s->dtype != DA_DTYPE_FLOAT32 && (s->head_dim == 64 || s->head_dim == 128)) {
+  if (da__wgmma_serves(s)) {
     if (base) o = *base;
     o.cuda_mma = base && base->cuda_mma >= 2 ? base->cuda_mma : 2;
   }

@@ -104,7 +104,7 @@ static void build_matrix(int n) {
   base = njobs;
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
-    if (jobs[i].clone || s->dtype == DA_DTYPE_FLOAT32 || (s->head_dim != 64 && s->head_dim != 128) || k++ % 2) continue;
+    if (jobs[i].clone || !da__wgmma_serves(s) || k++ % 2) continue;
     job_t *j = &jobs[njobs++];
     *j = jobs[i];
     memset(j->masks, 0, sizeof j->masks);

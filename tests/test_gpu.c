@@ -249,7 +249,7 @@ int main(int argc, char **argv) {
   for (int mma = 2; mma <= 3; mma++) {
     const char *mode = mma == 2 ? "wgmma" : "wgmma-overlap";
     if (!all && !small && strcmp(which, mode)) continue;
-    if (strcmp(da__cuda_arch(dev), "sm_90") != 0) {
+    if (!da__cuda_wgmma_arch(da__cuda_arch(dev))) {
       printf("%s: skipped, the path needs sm_90 (this is %s)\n", mode, da__cuda_arch(dev));
       continue;
     }
