@@ -134,16 +134,6 @@ __device__ __forceinline__ void da_wg_pv_tile(float *o, const da_u32 (*pa)[4], d
   da_wgmma_fence_operand<HD / 2>(o);
 }
 
-/* P (this warp's score fragments after the softmax) packed as the RS A operand, per k16 step */
-__device__ __forceinline__ void da_wg_pack_p(da_u32 (*pa)[4], const float (&s)[1][TK / 8][4]) {
-#pragma unroll
-  for (int kk = 0; kk < TK / 16; kk++) {
-    pa[kk][0] = DA_PACK(s[0][2 * kk][0], s[0][2 * kk][1]);
-    pa[kk][1] = DA_PACK(s[0][2 * kk][2], s[0][2 * kk][3]);
-    pa[kk][2] = DA_PACK(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-    pa[kk][3] = DA_PACK(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-  }
-}
 {% else %}
 /* ======================= tensor-core path (mma.sync m16n8k16) ======================= */
 #define DP {{ p.smem_row }}  /* padded smem row, halves */
@@ -320,9 +310,9 @@ __device__ __forceinline__ void softmax_exp(da_state &S, float (&s)[MT][NT_S][4]
   }
 }
 
-/* softmax_exp for the overlapped wgmma loop: P goes straight into the RS A fragments pa
- * (packed per k16 step), s is only read, so no instruction writes a wgmma accumulator
- * while the next tile's scores are in flight. */
+/* softmax_exp for the wgmma loops: P goes straight into the RS A fragments pa (packed per
+ * k16 step) and s is only read, so in the overlapped loop no instruction writes a wgmma
+ * accumulator while the next tile's scores are in flight. */
 __device__ __forceinline__ void softmax_exp_pack(da_state &S, const float (&s)[MT][NT_S][4], int wcls,
                                                  const float (&m_use)[MT][2], da_u32 (*pa)[4]) {
   float sum[2] = {0.f, 0.f};
@@ -492,7 +482,10 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       /* S = Q K^T, 64 x TK, one chain of KS_D wgmma (k16 steps over the head dim) */
       float s[MT][NT_S][4];
       da_wg_qk(&s[0][0][0], S.q_addr, da_smem_addr(kt));
-      softmax_tile(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
+      float m_use[MT][2];
+      softmax_max(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
+      da_u32 pa[TK / 16][4]; /* P, packed straight into the A fragments of O += P V */
+      softmax_exp_pack(S, s, wcls, m_use, pa);
 {% else %}
     if (wcls != 0) {
       /* S = Q K^T for this warp's rows: each K fragment serves its MT m16 tiles */
@@ -522,10 +515,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       softmax_tile(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
 {% end %}
 {% if p.wgmma then %}
-      /* O += P V, 64 x HD: P (the score fragments, packed) is the register A operand of
-       * TK / 16 wgmma; V is read MN-major (tnspB) from the same layout as K */
-      da_u32 pa[TK / 16][4];
-      da_wg_pack_p(pa, s);
+      /* O += P V, 64 x HD: P is the register A operand of TK / 16 wgmma; V is read
+       * MN-major (tnspB) from the same layout as K */
       da_wg_pv_tile(&S.o[0][0][0], pa, da_smem_addr(vt));
 {% else %}
       /* O += P V: P reuses the score fragments as the A operand; each V fragment serves
