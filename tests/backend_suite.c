@@ -144,3 +144,13 @@ da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) 
   }
   return o;
 }
+
+void bs_wgmma(da_context *ctx, const char *golden, const char *label, int mma, int first, const int counts[4],
+              int64_t max_n, bs_runner run) {
+  da_plan_options shapes[4] = {{0, 0, 0, 0, mma}, {0, 64, 0, 0, mma}, {64, 0, 0, 0, mma}, {128, 0, 0, 0, mma}};
+  bs_golden(ctx, golden, label, run, &shapes[0]);
+  for (int k = 0; k < 4; k++) {
+    bs_random(ctx, first, counts[k], max_n, run, &shapes[k]);
+    first += counts[k];
+  }
+}

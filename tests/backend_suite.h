@@ -26,6 +26,13 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
  * variant (2, 3), else 2; elsewhere all 0 (the planner's defaults). */
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
 
+/* The wgmma path (cuda_mma = mma) through run, whose user is a da_plan_options that run
+ * maps with bs_wgmma_options: every golden case, then random specs from first under four
+ * tile shapes (the defaults, 64-key tiles, one and two warpgroups per CTA), counts[k] of
+ * shape k, N <= max_n. */
+void bs_wgmma(da_context *ctx, const char *golden, const char *label, int mma, int first, const int counts[4],
+              int64_t max_n, bs_runner run);
+
 /* Run spec on random data and compare with the reference; what names it. */
 void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what,
               bs_runner run, void *user);

@@ -310,19 +310,16 @@ static void wgp_invoke(void *kernel, const void *args) {
 /* The wgmma probe (tests/wgmma_probe.h) in the emulator: each (dtype, D, TK) the path
  * takes, the outputs exact. */
 static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
-  static const struct {
-    da_dtype t;
-    int d, tk;
-  } cases[] = {{DA_DTYPE_FLOAT16, 64, 128}, {DA_DTYPE_BFLOAT16, 64, 64}, {DA_DTYPE_FLOAT16, 128, 64}, {DA_DTYPE_BFLOAT16, 128, 32}};
+  const wgp_shape *cases = WGP_SHAPES;
   char dir[] = "/tmp/dilattn-wgp-XXXXXX";
   if (!mkdtemp(dir)) {
     TU_CHECK(0, "mkdtemp");
     return;
   }
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+  for (size_t i = 0; i < WGP_NSHAPES; i++) {
     wgp_case c;
     char so[512], err[4096], name[32];
-    if (wgp_init(ctx, &c, cases[i].t, cases[i].d, cases[i].tk) != DA_OK) {
+    if (wgp_init(ctx, &c, cases[i].dtype, cases[i].D, cases[i].TK) != DA_OK) {
       TU_CHECK(0, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
       continue;
     }
@@ -353,9 +350,9 @@ static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
       TU_CHECK(rc == 0, "wgmma probe %zu: launch: %s", i, err);
       char msg[256] = "";
       TU_CHECK(rc == 0 && wgp_check(&c, msg, sizeof msg), "wgmma probe %s D=%d TK=%d: %s",
-               cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].d, cases[i].tk, msg);
-      printf("wgmma probe %s D=%d TK=%d: %s\n", cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].d,
-             cases[i].tk, rc == 0 && !msg[0] ? "exact" : "wrong");
+               cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].D, cases[i].TK, msg);
+      printf("wgmma probe %s D=%d TK=%d: %s\n", cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].D,
+             cases[i].TK, rc == 0 && !msg[0] ? "exact" : "wrong");
     }
     if (lib) dlclose(lib);
     wgp_free(&c);
@@ -369,15 +366,12 @@ static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
  * edge shapes, unaligned tensors, random specs with the default and other tile shapes,
  * full 128-row tiles (two warpgroups), D = 128 with 32-key tiles. */
 static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
-  da_plan_options wg = {0, 0, 0, 0, mma}, k64 = {0, 64, 0, 0, mma}, q64 = {64, 0, 0, 0, mma}, q128 = {128, 0, 0, 0, mma};
+  da_plan_options wg = {0, 0, 0, 0, mma};
+  static const int counts[4] = {8, 6, 6, 8};
   unsigned long long before = da_emu_wgmma_count();
-  bs_golden(ctx, golden, mma == 3 ? "cuda-emu wgmma-overlap" : "cuda-emu wgmma", run_emu_wgmma, &wg);
+  bs_wgmma(ctx, golden, mma == 3 ? "cuda-emu wgmma-overlap" : "cuda-emu wgmma", mma, 200, counts, 400, run_emu_wgmma);
   test_edge(ctx, run_emu_wgmma, &wg);
   test_unaligned(ctx, &wg);
-  bs_random(ctx, 200, 8, 400, run_emu_wgmma, &wg);
-  bs_random(ctx, 208, 6, 400, run_emu_wgmma, &k64);
-  bs_random(ctx, 214, 6, 400, run_emu_wgmma, &q64);  /* one warpgroup per CTA */
-  bs_random(ctx, 220, 8, 400, run_emu_wgmma, &q128); /* two warpgroups per CTA */
   for (int i = 0; i < 4; i++) { /* two warpgroups over full 128-row tiles: segments of 512 and 1024 */
     da_spec s;
     wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 512, 1024);

@@ -169,13 +169,10 @@ static void test_long(da_context *ctx, int64_t N, int H, int D, int cuda_mma, co
  * against exact products, naming the first wrong element (which descriptor or fragment
  * map disagrees with the hardware) before the end-to-end suites run. */
 static void test_wgmma_probe(da_context *ctx) {
-  static const struct {
-    da_dtype t;
-    int d, tk;
-  } cases[] = {{DA_DTYPE_FLOAT16, 64, 128}, {DA_DTYPE_BFLOAT16, 64, 64}, {DA_DTYPE_FLOAT16, 128, 64}, {DA_DTYPE_BFLOAT16, 128, 32}};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+  const wgp_shape *cases = WGP_SHAPES;
+  for (size_t i = 0; i < WGP_NSHAPES; i++) {
     wgp_case c;
-    if (wgp_init(ctx, &c, cases[i].t, cases[i].d, cases[i].tk) != DA_OK) {
+    if (wgp_init(ctx, &c, cases[i].dtype, cases[i].D, cases[i].TK) != DA_OK) {
       TU_CHECK(0, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
       continue;
     }
@@ -203,9 +200,9 @@ static void test_wgmma_probe(da_context *ctx) {
     TU_CHECK(st == DA_OK, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
     char msg[256] = "";
     int ok = st == DA_OK && wgp_check(&c, msg, sizeof msg);
-    TU_CHECK(st != DA_OK || ok, "wgmma probe %s D=%d TK=%d: %s", cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16",
-             cases[i].d, cases[i].tk, msg);
-    printf("wgmma probe %s D=%d TK=%d: %s\n", cases[i].t == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].d, cases[i].tk,
+    TU_CHECK(st != DA_OK || ok, "wgmma probe %s D=%d TK=%d: %s", cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16",
+             cases[i].D, cases[i].TK, msg);
+    printf("wgmma probe %s D=%d TK=%d: %s\n", cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].D, cases[i].TK,
            ok ? "exact" : "wrong");
     for (int j = 0; j < 6; j++) da__cuda_free(dev, d[j]);
     if (k.module) da__cuda_unload(dev, &k);
@@ -217,12 +214,9 @@ static void test_wgmma_probe(da_context *ctx) {
  * specs with the default and other tile shapes (one and two warpgroups), unaligned
  * tensors, N = 1M. small: a few of each (for compute-sanitizer). */
 static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int small) {
-  da_plan_options wg = {0, 0, 0, 0, mma}, k64 = {0, 64, 0, 0, mma}, q64 = {64, 0, 0, 0, mma}, q128 = {128, 0, 0, 0, mma};
-  bs_golden(ctx, golden, mma == 2 ? "cuda wgmma" : "cuda wgmma-overlap", runner_wgmma, &wg);
-  bs_random(ctx, 0, small ? 6 : 60, 1000, runner_wgmma, &wg);
-  bs_random(ctx, 60, small ? 0 : 20, 1000, runner_wgmma, &k64);
-  bs_random(ctx, 80, small ? 0 : 20, 1000, runner_wgmma, &q64);
-  bs_random(ctx, 100, small ? 2 : 20, 1000, runner_wgmma, &q128);
+  da_plan_options wg = {0, 0, 0, 0, mma};
+  const int counts[4] = {small ? 6 : 60, small ? 0 : 20, small ? 0 : 20, small ? 2 : 20};
+  bs_wgmma(ctx, golden, mma == 2 ? "cuda wgmma" : "cuda wgmma-overlap", mma, 0, counts, 1000, runner_wgmma);
   test_unaligned(ctx, &wg);
   if (!small) test_long(ctx, 1 << 20, 8, 64, mma, mma == 2 ? "wgmma N=1048576 H=8 D=64" : "wgmma-overlap N=1048576 H=8 D=64");
 }

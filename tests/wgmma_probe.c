@@ -35,6 +35,9 @@ static const char PROBE[] =
     "  for (int i = 0; i < HD / 2; i++) o_out[t * (HD / 2) + i] = o[i];\n"
     "}\n";
 
+const wgp_shape WGP_SHAPES[WGP_NSHAPES] = {
+    {DA_DTYPE_FLOAT16, 64, 128}, {DA_DTYPE_BFLOAT16, 64, 64}, {DA_DTYPE_FLOAT16, 128, 64}, {DA_DTYPE_BFLOAT16, 128, 32}};
+
 /* value j of a deterministic sequence: a multiple of 1/8 in [-1, 1] */
 static double val(uint64_t *st) { return (double)((int)(tu_uniform(st) * 17) - 8) / 8.0; }
 

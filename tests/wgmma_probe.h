@@ -27,6 +27,14 @@ typedef struct {
   size_t q_bytes, kv_bytes, p_bytes, s_bytes, o_bytes;
 } wgp_case;
 
+/* The shapes both runners probe: fp16 / bf16 at D = 64 and 128, key tiles 32 to 128. */
+typedef struct {
+  da_dtype dtype;
+  int D, TK;
+} wgp_shape;
+#define WGP_NSHAPES 4
+extern const wgp_shape WGP_SHAPES[WGP_NSHAPES];
+
 /* Build case (dtype, D, TK): source and inputs. Returns DA_OK or the render error. */
 da_status wgp_init(da_context *ctx, wgp_case *c, da_dtype dtype, int D, int TK);
 /* Compare the outputs with S = Q K^T and O = P V; 1 when exact, else 0 with the first
