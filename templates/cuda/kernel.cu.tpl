@@ -343,6 +343,46 @@ __device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4
   softmax_exp(S, s, wcls, m_use);
 }
 
+/* The key tiles one attend() walks: branch br's offset class at s0 + off, for queries
+ * with dilated indices a_first..a_last. CTA-uniform. */
+struct da_key_walk {
+  int br;
+  const da_cuda_args &A;
+  da_i64 a_first, a_last, kend, kb, vb, kstep, vstep;
+  /* the first tile at or after `from` that is not skipped (the layout's jumps, then
+   * classify), or kend and up when none */
+  __device__ __forceinline__ da_i64 next(da_i64 from, int *cls) const {
+    da_i64 c = da_next_key_tile(from, a_first, a_last);
+    int k = 0;
+    while (c < kend && (k = classify(br, A, c, kend, a_first, a_last)) == 0) c = da_next_key_tile(c + TK, a_first, a_last);
+    *cls = k;
+    return c;
+  }
+  /* tile c into stage st of Ks / Vs (nothing past kend), one cp.async group either way */
+  __device__ __forceinline__ void load(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st) const {
+    if (c < kend) {
+      int nk = (int)min((da_i64)TK, kend - c);
+      load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb + (c + i) * kstep; });
+      load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb + (c + i) * vstep; });
+    }
+    da_cp_async_commit();
+  }
+};
+
+__device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da_i64 b, da_i64 hkv, da_i64 s0,
+                                               da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+  const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len), a_last = a0 + (da_i64)(nq - 1) * astride;
+  return da_key_walk{br,
+                     A,
+                     a0,
+                     a_last,
+                     CAUSAL ? min(L, a_last + 1) : L,
+                     b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2],
+                     b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2],
+                     r * A.k_stride[1],
+                     r * A.v_stride[1]};
+}
+
 {% if p.wg_overlap then %}
 /* wgmma, overlapped: tile j+1's S = Q K^T is issued before tile j's softmax, so the
  * warpgroup's tensor cores work while its warps compute exp2 (FlashAttention-3's
@@ -351,39 +391,18 @@ __device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4
  * tile j + 1 (K for the next S) and tile j + 2 loading. One CTA barrier per tile. */
 __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len);
-  const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
-  const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
+  const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
+  const da_i64 kend = W.kend;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wr0 = warp * WROWS;
 {% if p.sparse then %}
   __shared__ unsigned char blk_ok[TQ * BLK_COLS];
 {% end %}
-  const da_i64 kb_ = b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2];
-  const da_i64 vb_ = b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2];
-  const da_i64 kstep = r * A.k_stride[1], vstep = r * A.v_stride[1];
-  /* the first tile at or after `from` that is not skipped (CTA-uniform) */
-  auto next_tile = [&](da_i64 from, int *cls) -> da_i64 {
-    da_i64 c = da_next_key_tile(from, a_first, a_last);
-    int k = 0;
-    while (c < kend && (k = classify(br, A, c, kend, a_first, a_last)) == 0) c = da_next_key_tile(c + TK, a_first, a_last);
-    *cls = k;
-    return c;
-  };
-  /* tile c into stage st (nothing past kend), one cp.async group either way */
-  auto load_tile = [&](da_i64 c, int st) {
-    if (c < kend) {
-      int nk = (int)min((da_i64)TK, kend - c);
-      load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb_ + (c + i) * kstep; });
-      load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb_ + (c + i) * vstep; });
-    }
-    da_cp_async_commit();
-  };
   int cls0 = 0, cls1 = 0, st = 0;
-  da_i64 c0 = next_tile(0, &cls0);
+  da_i64 c0 = W.next(0, &cls0);
   if (c0 >= kend) return;
-  load_tile(c0, 0);
-  da_i64 c1 = next_tile(c0 + TK, &cls1);
-  load_tile(c1, 1);
+  W.load(Ks, Vs, c0, 0);
+  da_i64 c1 = W.next(c0 + TK, &cls1);
+  W.load(Ks, Vs, c1, 1);
   da_cp_async_wait<1>(); /* tile c0 */
   da_fence_proxy_async();
   __syncthreads();
@@ -397,8 +416,8 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     __syncthreads(); /* tile c1 visible; every warp is done with the tile before c0 */
     const int st1 = st == 2 ? 0 : st + 1, st2 = st1 == 2 ? 0 : st1 + 1;
     int cls2 = 0;
-    const da_i64 c2 = c1 < kend ? next_tile(c1 + TK, &cls2) : kend;
-    load_tile(c2, st2); /* into the stage of the tile before c0 */
+    const da_i64 c2 = c1 < kend ? W.next(c1 + TK, &cls2) : kend;
+    W.load(Ks, Vs, c2, st2); /* into the stage of the tile before c0 */
 {% if p.sparse then %}
     da_idx kb_first;
     int nkb;
@@ -428,43 +447,21 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 {% else %}
 __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len);
-  const da_i64 a_first = a0, a_last = a0 + (da_i64)(nq - 1) * astride;
-  const da_i64 kend = CAUSAL ? min(L, a_last + 1) : L;
+  const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
+  const da_i64 kend = W.kend;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 {% if p.sparse then %}
   __shared__ unsigned char blk_ok[TQ * BLK_COLS];
 {% end %}
-  const da_i64 kb_ = b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2];
-  const da_i64 vb_ = b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2];
-  const da_i64 kstep = r * A.k_stride[1], vstep = r * A.v_stride[1];
-  /* find the first tile that is not skipped (the layout's jumps first, then classify) */
-  da_i64 c0 = da_next_key_tile(0, a_first, a_last);
-  int cls = 0;
-  while (c0 < kend && (cls = classify(br, A, c0, kend, a_first, a_last)) == 0)
-    c0 = da_next_key_tile(c0 + TK, a_first, a_last);
+  int cls = 0, stage = 0;
+  da_i64 c0 = W.next(0, &cls);
   if (c0 >= kend) return;
-  int stage = 0;
-  {
-    int nk = (int)min((da_i64)TK, kend - c0);
-    da_i64 cc = c0;
-    load_rows(Ks, A.k, TK, nk, A.vec16, [&](int i) { return kb_ + (cc + i) * kstep; });
-    load_rows(Vs, A.v, TK, nk, A.vec16, [&](int i) { return vb_ + (cc + i) * vstep; });
-    da_cp_async_commit();
-  }
+  W.load(Ks, Vs, c0, 0);
   while (c0 < kend) {
     /* prefetch the next tile that is not skipped into the other stage */
-    da_i64 n0 = da_next_key_tile(c0 + TK, a_first, a_last);
     int ncls = 0;
-    while (n0 < kend && (ncls = classify(br, A, n0, kend, a_first, a_last)) == 0)
-      n0 = da_next_key_tile(n0 + TK, a_first, a_last);
-    if (n0 < kend) {
-      int nk = (int)min((da_i64)TK, kend - n0);
-      da_u16 *kn = Ks + (stage ^ 1) * TK * ROWH, *vn = Vs + (stage ^ 1) * TK * ROWH;
-      load_rows(kn, A.k, TK, nk, A.vec16, [&](int i) { return kb_ + (n0 + i) * kstep; });
-      load_rows(vn, A.v, TK, nk, A.vec16, [&](int i) { return vb_ + (n0 + i) * vstep; });
-    }
-    da_cp_async_commit();
+    const da_i64 n0 = W.next(c0 + TK, &ncls);
+    W.load(Ks, Vs, n0, stage ^ 1);
     da_cp_async_wait<1>();
 {% if p.wgmma then %}
     da_fence_proxy_async(); /* this thread's copies into the tile, visible to wgmma's reads */
