@@ -25,6 +25,7 @@ B=${DILATTN_BUILD:-build} # the build folder: build-gpu when carried (bench/gpu_
 golden=$B/golden
 phase=${1:-all}
 export DILATTN_CACHE_DIR=${DILATTN_CACHE_DIR:-/tmp/dilattn-kcache} # not under $OUT: nothing to bring back
+export DILATTN_WGMMA_MAP_DIR=${DILATTN_WGMMA_MAP_DIR:-$out} # test_gpu wgmma: the probe's wrong reads, if any
 run() { echo "== $*"; "$@" 2>&1 | tee -a "$out/session.log"; echo "rc=${PIPESTATUS[0]}" | tee -a "$out/session.log"; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; } | tee "$out/device.txt"
 if [ "$phase" = tests ] || [ "$phase" = all ]; then

@@ -306,6 +306,10 @@ static void wgp_invoke(void *kernel, const void *args) {
   ((void (*)(const void *, const void *, const void *, const void *, float *, float *))kernel)(a->q, a->k, a->v, a->p,
                                                                                              a->s, a->o);
 }
+static void wgp_map_invoke(void *kernel, const void *args) { /* p: the one-hot K tile; s: the map */
+  const wgp_args *a = args;
+  ((void (*)(const void *, const void *, const void *, const void *, float *))kernel)(a->q, a->k, a->v, a->p, a->s);
+}
 
 /* The wgmma probe (tests/wgmma_probe.h) in the emulator: each (dtype, D, TK) the path
  * takes, the outputs exact. */
@@ -336,10 +340,25 @@ static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
         da__nvrtc_result_free(&res);
       }
     }
-    void *lib = NULL, *fn = NULL;
+    void *lib = NULL, *fn = NULL, *map = NULL;
     int ok = da_emu_compile(c.source, dir, name, include_dir, so, sizeof so, err, sizeof err) == 0 &&
-             (lib = dlopen(so, RTLD_NOW | RTLD_LOCAL)) && (fn = dlsym(lib, WGP_KERNEL));
+             (lib = dlopen(so, RTLD_NOW | RTLD_LOCAL)) && (fn = dlsym(lib, WGP_KERNEL)) && (map = dlsym(lib, WGP_MAP_KERNEL));
     TU_CHECK(ok, "wgmma probe %zu: build: %s", i, err);
+    if (ok) { /* the operand map: every read where the kernel's descriptors say */
+      da_emu_reset_buffers();
+      da_emu_register_buffer(c.mq, c.mq_bytes, 0);
+      da_emu_register_buffer(c.mk, c.mkv_bytes, 0);
+      da_emu_register_buffer(c.mv, c.mkv_bytes, 0);
+      da_emu_register_buffer(c.khot, c.kv_bytes, 0);
+      wgp_args a = {c.mq, c.mk, c.mv, c.khot, c.map_out, NULL};
+      int rc = da_emu_launch(wgp_map_invoke, map, &a, 1, 1, 1, 128, (size_t)c.smem, 17 + i, err, sizeof err);
+      TU_CHECK(rc == 0, "wgmma map %zu: launch: %s", i, err);
+      char msg[512] = "";
+      TU_CHECK(rc == 0 && wgp_check_map(&c, msg, sizeof msg, NULL), "wgmma map %s D=%d TK=%d: %s",
+               cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].D, cases[i].TK, msg);
+      printf("wgmma map %s D=%d TK=%d: %s\n", cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].D,
+             cases[i].TK, rc == 0 && !msg[0] ? "every read right" : "wrong");
+    }
     if (ok) {
       da_emu_reset_buffers();
       da_emu_register_buffer(c.q, c.q_bytes, 0);

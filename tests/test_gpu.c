@@ -168,10 +168,34 @@ static void test_long(da_context *ctx, int64_t N, int H, int D, int cuda_mma, co
 /* The wgmma probe (tests/wgmma_probe.h) on the device: the two chains of one warpgroup
  * against exact products, naming the first wrong element (which descriptor or fragment
  * map disagrees with the hardware) before the end-to-end suites run. */
+/* One CTA of 128 threads of kernel `name` from cubin over n device copies of buf[j]
+ * (bytes[j]; the first nin copied in), the outputs (j >= nin) copied back. */
+static da_status wgp_run(da_context *ctx, const void *cubin, const char *name, int smem, int n, int nin,
+                         void *const *buf, const size_t *bytes) {
+  da__cuda_kernel k = {0};
+  void *d[8] = {0}, *params[8];
+  da_status st = da__cuda_load(ctx, dev, cubin, name, smem, &k);
+  for (int j = 0; j < n && st == DA_OK; j++) st = da__cuda_malloc(ctx, dev, bytes[j], &d[j]), params[j] = &d[j];
+  for (int j = 0; j < nin && st == DA_OK; j++) st = da__cuda_memcpy_htod(ctx, dev, d[j], buf[j], bytes[j]);
+  if (st == DA_OK) st = da__cuda_launch(ctx, dev, &k, 1, 1, 1, 128, 1, 1, (unsigned)smem, NULL, params);
+  if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+  for (int j = nin; j < n && st == DA_OK; j++) st = da__cuda_memcpy_dtoh(ctx, dev, buf[j], d[j], bytes[j]);
+  for (int j = 0; j < n; j++) da__cuda_free(dev, d[j]);
+  if (k.module) da__cuda_unload(dev, &k);
+  return st;
+}
+
+/* The wgmma probe (tests/wgmma_probe.h) on the device: first the operand map (which tile
+ * element the hardware reads for every operand element; with DILATTN_WGMMA_MAP_DIR set,
+ * the wrong reads go to a file there, for a diagnosis after the session), then the two
+ * chains of one warpgroup against exact products, naming the first wrong element, before
+ * the end-to-end suites run. */
 static void test_wgmma_probe(da_context *ctx) {
   const wgp_shape *cases = WGP_SHAPES;
+  const char *dump_dir = getenv("DILATTN_WGMMA_MAP_DIR");
   for (size_t i = 0; i < WGP_NSHAPES; i++) {
     wgp_case c;
+    const char *dt = cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16";
     if (wgp_init(ctx, &c, cases[i].dtype, cases[i].D, cases[i].TK) != DA_OK) {
       TU_CHECK(0, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
       continue;
@@ -179,33 +203,39 @@ static void test_wgmma_probe(da_context *ctx) {
     int nopts = 0;
     const char *const *opts = da__cuda_nvrtc_opts(&nopts);
     da__nvrtc_result res;
-    da__cuda_kernel k = {0};
-    void *d[6] = {0};
-    size_t bytes[6] = {c.q_bytes, c.kv_bytes, c.kv_bytes, c.p_bytes, c.s_bytes, c.o_bytes};
-    const void *host[4] = {c.q, c.k, c.v, c.p};
     da_status st = da__nvrtc_compile(ctx, c.source, "wgmma_probe.cu", "sm_90a", opts, nopts, &res);
-    if (st == DA_OK) {
-      st = da__cuda_load(ctx, dev, res.cubin, WGP_KERNEL, c.smem, &k);
-      da__nvrtc_result_free(&res);
+    TU_CHECK(st == DA_OK, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
+    if (st != DA_OK) {
+      wgp_free(&c);
+      continue;
     }
-    for (int j = 0; j < 6 && st == DA_OK; j++) st = da__cuda_malloc(ctx, dev, bytes[j], &d[j]);
-    for (int j = 0; j < 4 && st == DA_OK; j++) st = da__cuda_memcpy_htod(ctx, dev, d[j], host[j], bytes[j]);
+    void *mbuf[5] = {c.mq, c.mk, c.mv, c.khot, c.map_out};
+    size_t mbytes[5] = {c.mq_bytes, c.mkv_bytes, c.mkv_bytes, c.kv_bytes, c.map_bytes};
+    st = wgp_run(ctx, res.cubin, WGP_MAP_KERNEL, c.smem, 5, 4, mbuf, mbytes);
+    TU_CHECK(st == DA_OK, "wgmma map %zu: %s", i, da_context_last_error(ctx));
     if (st == DA_OK) {
-      void *params[6] = {&d[0], &d[1], &d[2], &d[3], &d[4], &d[5]};
-      st = da__cuda_launch(ctx, dev, &k, 1, 1, 1, 128, 1, 1, (unsigned)c.smem, NULL, params);
+      char msg[512] = "", path[1024] = "";
+      FILE *dump = NULL;
+      if (dump_dir) {
+        snprintf(path, sizeof path, "%s/wgmma-map-%s-D%d-TK%d.txt", dump_dir, dt, cases[i].D, cases[i].TK);
+        dump = fopen(path, "w");
+        if (dump) fprintf(dump, "# operand step row col want_row want_col got_row got_col (wrong reads only)\n");
+      }
+      int ok = wgp_check_map(&c, msg, sizeof msg, dump);
+      if (dump) fclose(dump);
+      TU_CHECK(ok, "wgmma map %s D=%d TK=%d: %s%s%s", dt, cases[i].D, cases[i].TK, msg, dump ? "; every wrong read in " : "",
+               dump ? path : "");
+      printf("wgmma map %s D=%d TK=%d: %s\n", dt, cases[i].D, cases[i].TK, ok ? "every read right" : "wrong");
     }
-    if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
-    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, c.s_out, d[4], c.s_bytes);
-    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, c.o_out, d[5], c.o_bytes);
+    void *buf[6] = {c.q, c.k, c.v, c.p, c.s_out, c.o_out};
+    size_t bytes[6] = {c.q_bytes, c.kv_bytes, c.kv_bytes, c.p_bytes, c.s_bytes, c.o_bytes};
+    st = wgp_run(ctx, res.cubin, WGP_KERNEL, c.smem, 6, 4, buf, bytes);
+    da__nvrtc_result_free(&res);
     TU_CHECK(st == DA_OK, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
     char msg[256] = "";
     int ok = st == DA_OK && wgp_check(&c, msg, sizeof msg);
-    TU_CHECK(st != DA_OK || ok, "wgmma probe %s D=%d TK=%d: %s", cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16",
-             cases[i].D, cases[i].TK, msg);
-    printf("wgmma probe %s D=%d TK=%d: %s\n", cases[i].dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16", cases[i].D, cases[i].TK,
-           ok ? "exact" : "wrong");
-    for (int j = 0; j < 6; j++) da__cuda_free(dev, d[j]);
-    if (k.module) da__cuda_unload(dev, &k);
+    TU_CHECK(st != DA_OK || ok, "wgmma probe %s D=%d TK=%d: %s", dt, cases[i].D, cases[i].TK, msg);
+    printf("wgmma probe %s D=%d TK=%d: %s\n", dt, cases[i].D, cases[i].TK, ok ? "exact" : "wrong");
     wgp_free(&c);
   }
 }

@@ -10,11 +10,21 @@
 #define DA_WGMMA_PROBE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "dilattn.h"
 
 #define WGP_KERNEL "da_wgmma_probe"
+/* The operand map: a second kernel in the same source loads Q, K and V tiles whose values
+ * encode their own (row, column), five bits per pass over three passes, through the plan's
+ * loader, and runs one wgmma per k16 step and operand with the other operand one-hot, so
+ * every accumulator shows which tile element the hardware read for one operand element
+ * (K and V as the B operand, from a one-hot A in registers; Q as the A operand, with a
+ * one-hot K tile). Where the exact probe says "wrong", this says where the read went. */
+#define WGP_MAP_KERNEL "da_wgmma_map"
+#define WGP_MAP_PASSES 3
+enum { WGP_MAP_K, WGP_MAP_V, WGP_MAP_Q, WGP_MAP_OPS };
 
 typedef struct {
   da_dtype dtype;
@@ -25,6 +35,11 @@ typedef struct {
   uint32_t *p;         /* packed P fragments: [128 threads][TK / 16][4] */
   float *s_out, *o_out; /* outputs: [128][TK / 2], [128][D / 2] */
   size_t q_bytes, kv_bytes, p_bytes, s_bytes, o_bytes;
+  /* the map kernel: (q, k, v)[pass] encoded tiles, khot the one-hot K tile, map_out
+   * [pass][operand][k16 step][thread][64] */
+  uint16_t *mq, *mk, *mv, *khot;
+  float *map_out;
+  size_t mq_bytes, mkv_bytes, map_bytes;
 } wgp_case;
 
 /* The shapes both runners probe: fp16 / bf16 at D = 64 and 128, key tiles 32 to 128. */
@@ -40,6 +55,10 @@ da_status wgp_init(da_context *ctx, wgp_case *c, da_dtype dtype, int D, int TK);
 /* Compare the outputs with S = Q K^T and O = P V; 1 when exact, else 0 with the first
  * wrong element (which matrix, row, column, thread, value) in msg. */
 int wgp_check(const wgp_case *c, char *msg, size_t cap);
+/* Compare map_out with the reads each operand needs; 1 when every read is right, else 0
+ * with the first wrong read and the count in msg. dump (may be NULL): one line per wrong
+ * read ("op step row col want_r want_c got_r got_c"), for a diagnosis after the session. */
+int wgp_check_map(const wgp_case *c, char *msg, size_t cap, FILE *dump);
 void wgp_free(wgp_case *c);
 
 #endif

@@ -96,6 +96,18 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
 #define DA_CHUNK(rows, r, c) (da_sw128_off((rows), (r), (c)) >> 1) /* halves */
 #define ROWH HD /* halves per tile row (a stage of TK rows is TK * ROWH halves) */
 
+/* The descriptors of k16 step kk: of the Q tile (the warpgroup's 64 rows at qa, K-major,
+ * head dims 16kk..16kk+15), of a K tile at ka (K-major, same dims) and of a V tile at va
+ * (MN-major, keys 16kk..16kk+15). The wgmma probe (tests/wgmma_probe.c) maps what the
+ * hardware reads through exactly these. */
+__device__ __forceinline__ da_u64 da_wg_desc_q(da_u32 qa, int kk) {
+  return da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024);
+}
+__device__ __forceinline__ da_u64 da_wg_desc_k(da_u32 ka, int kk) {
+  return da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024);
+}
+__device__ __forceinline__ da_u64 da_wg_desc_v(da_u32 va, int kk) { return da_wgmma_desc(va + kk * 2048, TK * 128, 1024); }
+
 /* s (this thread's TK / 2 accumulators of S, 64 x TK) = Q K^T: one chain of HD / 16
  * wgmma over the tiles at shared addresses qa (TQ rows) and ka (TK rows), K-major; the
  * first step ignores s's old values (scale-d 0), so s needs no zeroing. Waits for the
@@ -105,10 +117,8 @@ __device__ __forceinline__ void da_wg_qk_issue(float *s, da_u32 qa, da_u32 ka) {
   da_wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < HD / 16; kk++) {
-    const da_u64 a = da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024),
-                 b = da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024);
-    if (kk == 0) da_wg_scores_first(s, a, b);
-    else da_wg_scores(s, a, b);
+    if (kk == 0) da_wg_scores_first(s, da_wg_desc_q(qa, kk), da_wg_desc_k(ka, kk));
+    else da_wg_scores(s, da_wg_desc_q(qa, kk), da_wg_desc_k(ka, kk));
   }
   da_wgmma_commit();
 }
@@ -125,7 +135,7 @@ __device__ __forceinline__ void da_wg_pv_issue(float *o, const da_u32 (*pa)[4], 
   da_wgmma_fence_operand<HD / 2>(o);
   da_wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < TK / 16; kk++) da_wg_pv(o, pa[kk], da_wgmma_desc(va + kk * 2048, TK * 128, 1024));
+  for (int kk = 0; kk < TK / 16; kk++) da_wg_pv(o, pa[kk], da_wg_desc_v(va, kk));
   da_wgmma_commit();
 }
 __device__ __forceinline__ void da_wg_pv_tile(float *o, const da_u32 (*pa)[4], da_u32 va) {
