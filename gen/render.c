@@ -102,7 +102,10 @@ static int push_spec(lua_State *L) {
     lua_setfield(L, -2, "fused_min_queries");
   }
   if (a->opts && a->opts->cuda_mma) {
-    lua_pushstring(L, a->opts->cuda_mma == 3 ? "wgmma-overlap" : a->opts->cuda_mma == 2 ? "wgmma" : "sync");
+    lua_pushstring(L, a->opts->cuda_mma == 4   ? "wgmma-ws"
+                      : a->opts->cuda_mma == 3 ? "wgmma-overlap"
+                      : a->opts->cuda_mma == 2 ? "wgmma"
+                                               : "sync");
     lua_setfield(L, -2, "mma");
   }
   return 2;
@@ -118,7 +121,8 @@ static int push_render_fn(lua_State *L) {
   return 1;
 }
 
-int da__wgmma_serves(const da_spec *spec) {
+int da__wgmma_serves(const da_spec *spec, int mma) {
+  if (mma == 4 && spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE) return 0;
   return spec->dtype != DA_DTYPE_FLOAT32 && (spec->head_dim == 64 || spec->head_dim == 128);
 }
 
@@ -127,8 +131,10 @@ static int check_opts(const da_context *ctx, const da__render_opts *o) {
   DA_RETURN_IF(o->tile_q < 0 || o->tile_q > 256, DA_ERR_INVALID_ARGUMENT, "tile_q: %d is out of range (1 to 256)", o->tile_q);
   DA_RETURN_IF(o->tile_k < 0 || o->tile_k > 1024, DA_ERR_INVALID_ARGUMENT, "tile_k: %d is out of range (1 to 1024)", o->tile_k);
   DA_RETURN_IF(o->fused_min_queries < 0, DA_ERR_INVALID_ARGUMENT, "fused_min_queries: %d is negative", o->fused_min_queries);
-  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 3, DA_ERR_INVALID_ARGUMENT,
-               "cuda_mma: %d is not 0 (default), 1 (mma.sync), 2 (wgmma) or 3 (wgmma, overlapped)", o->cuda_mma);
+  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 4, DA_ERR_INVALID_ARGUMENT,
+               "cuda_mma: %d is not 0 (default), 1 (mma.sync), 2 (wgmma), 3 (wgmma, overlapped) or 4 (wgmma, "
+               "warp-specialized)",
+               o->cuda_mma);
   return DA_OK;
 }
 
@@ -191,11 +197,12 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
   if (da_spec_validate(spec, msg, sizeof msg) != DA_OK)
     return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
   DA_TRY(check_opts(ctx, opts));
-  DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA && !da__wgmma_serves(spec),
+  DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA && !da__wgmma_serves(spec, opts->cuda_mma),
                DA_ERR_INVALID_ARGUMENT,
-               "cuda_mma = %d (wgmma) needs float16 or bfloat16 with head_dim 64 or 128 (this spec: %s, head_dim %d)", opts->cuda_mma,
+               "cuda_mma = %d (wgmma) needs float16 or bfloat16 with head_dim 64 or 128%s (this spec: %s, head_dim %d%s)",
+               opts->cuda_mma, opts->cuda_mma == 4 ? " and a dense layout" : "",
                spec->dtype == DA_DTYPE_FLOAT32 ? "float32" : spec->dtype == DA_DTYPE_FLOAT16 ? "float16" : "bfloat16",
-               spec->head_dim);
+               spec->head_dim, opts->cuda_mma == 4 && spec->sparsity.layout > DA_LAYOUT_DENSE ? ", a sparse layout" : "");
   char *spec_json = da_spec_to_json(spec);
   DA_RETURN_IF(!spec_json, DA_ERR_NO_MEMORY, "spec JSON: out of memory");
   char spec_hash[65];

@@ -274,6 +274,9 @@ typedef struct {
                             2 = wgmma (float16/bfloat16, head_dim 64 or 128; sm_90 devices
                             only, compiled for sm_90a), 3 = wgmma with the next key tile's
                             scores issued before this tile's softmax (same conditions;
+                            experimental), 4 = wgmma warp-specialized: a producer warpgroup
+                            loads K / V, two consumer warpgroups take turns on the tensor
+                            cores (same conditions, dense and causal layouts only;
                             experimental). Ignored by the host backend. */
 } da_plan_options;
 
@@ -285,7 +288,8 @@ DA_API da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_back
                                    const da_plan_options *opts, da_plan **out);
 
 /* The tunables the plan was built with (tuned or default, as resolved): tile_q, tile_k and,
- * on CUDA, cuda_mma (1 mma.sync, 2 wgmma, 3 wgmma overlapped; 0 on the host and the SIMT path). The struct
+ * on CUDA, cuda_mma (1 mma.sync, 2 wgmma, 3 wgmma overlapped, 4 wgmma warp-specialized; 0 on the host
+ * and the SIMT path). The struct
  * grew cuda_mma in 0.2.0: code built against an older header must be rebuilt. */
 DA_API da_status da_plan_get_options(const da_plan *plan, da_plan_options *out);
 

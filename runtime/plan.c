@@ -324,7 +324,7 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;
   da__cuda *dev;
-  if (!da__wgmma_serves(spec) || da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev)))
+  if (!da__wgmma_serves(spec, 2) || da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev)))
     return DA_OK;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);

@@ -23,7 +23,7 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
 
 /* Plan options for the wgmma path where it applies to s (fp16 / bf16 at head_dim 64 or
  * 128): base's tunables (all 0 when NULL) with base's cuda_mma if it names a wgmma
- * variant (2, 3), else 2; elsewhere all 0 (the planner's defaults). */
+ * variant that serves s (2, 3, 4), else 2; elsewhere all 0 (the planner's defaults). */
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
 
 /* The wgmma path (cuda_mma = mma) through run, whose user is a da_plan_options that run

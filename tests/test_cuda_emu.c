@@ -17,7 +17,7 @@
  * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128), with
  * one and two warpgroups per CTA and both key tiles; wgmma-overlap: the same with
  * cuda_mma = 3 (the next tile's scores in flight during the softmax).
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|all] [FIRST COUNT]
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|all] [FIRST COUNT]
  *      (wgmma-random FIRST COUNT replays random specs on the wgmma path)
  * (ctest runs the golden cases and shards of the random specs). */
 #include <dlfcn.h>
@@ -381,14 +381,15 @@ static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-/* The wgmma path (cuda_mma = mma: 2, or 3 overlapped) wherever it applies: golden cases,
+/* The wgmma path (cuda_mma = mma: 2, 3 overlapped, 4 warp-specialized) wherever it applies: golden cases,
  * edge shapes, unaligned tensors, random specs with the default and other tile shapes,
  * full 128-row tiles (two warpgroups), D = 128 with 32-key tiles. */
 static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   da_plan_options wg = {0, 0, 0, 0, mma};
   static const int counts[4] = {8, 6, 6, 8};
   unsigned long long before = da_emu_wgmma_count();
-  bs_wgmma(ctx, golden, mma == 3 ? "cuda-emu wgmma-overlap" : "cuda-emu wgmma", mma, 200, counts, 400, run_emu_wgmma);
+  bs_wgmma(ctx, golden, mma == 4 ? "cuda-emu wgmma-ws" : mma == 3 ? "cuda-emu wgmma-overlap" : "cuda-emu wgmma", mma, 200, counts,
+           400, run_emu_wgmma);
   test_edge(ctx, run_emu_wgmma, &wg);
   test_unaligned(ctx, &wg);
   for (int i = 0; i < 4; i++) { /* two warpgroups over full 128-row tiles: segments of 512 and 1024 */
@@ -411,7 +412,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|all] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|all] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -430,6 +431,7 @@ int main(int argc, char **argv) {
     test_wgmma_suite(ctx, argv[2], 2);
   }
   if (all || !strcmp(which, "wgmma-overlap")) test_wgmma_suite(ctx, argv[2], 3); /* the same, overlapped */
+  if (all || !strcmp(which, "wgmma-ws")) test_wgmma_suite(ctx, argv[2], 4);      /* the same, warp-specialized */
   if (all || !strcmp(which, "tiles")) { /* 32 query rows per warp (tile_q 128), 32-key tiles */
     da_plan_options dflt = {0, 0, 0, 0, 0}, k64 = {0, 64, 0, 0, 0};
     bs_random(ctx, 100, 10, 400, run_emu_tq128, &dflt);

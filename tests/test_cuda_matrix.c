@@ -104,7 +104,7 @@ static void build_matrix(int n) {
   base = njobs;
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
-    if (jobs[i].clone || !da__wgmma_serves(s) || k++ % 2) continue;
+    if (jobs[i].clone || !da__wgmma_serves(s, 2) || k++ % 2) continue;
     job_t *j = &jobs[njobs++];
     *j = jobs[i];
     memset(j->masks, 0, sizeof j->masks);
@@ -112,7 +112,7 @@ static void build_matrix(int n) {
     j->opts.cuda_mma = 2;
     if (k % 4 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
     if (k % 4 == 2) j->opts.tile_q = 64; /* one warpgroup (the default takes two where tiles fill) */
-    if (k % 4 == 3) j->opts.cuda_mma = 3; /* overlapped */
+    if (k % 4 == 3) j->opts.cuda_mma = da__wgmma_serves(s, 4) && k % 8 == 7 ? 4 : 3; /* warp-specialized, overlapped */
   }
 }
 

@@ -148,7 +148,7 @@ function M.plan(spec, target, opts)
   p.name = string.format("da_fwd_%s_w%s_r%s_h%d_%d_d%d_%s%s%s_%s", mode, table.concat(ws, "_"),
     table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
     layout_tag(sp), spec.spec_hash:sub(1, 12))
-  if p.wgmma then p.name = p.name .. (p.wg_overlap and "_wgmmao" or "_wgmma") end -- sources can share a folder
+  if p.wgmma then p.name = p.name .. (p.wg_overlap and "_wgmmao" or p.wg_ws and "_wgmmaw" or "_wgmma") end -- sources can share a folder
   return p
 end
 
@@ -195,14 +195,21 @@ end
 -- The grid is (query tiles, heads, batch); the runtime sizes x from N with the facts here.
 function M.plan_cuda(p, opts)
   local D = p.D
-  local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap"
+  local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap" or opts.mma == "wgmma-ws"
   if opts.mma and not wg and opts.mma ~= "sync" then
-    error("cuda: mma must be \"sync\", \"wgmma\" or \"wgmma-overlap\"", 0)
+    error("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\" or \"wgmma-ws\"", 0)
   end
   -- wgmma-overlap: the next key tile's S = Q K^T in flight during this tile's softmax
   -- (two score register sets, three K / V stages)
   p.wg_overlap = opts.mma == "wgmma-overlap"
-  p.stages = p.wg_overlap and 3 or 2
+  -- wgmma-ws: warp-specialized (a producer warpgroup loads, the consumer warpgroups take
+  -- turns on the tensor cores); the key walk runs on both sides without a CTA barrier, so
+  -- the layout must not be sparse (classify reduces over the whole CTA there)
+  p.wg_ws = opts.mma == "wgmma-ws"
+  if p.wg_ws and p.sparse then
+    error("cuda wgmma-ws path: sparse layouts are not supported (use wgmma or wgmma-overlap)", 0)
+  end
+  p.stages = (p.wg_overlap or p.wg_ws) and 3 or 2
   if wg and (p.dtype_name == "float32" or (D ~= 64 and D ~= 128)) then
     error("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128", 0)
   end
@@ -241,7 +248,11 @@ function M.plan_cuda(p, opts)
       error(wg and "cuda wgmma path: tile_q must be 64 or 128 (one or two warpgroups of 64 rows)"
         or "cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
     end
-    if wg then p.threads = p.tile_q * 2 end -- a warpgroup (128 threads) per 64 rows
+    if wg then p.threads = p.tile_q * 2 + (p.wg_ws and 128 or 0) end -- a warpgroup (128 threads) per 64 rows
+    -- two consumer warpgroups and the producer: 168 registers each at launch (384 threads);
+    -- the producer gives up all but 40 so each consumer may use 232 (128 x 40 + 256 x 232
+    -- <= 65536)
+    if p.wg_ws and p.tile_q == 128 then p.setmaxnreg = {40, 232} end
     if p.tile_q == 128 and D > 96 and not wg then
       error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
     end
@@ -261,7 +272,7 @@ function M.plan_cuda(p, opts)
       p.tile_k = opts.tile_k or 64
     end
     p.warp_mtiles = wg and 1 or p.tile_q // 64
-    if wg and (D > 64 or p.wg_overlap) and p.tile_k > 64 then
+    if wg and (D > 64 or p.wg_overlap) and p.tile_k > 64 and not p.wg_ws then
       error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 and when overlapped (scores, P and "
         .. "output would spill)", 0)
     end
@@ -275,6 +286,7 @@ function M.plan_cuda(p, opts)
     end
     if wg then
       p.smem_row = D -- swizzled, unpadded; 1024 bytes more to align the tiles
+      if p.wg_ws and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > 200 * 1024 then p.stages = 2 end
       p.smem_bytes = 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2
     else
       p.smem_row = D + 8 -- halves per shared-memory row (padding breaks bank conflicts)

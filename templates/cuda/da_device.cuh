@@ -170,6 +170,38 @@ template <int N> __device__ __forceinline__ void da_wgmma_fence_operand(float *r
   for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+/* Warp specialization (sm_90a). mbarrier: a shared-memory barrier object, initialised by
+ * one thread before a CTA barrier; arrive releases this thread's earlier writes;
+ * cp_async_mbar_arrive arrives once this thread's earlier cp.async copies have landed (the
+ * .noinc form: the arrival is one of the `count` the barrier was initialised with);
+ * wait(parity) returns once the barrier's phase of that parity has completed, acquiring
+ * what its arrivals released. Named barriers 1..15 over `count` threads: sync waits for
+ * them, arrive counts without waiting. setmaxnreg moves registers between warpgroups. */
+__device__ __forceinline__ void da_mbar_init(da_u64 *bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(da_smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void da_mbar_arrive(da_u64 *bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(da_smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void da_cp_async_mbar_arrive(da_u64 *bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(da_smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void da_mbar_wait(da_u64 *bar, da_u32 parity) {
+  asm volatile("{\n.reg .pred done;\nDA_WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra DA_WAIT;\n}\n" ::"r"(da_smem_addr(bar)),
+               "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void da_named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void da_named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+template <int N> __device__ __forceinline__ void da_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void da_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
 /* 2^x with the SFU alone (ex2.approx.ftz: results below 2^-126 flush to 0; exp2f without
  * fast math wraps the same instruction in denormal scaling, 3 more FP32 instructions per
  * softmax element). In the online softmax the largest term of a row is 2^0, so a flushed

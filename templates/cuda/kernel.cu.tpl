@@ -16,6 +16,8 @@
 #define TQ {{ p.tile_q }}         /* queries per CTA tile */
 #define TK {{ p.tile_k }}         /* keys per tile */
 #define NTHREADS {{ p.threads }}
+#define DA_PRODUCERS {{ p.wg_ws and 128 or 0 }} /* warp-specialized: warpgroup 0 loads K and V, the rest compute */
+#define NCT (NTHREADS - DA_PRODUCERS)         /* the threads that compute */
 #define CAUSAL {{ p.causal }}
 #define BLOCK {{ p.block }}
 #define SCALE_LOG2 ((float)({{ f64(p.scale) }} * 1.4426950408889634)) /* scale * log2(e): softmax in base 2 */
@@ -170,14 +172,20 @@ struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m
 {% end %}
 };
 
+/* This thread's index among the computing threads (threadIdx.x but for warp
+ * specialization, where the producer warpgroup comes first). */
+__device__ __forceinline__ int da_ct() { return (int)threadIdx.x - DA_PRODUCERS; }
+
 /* Copy rows of a [rows][HD] tile into smem (chunk layout DA_CHUNK); row i is at element offset
  * row_off(i) of base; rows >= nrows are zero-filled. With vec16 (the caller's tensors
  * allow 16-byte accesses) through cp.async; otherwise with plain 2-byte loads, which land
- * before the barrier that follows the cp.async wait, so the pipeline is the same. */
+ * before the barrier that follows the cp.async wait, so the pipeline is the same. Threads
+ * tid of nthr (by default the whole CTA) share the copy. */
 template <typename F>
-__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int rows, int nrows, bool vec16, F row_off) {
+__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int rows, int nrows, bool vec16, F row_off,
+                                          int tid = threadIdx.x, int nthr = NTHREADS) {
   const int chunks = HD / 8;
-  for (int i = threadIdx.x; i < rows * chunks; i += NTHREADS) {
+  for (int i = tid; i < rows * chunks; i += nthr) {
     int r = i / chunks, c = i % chunks;
     bool ok = r < nrows;
     const da_u16 *src = (const da_u16 *)base + (ok ? row_off(r) + c * 8 : 0);
@@ -237,14 +245,33 @@ __device__ __forceinline__ int warp_tile_class(int cls, int warp, int lane, da_i
   return wcls;
 }
 
+/* The output's rows times corr (the online softmax's rescale). */
+__device__ __forceinline__ void softmax_rescale_o(da_state &S, const float (&corr)[MT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int dt = 0; dt < NT_O; dt++) {
+      S.o[mt][dt][0] *= corr[mt][0];
+      S.o[mt][dt][1] *= corr[mt][0];
+      S.o[mt][dt][2] *= corr[mt][1];
+      S.o[mt][dt][3] *= corr[mt][1];
+    }
+}
+
 /* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
  * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
  * them, the output too; m_use gets what softmax_exp subtracts. wcls 0 (none of the warp's
- * rows sees a key of the tile): nothing changes. */
+ * rows sees a key of the tile): nothing changes. With corr_out the output is left alone
+ * (a wgmma may still accumulate into it) and its rescale goes there (softmax_rescale_o). */
 __device__ __forceinline__ void softmax_max(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL,
-                                            float (&m_use)[MT][2]) {
-  if (wcls == 0) return;
+                                            float (&m_use)[MT][2], float (*corr_out)[2] = nullptr) {
+  if (wcls == 0) {
+    if (corr_out)
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) corr_out[mt][0] = corr_out[mt][1] = 1.f;
+    return;
+  }
 {% if p.scale > 0 then %}
   /* mask partial tiles; the scale (positive) is folded into the max here and into one
    * FFMA before each exp2 in softmax_exp */
@@ -282,6 +309,10 @@ __device__ __forceinline__ void softmax_max(da_state &S, float (&s)[MT][NT_S][4]
     float corr = da_exp2(S.m[mt][hr] - m_use[mt][hr]);
     S.l[mt][hr] *= corr;
     S.m[mt][hr] = m_new;
+    if (corr_out) {
+      corr_out[mt][hr] = corr;
+      continue;
+    }
 #pragma unroll
     for (int dt = 0; dt < NT_O; dt++) {
       S.o[mt][dt][2 * hr] *= corr;
@@ -368,13 +399,16 @@ struct da_key_walk {
     *cls = k;
     return c;
   }
-  /* tile c into stage st of Ks / Vs (nothing past kend), one cp.async group either way */
+  /* tile c into stage st of Ks / Vs (zeros past kend), copied by threads tid of nthr */
+  __device__ __forceinline__ void fill(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st, int tid = threadIdx.x,
+                                       int nthr = NTHREADS) const {
+    int nk = (int)min((da_i64)TK, kend - c);
+    load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb + (c + i) * kstep; }, tid, nthr);
+    load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb + (c + i) * vstep; }, tid, nthr);
+  }
+  /* tile c into stage st (nothing past kend), one cp.async group either way */
   __device__ __forceinline__ void load(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st) const {
-    if (c < kend) {
-      int nk = (int)min((da_i64)TK, kend - c);
-      load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb + (c + i) * kstep; });
-      load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb + (c + i) * vstep; });
-    }
+    if (c < kend) fill(Ks, Vs, c, st);
     da_cp_async_commit();
   }
 };
@@ -393,7 +427,111 @@ __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da
                      r * A.v_stride[1]};
 }
 
-{% if p.wg_overlap then %}
+{% if p.wg_ws then %}
+/* wgmma, warp-specialized (FlashAttention-3's schedule, with cp.async in place of TMA):
+ * warpgroup 0 (the producer, DA_PRODUCERS threads, few registers) walks the key tiles and
+ * copies each into a ring of STAGES stages; the other NCWG warpgroups (64 query rows each,
+ * the registers the producer gave up) compute. A stage passes from producer to consumers
+ * through its full mbarrier (the producer's arrivals, after its copies land) and back
+ * through its empty one (every consumer thread's, after its P V on the stage is done).
+ * With two consumer warpgroups, they take turns issuing their wgmma (S = Q K^T of one tile
+ * with P V of the tile before), so one's softmax runs while the other's tensor-core work
+ * does; the turn passes through named barriers DA_BAR_TURN + warpgroup. No CTA barrier
+ * after the start: the key walk is the same pure function of the tile on both sides (dense
+ * and causal layouts only; classify needs the whole CTA under a sparse one). */
+#define NCWG (NCT / 128)  /* consumer warpgroups */
+#define DA_BAR_Q 1        /* named barrier: the consumers' Q tile */
+#define DA_BAR_TURN 2     /* named barriers 2, 3: the consumer warpgroups' turns */
+#define DA_WS_ARGS , P, bars
+struct da_pipe { /* the next tile's stage and the parity of that stage's current use */
+  int st;
+  da_u32 ph;
+};
+__device__ __forceinline__ void da_pipe_next(da_pipe &P) {
+  if (++P.st == STAGES) P.st = 0, P.ph ^= 1;
+}
+__device__ __forceinline__ void da_turn_begin() {
+  if (NCWG == 2) da_named_sync(DA_BAR_TURN + (da_ct() >> 7), NCT);
+}
+__device__ __forceinline__ void da_turn_end() {
+  if (NCWG == 2) da_named_arrive(DA_BAR_TURN + ((da_ct() >> 7) ^ 1), NCT);
+}
+
+/* The producer's share of attend(): every tile the consumers will take, in order. bars:
+ * full[STAGES], then empty[STAGES]. */
+__device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
+                        da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+  const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
+  int cls;
+  for (da_i64 c = W.next(0, &cls); c < W.kend; c = W.next(c + TK, &cls)) {
+    da_mbar_wait(&bars[STAGES + P.st], P.ph ^ 1); /* the consumers are done with the stage's last tile */
+    W.fill(Ks, Vs, c, P.st, threadIdx.x, DA_PRODUCERS);
+    if (A.vec16) {
+      da_cp_async_mbar_arrive(&bars[P.st]); /* arrives when this thread's copies have landed */
+    } else {
+      da_fence_proxy_async(); /* plain stores: this thread's own fence, then the release */
+      da_mbar_arrive(&bars[P.st]);
+    }
+    da_pipe_next(P);
+  }
+}
+
+/* The consumers' attend(): per tile, in its turn, S = Q K^T of the tile and P V of the one
+ * before; then the masking and maxima while that P V still runs, the output's rescale once
+ * it is done (and the stage goes back to the producer), and P of this tile. */
+__device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
+                       da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq, da_pipe &P, da_u64 *bars) {
+  const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
+  const da_i64 kend = W.kend;
+  const int ct = da_ct(), lane = ct & 31, warp = ct >> 5, wr0 = warp * WROWS;
+  int cls = 0;
+  da_i64 c = W.next(0, &cls);
+  if (c >= kend) return;
+  float s[MT][NT_S][4], m_use[MT][2];
+  da_u32 pa[TK / 16][4]; /* P of the tile before, the A operand of its P V */
+  /* the first tile: its S = Q K^T alone. The loop below always has a P V in flight with
+   * the scores (a path without it would leave ptxas unable to tell which wgmma a wait
+   * retires: it serializes them, C7514) */
+  da_mbar_wait(&bars[P.st], P.ph); /* tile c has landed */
+  da_fence_proxy_async();          /* ... and wgmma (the async proxy) sees it */
+  da_turn_begin();
+  da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
+  da_turn_end();
+  da_wgmma_wait<0>();
+  da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+  int wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq);
+  softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq, m_use);
+  softmax_exp_pack(S, s, wcls, m_use, pa);
+  int pst = P.st; /* the stage of the tile whose P V is pending */
+  da_pipe_next(P);
+  while ((c = W.next(c + TK, &cls)) < kend) {
+    da_mbar_wait(&bars[P.st], P.ph);
+    da_fence_proxy_async();
+    da_turn_begin();
+    da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
+    da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pst * TK * ROWH));
+    da_turn_end();
+    float corr[MT][2];
+    da_wgmma_wait<1>(); /* this tile's scores; the P V may still run */
+    da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+    wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq);
+    softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq, m_use, corr);
+    da_wgmma_wait<0>();
+    da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+    da_mbar_arrive(&bars[STAGES + pst]); /* done with the stage of the P V */
+    softmax_rescale_o(S, corr);
+    softmax_exp_pack(S, s, wcls, m_use, pa);
+    pst = P.st;
+    da_pipe_next(P);
+  }
+  da_turn_begin();
+  da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pst * TK * ROWH));
+  da_turn_end();
+  da_wgmma_wait<0>();
+  da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+  da_mbar_arrive(&bars[STAGES + pst]);
+}
+{% elseif p.wg_overlap then %}
 /* wgmma, overlapped: tile j+1's S = Q K^T is issued before tile j's softmax, so the
  * warpgroup's tensor cores work while its warps compute exp2 (FlashAttention-3's
  * intra-warpgroup overlap); S of tiles j and j+1 live in two register sets, swapped by
@@ -561,20 +699,29 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 
 {% end %}
 
+{% if p.wg_ws then %}
+#define DA_SYNC_COMPUTE() da_named_sync(DA_BAR_Q, NCT) /* the computing threads only */
+{% else %}
+#define DA_SYNC_COMPUTE() __syncthreads()
+#define DA_WS_ARGS
+{% end %}
 /* Load the query tile into smem and registers; reset the softmax state. */
 __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = da_ct() & 31, warp = da_ct() >> 5;
   const da_i64 base = b * A.q_stride[0] + T.pos0 * A.q_stride[1] + h * A.q_stride[2];
   const da_i64 step = T.pstep * A.q_stride[1];
-  load_rows(Qs, A.q, TQ, T.nq, A.vec16, [&](int i) { return base + i * step; });
+  load_rows(Qs, A.q, TQ, T.nq, A.vec16, [&](int i) { return base + i * step; }, da_ct(), NCT);
   da_cp_async_commit();
   da_cp_async_wait<0>();
 {% if p.wgmma then %}
   da_fence_proxy_async();
-  S.q_addr = da_smem_addr(Qs) + (threadIdx.x >> 7) * 64 * 128; /* this warpgroup's 64 rows */
+  S.q_addr = da_smem_addr(Qs) + (da_ct() >> 7) * 64 * 128; /* this warpgroup's 64 rows */
   (void)lane, (void)warp;
 {% end %}
-  __syncthreads();
+{% if p.wg_ws then %}
+  if (NCWG == 2 && da_ct() < 128) da_named_arrive(DA_BAR_TURN, NCT); /* consumer warpgroup 0 takes the first turn */
+{% end %}
+  DA_SYNC_COMPUTE();
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
 {% if p.q_smem then %}
@@ -590,12 +737,12 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
     S.m[mt][0] = S.m[mt][1] = -INFINITY;
     S.l[mt][0] = S.l[mt][1] = 0.f;
   }
-  __syncthreads();
+  DA_SYNC_COMPUTE();
 }
 
 /* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace. */
 __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = da_ct() & 31, warp = da_ct() >> 5;
   float lsum[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
@@ -762,6 +909,43 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
 {% end %}
 
 /* ============================== kernels =============================================== */
+#ifndef DA_WS_ARGS
+#define DA_WS_ARGS
+#endif
+/* One query tile: the softmax state, then attend() for each (branch, s0, off, a0, astride)
+ * `each` hands out, then the output (mode 0: out / lse, 1: the split workspace). */
+template <class E, class F>
+__device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 hkv,
+                                         const da_qtile &T, int mode, F each) {
+{% if p.wg_ws then %}
+  __shared__ da_u64 bars[2 * STAGES]; /* full[STAGES]: the producer's arrivals; empty[STAGES]: the consumers' */
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 2 * STAGES; i++) da_mbar_init(&bars[i], i < STAGES ? DA_PRODUCERS : NCT);
+  __syncthreads(); /* the last CTA barrier: producer and consumers go their own ways */
+  da_pipe P = {0, 0};
+  if (threadIdx.x < DA_PRODUCERS) {
+{% if p.setmaxnreg then %}
+    da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>(); /* the producer needs few registers ... */
+{% end %}
+    each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+      produce(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
+    });
+    da_cp_async_commit();
+    da_cp_async_wait<0>();
+    return;
+  }
+{% if p.setmaxnreg then %}
+  da_setmaxnreg_inc<{{ p.setmaxnreg[2] }}>(); /* ... the consumers take them */
+{% end %}
+{% end %}
+  da_state S;
+  tile_begin(S, Qs, A, b, h, T);
+  each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+    attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq DA_WS_ARGS);
+  });
+  tile_end(S, A, b, h, T, mode);
+}
+
 {% if p.strategy == "fused" then %}
 /* grid (ceil(N / WIN_G) * TILES_PER_WINDOW, H, B) */
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(const da_cuda_args A) {
@@ -778,15 +962,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(con
   T.nq = (int)min((da_i64)TQ, count - j0);
   T.pos0 = first + j0 * LCM_R;
   T.pstep = LCM_R;
-  da_state S;
-  tile_begin(S, Qs, A, b, h, T);
-  for (int k = 0; k < HEAD_NBR[h]; k++) {
-    int br;
-    da_i64 s0, off, a0, astride;
-    if (da_fused_branch((int)h, k, gs, first, j0, &br, &s0, &off, &a0, &astride))
-      attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
-  }
-  tile_end(S, A, b, h, T, 0);
+  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, 0, [&](auto &&f) {
+    for (int k = 0; k < HEAD_NBR[h]; k++) {
+      int br;
+      da_i64 s0, off, a0, astride;
+      if (da_fused_branch((int)h, k, gs, first, j0, &br, &s0, &off, &a0, &astride)) f(br, s0, off, a0, astride);
+    }
+  });
 }
 {% else %}
 /* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
@@ -807,10 +989,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(co
   T.nq = (int)min((da_i64)TQ, L - a0);
   T.pos0 = s0 + off + a0 * r;
   T.pstep = r;
-  da_state S;
-  tile_begin(S, Qs, A, b, h, T);
-  attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, 1, T.nq);
-  tile_end(S, A, b, h, T, {{ p.strategy == "split" and 1 or 0 }});
+  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, {{ p.strategy == "split" and 1 or 0 }}, [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
 }
 {% end %}
 {% if p.strategy == "split" then %}

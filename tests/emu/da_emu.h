@@ -22,7 +22,12 @@
  *     the wait_group that covers it, and the wait fails if the thread touched the
  *     accumulator or A-fragment registers, or anyone changed the shared memory it reads,
  *     while it was in flight; shared memory it reads must not hold a generic-proxy write
- *     (cp.async, st.shared) its writer has not yet fenced with fence.proxy.async;
+ *     (cp.async, st.shared) its writer has not yet fenced with fence.proxy.async, nor
+ *     data that arrived through an mbarrier (cp.async.mbarrier.arrive) after the last
+ *     fence.proxy.async of any thread of the warpgroup;
+ *   - mbarriers: used only after mbarrier.init; cp.async copies tracked by one land when
+ *     its phase completes, so a consumer that reads before its wait sees stale bytes;
+ *     named barriers: every user of an id in a phase names the same thread count;
  *   - loads and stores through da_ld_* / da_st_* inside registered buffers;
  *   - shared memory starts filled with NaN bytes, and threads run in a random order
  *     between barriers, so a missing barrier or a read of unwritten smem shows up;
@@ -87,6 +92,14 @@ static inline void da_wgmma_commit() { da_emu_wgmma_commit(); }
 template <int N> static inline void da_wgmma_wait() { da_emu_wgmma_wait(N); }
 static inline void da_fence_proxy_async() { da_emu_fence_proxy_async(); }
 template <int N> static inline void da_wgmma_fence_operand(float *) {}
+static inline void da_mbar_init(da_u64 *bar, int count) { da_emu_mbar_init(bar, count); }
+static inline void da_mbar_arrive(da_u64 *bar) { da_emu_mbar_arrive(bar, 0); }
+static inline void da_cp_async_mbar_arrive(da_u64 *bar) { da_emu_mbar_arrive(bar, 1); }
+static inline void da_mbar_wait(da_u64 *bar, da_u32 parity) { da_emu_mbar_wait(bar, parity); }
+static inline void da_named_sync(int id, int count) { da_emu_named_bar(id, count, 1); }
+static inline void da_named_arrive(int id, int count) { da_emu_named_bar(id, count, 0); }
+template <int N> static inline void da_setmaxnreg_inc() {}
+template <int N> static inline void da_setmaxnreg_dec() {}
 
 static inline da_u32 da_pack_f16x2(float lo, float hi) { return da_f32_to_f16(lo) | ((da_u32)da_f32_to_f16(hi) << 16); }
 static inline da_u32 da_pack_bf16x2(float lo, float hi) {

@@ -33,6 +33,10 @@ void da_emu_fence_proxy_async(void);
 void da_emu_smem_write(const void *p, size_t n);
 void da_emu_wgmma_commit(void);
 void da_emu_wgmma_wait(int n);
+void da_emu_mbar_init(void *bar, int count);
+void da_emu_mbar_arrive(void *bar, int cp_async);
+void da_emu_mbar_wait(void *bar, unsigned parity);
+void da_emu_named_bar(int id, int count, int wait);
 }
 
 #endif

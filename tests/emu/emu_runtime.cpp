@@ -16,6 +16,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,12 @@ da_emu_thread *da_emu_cur;
 namespace {
 
 enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_ANY, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16,
-       OP_WG_FENCE, OP_WG_MMA, OP_WG_COMMIT, OP_WG_WAIT };
+       OP_WG_FENCE, OP_WG_MMA, OP_WG_COMMIT, OP_WG_WAIT, OP_MBAR_WAIT, OP_NAMED };
 const char *const OP_NAME[] = {"none",        "__syncthreads",     "__syncthreads_or", "__syncthreads_and",
                                "__syncwarp",  "__shfl_xor_sync",   "__any_sync",       "ldmatrix.x4",
                                "ldmatrix.x4.trans", "mma.f16",     "mma.bf16",         "wgmma.fence",
-                               "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group"};
+                               "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group",
+                               "mbarrier.try_wait", "bar.sync (named)"};
 enum { READY, WAITING, DONE };
 const size_t STACK = 256 * 1024;
 /* The shared address of the first byte of dynamic shared memory: 16-byte aligned, as on
@@ -71,6 +73,7 @@ struct Fiber {
   int wg_n = 0, wg_bf16 = 0, wg_mn = 0, wg_wait = 0, wg_scale_d = 1;
   bool wg_fenced = false;
   std::vector<int> dirty; /* smem chunks written since this thread's last fence.proxy.async */
+  unsigned long long fence_seq = 0; /* event number of this thread's last fence.proxy.async */
 };
 
 /* One wgmma.mma_async of a warpgroup in flight: its operands, the hash of the shared
@@ -99,6 +102,22 @@ struct Barrier {
   unsigned mask = 0, who = 0;
 };
 
+/* An mbarrier (sm_90): `count` arrivals complete a phase; cp.async copies tracked by the
+ * current phase land when it completes. Completion is as late as the rules allow (ready:
+ * every arrival is in): when a thread waits on the barrier, when the phase's arrivers
+ * arrive again, when nothing else can move, or at random, so a thread that reads before
+ * its wait sees stale bytes. */
+struct MBar {
+  int count = 0, pending = 0;
+  bool ready = false;
+  unsigned phase = 0; /* phases completed */
+  std::vector<Copy> landing;
+};
+struct NamedBar {
+  int count = 0, arrived = 0;
+  unsigned gen = 0;
+};
+
 struct Range {
   const unsigned char *p;
   size_t n;
@@ -108,6 +127,13 @@ struct Range {
 ucontext_t sched;
 std::vector<Fiber> fibers;
 Barrier block_bar, warp_bar[32], wg_bar[8];
+std::map<const void *, MBar> mbars; /* by address; per block */
+NamedBar named[16];
+/* per 16-byte chunk: the event number at which data arrived there through an mbarrier
+ * (0: none since the block began); a wgmma may read it only after a fence.proxy.async of
+ * every thread of its warpgroup that came later */
+std::vector<unsigned long long> landed_seq;
+unsigned long long event_seq;
 WgState wg_state[8];
 int nthreads, live;
 unsigned live_lanes[32];
@@ -376,12 +402,24 @@ void wg_issue(int g, Fiber *th) {
       fail("wgmma.mma_async operands differ across the warpgroup (thread %d)", t);
     }
   }
+  unsigned long long fenced = ~0ull; /* the warpgroup's oldest last fence.proxy.async */
+  for (int t = 0; t < 128; t++) fenced = std::min(fenced, th[t].fence_seq);
+  auto arrived_ok = [&](da_u32 a) {
+    if (landed_seq[(a - SMEM_BASE) / 16] > fenced)
+      fail("wgmma reads shared address 0x%x, which arrived through an mbarrier after the last fence.proxy.async of a "
+           "thread of the warpgroup",
+           a);
+  };
   for (int m = 0; m < 64 && !op.a_regs; m++)
-    for (int k = 0; k < 16; k++)
+    for (int k = 0; k < 16; k++) {
       if (!wg_addr_ok(da_wgmma_elem_addr(op.desc_a, 0, m, k))) fail("wgmma A operand (%d, %d) outside shared memory", m, k);
+      arrived_ok(da_wgmma_elem_addr(op.desc_a, 0, m, k));
+    }
   for (int k = 0; k < 16; k++)
-    for (int c = 0; c < op.n; c++)
+    for (int c = 0; c < op.n; c++) {
       if (!wg_addr_ok(da_wgmma_elem_addr(op.desc_b, op.mn, c, k))) fail("wgmma B operand (%d, %d) outside shared memory", k, c);
+      arrived_ok(da_wgmma_elem_addr(op.desc_b, op.mn, c, k));
+    }
   op.hash = wg_hash(op);
   WgState &st = wg_state[g];
   float *acc[128];
@@ -499,9 +537,37 @@ std::string describe_deadlock() {
   return s + buf;
 }
 
+void mbar_complete(MBar &m) {
+  static const unsigned char zero[16] = {0};
+  unsigned long long ev = ++event_seq;
+  for (const Copy &c : m.landing) {
+    memcpy(c.dst, c.src ? c.src : zero, 16);
+    size_t chunk = (size_t)(c.dst - smem) / 16;
+    landed_seq[chunk] = ev;
+    async_dirty[chunk] = -1; /* its writer needs no fence: the readers' fence after their wait covers it */
+  }
+  m.landing.clear();
+  m.pending = m.count;
+  m.ready = false;
+  m.phase++;
+}
+
+/* complete every ready mbarrier (all: else one at random, rarely); whether any was */
+bool mbar_complete_ready(bool all) {
+  bool any = false;
+  for (auto &kv : mbars)
+    if (kv.second.ready && (all || next_rand() % 64 == 0)) {
+      mbar_complete(kv.second);
+      any = true;
+    }
+  return any;
+}
+
 int run_block(dim3 bid, dim3 grid) {
   live = nthreads;
   block_bar = Barrier();
+  mbars.clear();
+  for (NamedBar &b : named) b = NamedBar();
   for (int g = 0; g < 8; g++) {
     wg_bar[g] = Barrier();
     wg_state[g] = WgState();
@@ -521,6 +587,7 @@ int run_block(dim3 bid, dim3 grid) {
     f.sw_mask = 0;
     f.wg_fenced = false;
     f.dirty.clear();
+    f.fence_seq = 0;
     f.pending.clear();
     f.groups.clear();
     getcontext(&f.ctx);
@@ -533,7 +600,7 @@ int run_block(dim3 bid, dim3 grid) {
   for (int i = 0; i < nthreads; i++) order[(size_t)i] = i;
   while (live > 0) {
     for (int i = nthreads - 1; i > 0; i--) std::swap(order[(size_t)i], order[next_rand() % (uint64_t)(i + 1)]);
-    int moved = 0;
+    int moved = mbar_complete_ready(false);
     for (int i : order) {
       Fiber &f = fibers[(size_t)i];
       if (f.state == DONE || (f.state == WAITING && *f.wait_gen == f.wait_val)) continue;
@@ -544,12 +611,18 @@ int run_block(dim3 bid, dim3 grid) {
       moved = 1;
       if (!error.empty()) return -1;
     }
-    if (!moved) {
+    if (!moved && !mbar_complete_ready(true)) {
       error = describe_deadlock();
       return -1;
     }
   }
   return 0;
+}
+
+MBar &mbar(void *bar) {
+  auto it = mbars.find(bar);
+  if (it == mbars.end()) fail("mbarrier at %p used before mbarrier.init", bar);
+  return it->second;
 }
 
 } // namespace
@@ -639,6 +712,7 @@ void da_emu_wgmma(float *d, int n, int bf16, unsigned long long desc_a, const un
 void da_emu_wgmma_fence(void) { wg_arrive(OP_WG_FENCE); }
 void da_emu_fence_proxy_async(void) {
   int me = self_id();
+  cur->fence_seq = ++event_seq;
   for (int off : cur->dirty)
     if (async_dirty[(size_t)off] == me) async_dirty[(size_t)off] = -1;
   cur->dirty.clear();
@@ -650,6 +724,47 @@ void da_emu_wgmma_commit(void) { wg_arrive(OP_WG_COMMIT); }
 void da_emu_wgmma_wait(int n) {
   cur->wg_wait = n;
   wg_arrive(OP_WG_WAIT);
+}
+
+void da_emu_mbar_init(void *bar, int count) {
+  if (count <= 0) fail("mbarrier.init with count %d", count);
+  if (mbars.count(bar)) fail("mbarrier at %p initialised twice", bar);
+  MBar &m = mbars[bar];
+  m.count = m.pending = count;
+}
+
+/* cp_async: cp.async.mbarrier.arrive.noinc - the phase also waits for this thread's
+ * cp.async copies issued so far (committed or not), which land when it completes */
+void da_emu_mbar_arrive(void *bar, int cp_async) {
+  MBar &m = mbar(bar);
+  if (m.ready) mbar_complete(m); /* a new phase begins */
+  if (cp_async) {
+    for (auto &g : cur->groups) m.landing.insert(m.landing.end(), g.begin(), g.end());
+    m.landing.insert(m.landing.end(), cur->pending.begin(), cur->pending.end());
+    cur->groups.clear();
+    cur->pending.clear();
+  }
+  if (--m.pending == 0) m.ready = true;
+}
+
+void da_emu_mbar_wait(void *bar, unsigned parity) {
+  MBar &m = mbar(bar);
+  if ((m.phase & 1) == (parity & 1) && m.ready) mbar_complete(m);
+  while ((m.phase & 1) == (parity & 1)) wait_gen(&m.phase, OP_MBAR_WAIT);
+}
+
+void da_emu_named_bar(int id, int count, int wait) {
+  if (id < 1 || id > 15) fail("named barrier %d (1..15; 0 is __syncthreads)", id);
+  if (count <= 0 || count % 32 || count > nthreads) fail("named barrier %d over %d threads (whole warps of the block)", id, count);
+  NamedBar &b = named[id];
+  if (b.arrived == 0) b.count = count;
+  else if (b.count != count) fail("named barrier %d over %d threads while others use %d", id, count, b.count);
+  if (++b.arrived == b.count) {
+    b.arrived = 0;
+    b.gen++;
+    return;
+  }
+  if (wait) wait_gen(&b.gen, OP_NAMED);
 }
 
 void da_emu_check_global(const void *p, size_t bytes, int write) {
@@ -711,6 +826,7 @@ int da_emu_launch(void (*invoke)(void *kernel, const void *args), void *kernel, 
         if (block_keep && !block_keep(block_keep_user, x, y, z)) continue;
         memset(smem, 0xff, smem_size); /* NaN in every dtype */
         async_dirty.assign(smem_size / 16 + 1, -1);
+        landed_seq.assign(smem_size / 16 + 1, 0);
         rc = run_block({x, y, z}, grid);
       }
   free(smem_window);
