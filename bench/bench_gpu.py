@@ -135,11 +135,13 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--tiles", default="64x0,128x0,128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap",
-                    help="extra dilattn variants timed beside the default: TILE_QxTILE_K[:wgmma|:wgmma-overlap] (0: "
-                         "planner's choice for that field; :wgmma the sm_90a wgmma path, :wgmma-overlap with the "
-                         "next tile's scores in flight during the softmax); one that the planner or the "
-                         "device refuses is recorded as such")
+    ap.add_argument("--tiles", default="64x0,128x0,128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,"
+                                       "0x0:wgmma-ws,128x64:wgmma-ws",
+                    help="extra dilattn variants timed beside the default: "
+                         "TILE_QxTILE_K[:wgmma|:wgmma-overlap|:wgmma-ws] (0: planner's choice for that field; "
+                         ":wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
+                         "during the softmax, :wgmma-ws warp-specialized); one that the planner or the device "
+                         "refuses is recorded as such")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
     # the device copy of the tree may carry a stale .git: DILATTN_COMMIT names the build's commit
@@ -195,7 +197,7 @@ def main():
                 shape, _, path = spec_t.partition(":")
                 tq, tk = (int(x) for x in shape.split("x"))
                 try:
-                    mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3}[path]
+                    mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4}[path]
                     vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=mma)
                 except Exception as e:  # noqa: BLE001 - recorded, not fatal
                     row["tile_variants"][spec_t] = dict(error=str(e))

@@ -309,18 +309,20 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   return 1;
 }
 
-/* DILATTN_CUDA_MMA=wgmma: CUDA plans the wgmma path serves (fp16 / bf16 at head_dim 64 or
- * 128, on an sm_90 device) take it unless opts sets a tunable (tile sizes, strategy or
- * instruction: a caller or the tuner that chose them gets what it chose). Returns opts
- * or *eff. Any other value than "wgmma", "sync" or empty is an error. (sync: the tuning
- * database's wgmma records are skipped, see tuned_options.) */
+/* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws: its variants): CUDA plans the wgmma
+ * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) take it unless opts
+ * sets a tunable (tile sizes, strategy or instruction: a caller or the tuner that chose
+ * them gets what it chose); a plan the variant does not serve (wgmma-ws: a sparse layout)
+ * takes plain wgmma. Returns opts or *eff. Any other value than those, "sync" or empty is
+ * an error. (sync: the tuning database's wgmma records are skipped, see tuned_options.) */
 static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spec *spec,
                               const da_plan_options *opts, da_plan_options *eff, const da_plan_options **res) {
   *res = opts;
   const char *env = getenv("DILATTN_CUDA_MMA");
   if (!env || !*env || !strcmp(env, "sync")) return DA_OK;
-  DA_RETURN_IF(strcmp(env, "wgmma") != 0, DA_ERR_INVALID_ARGUMENT,
-               "DILATTN_CUDA_MMA=%s: expected wgmma or sync (the default)", env);
+  const int mma = !strcmp(env, "wgmma") ? 2 : !strcmp(env, "wgmma-overlap") ? 3 : !strcmp(env, "wgmma-ws") ? 4 : 0;
+  DA_RETURN_IF(!mma, DA_ERR_INVALID_ARGUMENT,
+               "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws or sync (the default)", env);
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;
   da__cuda *dev;
@@ -328,7 +330,7 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
     return DA_OK;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  eff->cuda_mma = 2;
+  eff->cuda_mma = da__wgmma_serves(spec, mma) ? mma : 2;
   *res = eff;
   return DA_OK;
 }

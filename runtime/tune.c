@@ -268,7 +268,7 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
       }
       for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND && da__wgmma_serves(&s, 4); f++) { /* warp-specialized */
         c[n].o.tile_q = 64 << a;
-        c[n].o.tile_k = s.head_dim == 64 ? 128 : 64;
+        c[n].o.tile_k = 128;
         c[n].o.fused_min_queries = multi ? fmins[f] : 0;
         c[n].o.cuda_mma = 4;
         n++;

@@ -110,6 +110,13 @@ def test_gen_wgmma(tmp):
                   f"gen --mma wgmma-overlap report: {rep}")
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma-overlap: exit {rc}: {ex}: {out} {err}")
+        rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "--report", "-o", d)
+        try:
+            rep = json.loads(out.strip().splitlines()[0])
+            check(rc == 0 and rep["arch"] == "sm_90a" and rep["spill_bytes"] == 0 and rep["wgmma_serialized"] == 0 and
+                  rep["kernel"].endswith("_wgmmaw") and rep["threads"] in (256, 384), f"gen --mma wgmma-ws report: {rep}")
+        except (ValueError, KeyError, IndexError) as ex:
+            check(False, f"gen --mma wgmma-ws: exit {rc}: {ex}: {out} {err}")
         rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_90", "--mma", "wgmma", "--compile",
                            "--bundle", "wgb", "-o", d)
         header = open(os.path.join(d, "wgb.h")).read() if rc == 0 else ""
@@ -136,6 +143,10 @@ def test_gen_wgmma(tmp):
         rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma", "-o", d2)
         check(rc == 2 and "wgmma" in err and "head_dim 64 or 128" in err and not os.listdir(d2),
               f"gen --mma wgmma for {bad}: exit {rc}: {err}")
+    # the warp-specialized variant takes dense and causal layouts only
+    json.dump(dict(base, sparsity=dict(layout="local_window", block=8, window=1)), open(cfg, "w"))
+    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "-o", d2)
+    check(rc == 2 and "dense layout" in err and not os.listdir(d2), f"gen --mma wgmma-ws, sparse: exit {rc}: {err}")
 
 
 def test_run_golden(tmp):
@@ -272,15 +283,16 @@ def test_bad_inputs(tmp):
     # a CUDA environment variable with a value it does not take: refused on any backend
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "fast"})
     check(rc == 2 and "DILATTN_CUDA_MMA=fast" in err and not os.path.exists(out), f"DILATTN_CUDA_MMA=fast: {rc} {err}")
-    rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "wgmma"})
-    try:
-        summary = json.loads(so)
-        # the host backend (no GPU here) ignores it; on an sm_90 GPU an fp16/bf16 D 64/128 config reports 2
-        check(rc == 0 and summary["cuda_mma"] in (0, 1, 2), f"DILATTN_CUDA_MMA=wgmma: {rc} {summary}")
-    except (ValueError, KeyError) as ex:
-        check(False, f"DILATTN_CUDA_MMA=wgmma: exit {rc}: {ex}: {so} {err}")
-    if os.path.exists(out):
-        os.unlink(out)
+    for val, mma in (("wgmma", 2), ("wgmma-overlap", 3), ("wgmma-ws", 4)):
+        rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": val})
+        try:
+            summary = json.loads(so)
+            # the host backend (no GPU here) ignores it; on an sm_90 GPU an fp16/bf16 D 64/128 config reports mma
+            check(rc == 0 and summary["cuda_mma"] in (0, 1, 2, mma), f"DILATTN_CUDA_MMA={val}: {rc} {summary}")
+        except (ValueError, KeyError) as ex:
+            check(False, f"DILATTN_CUDA_MMA={val}: exit {rc}: {ex}: {so} {err}")
+        if os.path.exists(out):
+            os.unlink(out)
     # unknown command and no command
     rc, _, _ = run("frobnicate")
     check(rc == 2, "unknown command")

@@ -99,8 +99,9 @@ static void build_matrix(int n) {
     j->opts.tile_q = 128;
     if (s->head_dim == 64 && (i / 3) % 2) j->opts.tile_k = 64;
   }
-  /* the wgmma path (sm_90a only) on every second fp16 / bf16 spec at D = 64 or 128, with
-   * its defaults, the other key tile, or one warpgroup per CTA */
+  /* the wgmma path (sm_90a only) on every second fp16 / bf16 spec at D = 64 or 128, in
+   * turn with its defaults, the other key tile, one warpgroup per CTA, overlapped, and
+   * warp-specialized (dense and causal layouts; else the defaults) */
   base = njobs;
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
@@ -110,9 +111,25 @@ static void build_matrix(int n) {
     memset(j->masks, 0, sizeof j->masks);
     j->clone = 1;
     j->opts.cuda_mma = 2;
-    if (k % 4 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
-    if (k % 4 == 2) j->opts.tile_q = 64; /* one warpgroup (the default takes two where tiles fill) */
-    if (k % 4 == 3) j->opts.cuda_mma = da__wgmma_serves(s, 4) && k % 8 == 7 ? 4 : 3; /* warp-specialized, overlapped */
+    const int m = k / 2; /* 0, 1, 2, ... over the specs taken */
+    if (m % 5 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
+    if (m % 5 == 2) j->opts.tile_q = 64; /* one warpgroup (the default takes two where tiles fill) */
+    if (m % 5 == 3) j->opts.cuda_mma = 3; /* overlapped */
+    if (m % 5 == 4 && da__wgmma_serves(s, 4)) j->opts.cuda_mma = 4; /* warp-specialized */
+  }
+  /* the warp-specialized variant on every third dense or causal spec it serves (sparse
+   * layouts are refused), with one and two consumer warpgroups and both key tiles */
+  base = njobs;
+  for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
+    const da_spec *s = &jobs[i].spec;
+    if (jobs[i].clone || !da__wgmma_serves(s, 4) || k++ % 3) continue;
+    job_t *j = &jobs[njobs++];
+    *j = jobs[i];
+    memset(j->masks, 0, sizeof j->masks);
+    j->clone = 1;
+    j->opts.cuda_mma = 4;
+    if (k % 2 == 0) j->opts.tile_q = 64;
+    if ((k / 2) % 2) j->opts.tile_k = 64;
   }
 }
 
@@ -214,7 +231,7 @@ int main(int argc, char **argv) {
   pthread_t th[2];
   for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, NULL);
   for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
-  int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0;
+  int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0, variants[5] = {0, 0, 0, 0, 0};
   for (int i = 0; i < njobs; i++) {
     job_t *j = &jobs[i];
     for (int a = 0; a < 2; a++) {
@@ -228,12 +245,14 @@ int main(int argc, char **argv) {
     }
     strategies[!strcmp(j->strategy, "fused") ? 0 : !strcmp(j->strategy, "split") ? 1 : 2]++;
     paths[!strcmp(j->path, "mma") ? 0 : !strcmp(j->path, "wgmma") ? 2 : 1]++;
+    variants[j->opts.cuda_mma]++;
     TU_CHECK(!strcmp(j->path, "wgmma") == (j->opts.cuda_mma >= 2), "spec %d %s: path %s", i, j->name, j->path);
     if (i % 6 == 0 && j->status[0] == 0) host_check(ctx, j);
   }
-  printf("%d specs x 2 archs (wgmma: sm_90a only): fused %d, split %d, single %d; mma %d, wgmma %d, simt %d; max "
-         "registers %d\n",
-         njobs, strategies[0], strategies[1], strategies[2], paths[0], paths[2], paths[1], maxregs);
+  printf("%d specs x 2 archs (wgmma: sm_90a only): fused %d, split %d, single %d; mma %d, wgmma %d (overlapped %d, "
+         "warp-specialized %d), simt %d; max registers %d\n",
+         njobs, strategies[0], strategies[1], strategies[2], paths[0], paths[2], variants[3], variants[4], paths[1], maxregs);
+  TU_CHECK(variants[3] && variants[4], "matrix misses a wgmma variant");
   char arch[16];
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_80", "wgmma", arch) == DA_ERR_UNSUPPORTED, "wgmma accepted for sm_80");
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_90", "wgmma", arch) == DA_OK && !strcmp(arch, "sm_90a"), "wgmma on sm_90: %s", arch);

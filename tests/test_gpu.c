@@ -11,7 +11,8 @@
  *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
  *            path (cuda_mma = 2) wherever it applies, tile shapes, N = 1M
  *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
- * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|wgmma|wgmma-overlap|small|probe]
+ *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized)
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <math.h>
 #include <stdlib.h>
@@ -246,9 +247,13 @@ static void test_wgmma_probe(da_context *ctx) {
 static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int small) {
   da_plan_options wg = {0, 0, 0, 0, mma};
   const int counts[4] = {small ? 6 : 60, small ? 0 : 20, small ? 0 : 20, small ? 2 : 20};
-  bs_wgmma(ctx, golden, mma == 2 ? "cuda wgmma" : "cuda wgmma-overlap", mma, 0, counts, 1000, runner_wgmma);
+  static const char *const name[5] = {"", "", "wgmma", "wgmma-overlap", "wgmma-ws"};
+  char label[64], what[96];
+  snprintf(label, sizeof label, "cuda %s", name[mma]);
+  snprintf(what, sizeof what, "%s N=1048576 H=8 D=64", name[mma]);
+  bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, runner_wgmma);
   test_unaligned(ctx, &wg);
-  if (!small) test_long(ctx, 1 << 20, 8, 64, mma, mma == 2 ? "wgmma N=1048576 H=8 D=64" : "wgmma-overlap N=1048576 H=8 D=64");
+  if (!small) test_long(ctx, 1 << 20, 8, 64, mma, what);
 }
 
 int main(int argc, char **argv) {
@@ -270,8 +275,8 @@ int main(int argc, char **argv) {
   if (all || small || !strcmp(which, "golden")) bs_golden(ctx, golden, "cuda", runner, NULL);
   if (all || small || !strcmp(which, "random")) bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
   if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, NULL);
-  for (int mma = 2; mma <= 3; mma++) {
-    const char *mode = mma == 2 ? "wgmma" : "wgmma-overlap";
+  for (int mma = 2; mma <= 4; mma++) {
+    const char *mode = mma == 2 ? "wgmma" : mma == 3 ? "wgmma-overlap" : "wgmma-ws";
     if (!all && !small && strcmp(which, mode)) continue;
     if (!da__cuda_wgmma_arch(da__cuda_arch(dev))) {
       printf("%s: skipped, the path needs sm_90 (this is %s)\n", mode, da__cuda_arch(dev));

@@ -265,7 +265,9 @@ function M.plan_cuda(p, opts)
       -- scores (TK / 2 registers), packed P (TK / 4) and output (D / 2): 128 keys at D = 64
       -- (214 registers, 74 KiB of shared memory: 2 CTAs per SM by registers), 64 at D = 128
       -- (179 registers, 82 KiB: 2 per SM)
-      p.tile_k = opts.tile_k or ((D <= 64 and not p.wg_overlap) and 128 or 64)
+      -- warp-specialized: the consumers hold 232 registers (setmaxnreg), room for 128 keys
+      -- at D = 128 too (two stages there: 161 KiB of shared memory)
+      p.tile_k = opts.tile_k or (((D <= 64 or p.wg_ws) and not p.wg_overlap) and 128 or 64)
     elseif p.tile_q == 128 then
       p.tile_k = opts.tile_k or (D <= 32 and 64 or 32)
     else
