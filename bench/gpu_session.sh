@@ -9,7 +9,8 @@
 # DILATTN_BUILD=build-gpu), one call per phase, each with a timeout
 # that leaves room to rerun (device time is scarce: run `tests` first, it says whether the
 # kernels are right at all):
-#   bash bench/gpu_session.sh wgmma      # the sm_90a wgmma path, first: test_gpu wgmma, then a short bench beside mma.sync
+#   bash bench/gpu_session.sh wgmma      # the sm_90a wgmma paths, first: probe (operand map, chains), suites of the 3 variants
+#   bash bench/gpu_session.sh wgmma-bench # then a short bench of the wgmma variants beside mma.sync (16K, 64K; full, causal)
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
 #   bash bench/gpu_session.sh bench      # bench_gpu.py: full and causal, tile variants
@@ -39,10 +40,14 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
   run $B/tests/test_gpu "$golden" wgmma
 fi
 if [ "$phase" = wgmma ]; then
-  run $B/tests/test_gpu "$golden" wgmma
-  run $B/tests/test_gpu "$golden" wgmma-overlap
-  run $B/tests/test_gpu "$golden" wgmma-ws
-  run env DILATTN_CUDA_MMA=wgmma $B/tests/test_gpu "$golden" huge # q > 2^31 elements, D = 128
+  # each under a time limit: a kernel that hangs on the hardware (a barrier protocol the
+  # emulator accepted) must not take the whole device call with it
+  run timeout 240 $B/tests/test_gpu "$golden" wgmma
+  run timeout 120 $B/tests/test_gpu "$golden" wgmma-overlap
+  run timeout 120 $B/tests/test_gpu "$golden" wgmma-ws
+  run timeout 120 env DILATTN_CUDA_MMA=wgmma $B/tests/test_gpu "$golden" huge # q > 2^31 elements, D = 128
+fi
+if [ "$phase" = wgmma-bench ]; then
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
     --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --out "$out/bench_wgmma.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
