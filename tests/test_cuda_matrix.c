@@ -36,6 +36,15 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *archs[2] = {"sm_80", "sm_90"};
 static const int smem_limit[2] = {163 * 1024, 227 * 1024};
 
+/* a copy of spec i under other options (its masks, if any, are the original's) */
+static job_t *clone_job(int i) {
+  job_t *j = &jobs[njobs++];
+  *j = jobs[i];
+  memset(j->masks, 0, sizeof j->masks);
+  j->clone = 1;
+  return j;
+}
+
 static void build_matrix(int n) {
   static const int64_t sets[6][5][2] = {
       {{2048, 1}, {4096, 2}, {8192, 4}, {16384, 6}, {32768, 12}},
@@ -92,10 +101,7 @@ static void build_matrix(int n) {
   for (int i = 0; i < base && njobs < MAX_SPECS; i += 3) {
     const da_spec *s = &jobs[i].spec;
     if (s->dtype == DA_DTYPE_FLOAT32 || s->head_dim % 16 || s->head_dim > 96) continue;
-    job_t *j = &jobs[njobs++];
-    *j = jobs[i];
-    memset(j->masks, 0, sizeof j->masks);
-    j->clone = 1;
+    job_t *j = clone_job(i);
     j->opts.tile_q = 128;
     if (s->head_dim == 64 && (i / 3) % 2) j->opts.tile_k = 64;
   }
@@ -106,10 +112,7 @@ static void build_matrix(int n) {
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
     if (jobs[i].clone || !da__wgmma_serves(s, 2) || k++ % 2) continue;
-    job_t *j = &jobs[njobs++];
-    *j = jobs[i];
-    memset(j->masks, 0, sizeof j->masks);
-    j->clone = 1;
+    job_t *j = clone_job(i);
     j->opts.cuda_mma = 2;
     const int m = k / 2; /* 0, 1, 2, ... over the specs taken */
     if (m % 5 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
@@ -123,10 +126,7 @@ static void build_matrix(int n) {
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
     if (jobs[i].clone || !da__wgmma_serves(s, 4) || k++ % 3) continue;
-    job_t *j = &jobs[njobs++];
-    *j = jobs[i];
-    memset(j->masks, 0, sizeof j->masks);
-    j->clone = 1;
+    job_t *j = clone_job(i);
     j->opts.cuda_mma = 4;
     if (k % 2 == 0) j->opts.tile_q = 64;
     if ((k / 2) % 2) j->opts.tile_k = 64;
