@@ -19,6 +19,8 @@ typedef struct {
   char cuda_path[8];   /* mma | wgmma | simt */
   int cuda_mma;        /* da_plan_options.cuda_mma the plan resolved to: 1 mma, 2 wgmma, 3 overlapped, 0 else */
   int threads;         /* threads per CTA */
+  int launch_regs;     /* registers per thread the kernel must be compiled with (its setmaxnreg split
+                          adds up to the register file only then), 0: any */
   int smem_bytes;      /* dynamic shared memory per CTA */
   int64_t tiles_per_window, window_g;  /* fused grid: ceil(N / g) * tiles_per_window */
   int num_branches;

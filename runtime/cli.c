@@ -301,6 +301,8 @@ static int cmd_gen(int argc, char **argv) {
         snprintf(file, sizeof file, "%s.cu", r.kernel_name);
         st = da__cuda_compile_arch(ctx, archs[a], r.cuda_path, carch); /* wgmma: sm_90 -> sm_90a */
         if (st == DA_OK) st = da__nvrtc_compile(ctx, r.source, file, carch, opts, nopts, &res);
+        if (st == DA_OK && (st = da__cuda_check_regs(ctx, r.kernel_name, r.launch_regs, res.registers)) != DA_OK)
+          da__nvrtc_result_free(&res);
         if (st != DA_OK) {
           rc = fail(exit_code(st), "%s (%s): %s", configs[i], archs[a], da_context_last_error(ctx));
           break;

@@ -46,9 +46,18 @@ void da__cuda_artifact_key(const char *source_key, const char *arch, int maj, in
   da__sha256_hex(text, strlen(text), key);
 }
 
+da_status da__cuda_check_regs(const da_context *ctx, const char *kernel, int launch_regs, int registers) {
+  DA_RETURN_IF(launch_regs > 0 && registers != launch_regs, DA_ERR_COMPILE,
+               "%s: ptxas gave %d registers per thread, the warp-specialized kernel needs %d (its setmaxnreg split of "
+               "the register file would make the consumers wait forever)",
+               kernel, registers, launch_regs);
+  return DA_OK;
+}
+
 typedef struct {
   da__kernel_cache *cache;
   const char *source, *name, *arch, *key, *source_key;
+  int launch_regs;
 } nvrtc_job;
 
 static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, size_t *n) {
@@ -57,6 +66,11 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
   snprintf(file, sizeof file, "%s.cu", j->name);
   da__nvrtc_result res;
   DA_TRY(da__nvrtc_compile(ctx, j->source, file, j->arch, NVRTC_OPTS, 1, &res));
+  da_status st = da__cuda_check_regs(ctx, j->name, j->launch_regs, res.registers);
+  if (st != DA_OK) {
+    da__nvrtc_result_free(&res);
+    return st;
+  }
   if (res.wgmma_serialized > 0) /* still correct, but the wgmma path's overlap is gone */
     da__log(DA_LOG_WARN, "%s (%s): ptxas serialized its wgmma (%d notes in the compile log)", j->name, j->arch,
             res.wgmma_serialized);
@@ -122,7 +136,7 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   char arch[16], key[65];
   DA_TRY(da__cuda_compile_arch(ctx, da__cuda_arch(dev), r->cuda_path, arch));
   da__cuda_artifact_key(r->key, arch, maj, min, key);
-  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key};
+  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
   da__cuda_plan *p = calloc(1, sizeof *p);

@@ -20,6 +20,10 @@ DA_HIDDEN da_status da__cuda_backend_available(const da_context *ctx);
 DA_HIDDEN da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]);
 /* Whether arch ("sm_90", "sm_90a", ...) runs the wgmma paths. */
 DA_HIDDEN int da__cuda_wgmma_arch(const char *arch);
+/* A compiled kernel's register count against what its plan needs (r->launch_regs: the
+ * warp-specialized kernel's setmaxnreg split fills the register file only at that count;
+ * with fewer its consumers would wait forever). DA_ERR_COMPILE when they differ. */
+DA_HIDDEN da_status da__cuda_check_regs(const da_context *ctx, const char *kernel, int launch_regs, int registers);
 DA_HIDDEN void da__cuda_artifact_key(const char *source_key, const char *arch, int nvrtc_major,
                                      int nvrtc_minor, char key[65]);
 

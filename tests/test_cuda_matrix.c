@@ -166,6 +166,10 @@ static void *worker(void *arg) {
         j->status[a] = -1;
         continue;
       }
+      if (da__cuda_check_regs(ctx, r.kernel_name, r.launch_regs, res.registers) != DA_OK) {
+        snprintf(j->err, sizeof j->err, "%s: %.400s", archs[a], da_context_last_error(ctx));
+        j->status[a] = -1;
+      }
       j->regs[a] = res.registers;
       j->spill[a] = res.spill_bytes;
       j->serialized[a] = res.wgmma_serialized;

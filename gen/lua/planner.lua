@@ -227,6 +227,7 @@ function M.plan_cuda(p, opts)
     local function default_tq(strategy)
       if not wg then return M.cuda_default_tile_q(p, strategy) end
       if p.lcm_r > 4096 then return 64 end
+      if p.wg_ws then return 128 end -- two consumer warpgroups: the variant's point
       return M.tile_fill(p, strategy or p.strategy, 128) >= 7 / 8 and 128 or 64
     end
     p.tile_q = opts.tile_q or default_tq()
@@ -251,8 +252,9 @@ function M.plan_cuda(p, opts)
     if wg then p.threads = p.tile_q * 2 + (p.wg_ws and 128 or 0) end -- a warpgroup (128 threads) per 64 rows
     -- two consumer warpgroups and the producer: 168 registers each at launch (384 threads);
     -- the producer gives up all but 40 so each consumer may use 232 (128 x 40 + 256 x 232
-    -- <= 65536)
-    if p.wg_ws and p.tile_q == 128 then p.setmaxnreg = {40, 232} end
+    -- = 384 x 168: the consumers' setmaxnreg.inc would wait forever on a smaller pool, so
+    -- the runtime refuses a compile with another count, launch)
+    if p.wg_ws and p.tile_q == 128 then p.setmaxnreg = {40, 232, launch = 168} end
     if p.tile_q == 128 and D > 96 and not wg then
       error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
     end
@@ -288,7 +290,12 @@ function M.plan_cuda(p, opts)
     end
     if wg then
       p.smem_row = D -- swizzled, unpadded; 1024 bytes more to align the tiles
-      if p.wg_ws and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > 200 * 1024 then p.stages = 2 end
+      if p.wg_ws then -- as many stages as fit, up to 4 (227 KiB less the mbarriers; 1 CTA per SM anyway)
+        p.stages = 4
+        while p.stages > 2 and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > 232448 - 256 do
+          p.stages = p.stages - 1
+        end
+      end
       p.smem_bytes = 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2
     else
       p.smem_row = D + 8 -- halves per shared-memory row (padding breaks bank conflicts)

@@ -399,12 +399,15 @@ struct da_key_walk {
     *cls = k;
     return c;
   }
-  /* tile c into stage st of Ks / Vs (zeros past kend), copied by threads tid of nthr */
+  /* tile c into stage st of Ks / Vs (zeros past kend), copied by threads tid of nthr;
+   * which: 1 K, 2 V, 3 both */
   __device__ __forceinline__ void fill(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st, int tid = threadIdx.x,
-                                       int nthr = NTHREADS) const {
+                                       int nthr = NTHREADS, int which = 3) const {
     int nk = (int)min((da_i64)TK, kend - c);
-    load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb + (c + i) * kstep; }, tid, nthr);
-    load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb + (c + i) * vstep; }, tid, nthr);
+    if (which & 1)
+      load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb + (c + i) * kstep; }, tid, nthr);
+    if (which & 2)
+      load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb + (c + i) * vstep; }, tid, nthr);
   }
   /* tile c into stage st (nothing past kend), one cp.async group either way */
   __device__ __forceinline__ void load(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st) const {
@@ -431,9 +434,10 @@ __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da
 /* wgmma, warp-specialized (FlashAttention-3's schedule, with cp.async in place of TMA):
  * warpgroup 0 (the producer, DA_PRODUCERS threads, few registers) walks the key tiles and
  * copies each into a ring of STAGES stages; the other NCWG warpgroups (64 query rows each,
- * the registers the producer gave up) compute. A stage passes from producer to consumers
- * through its full mbarrier (the producer's arrivals, after its copies land) and back
- * through its empty one (every consumer thread's, after its P V on the stage is done).
+ * the registers the producer gave up) compute. K and V of a stage pass from producer to
+ * consumers each through a "full" mbarrier (the producer's arrivals, after its copies
+ * land) and back each through an "empty" one (every consumer thread's): K as soon as the
+ * scores are done, V after the P V, a tile later, so the producer refills K slots early.
  * With two consumer warpgroups, they take turns issuing their wgmma (S = Q K^T of one tile
  * with P V of the tile before), so one's softmax runs while the other's tensor-core work
  * does; the turn passes through named barriers DA_BAR_TURN + warpgroup. No CTA barrier
@@ -457,20 +461,30 @@ __device__ __forceinline__ void da_turn_end() {
   if (NCWG == 2) da_named_arrive(DA_BAR_TURN + ((da_ct() >> 7) ^ 1), NCT);
 }
 
-/* The producer's share of attend(): every tile the consumers will take, in order. bars:
- * full[STAGES], then empty[STAGES]. */
+/* bars: the full barriers of K and of V, then the empty ones, STAGES each */
+#define FULL_K(st) (&bars[(st)])
+#define FULL_V(st) (&bars[STAGES + (st)])
+#define EMPTY_K(st) (&bars[2 * STAGES + (st)])
+#define EMPTY_V(st) (&bars[3 * STAGES + (st)])
+static_assert(STAGES >= 2, "a consumer holds the V of one tile while it waits for the next");
+
+/* The producer's share of attend(): every tile the consumers will take, in order. */
 __device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
                         da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
   const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
   int cls;
   for (da_i64 c = W.next(0, &cls); c < W.kend; c = W.next(c + TK, &cls)) {
-    da_mbar_wait(&bars[STAGES + P.st], P.ph ^ 1); /* the consumers are done with the stage's last tile */
-    W.fill(Ks, Vs, c, P.st, threadIdx.x, DA_PRODUCERS);
-    if (A.vec16) {
-      da_cp_async_mbar_arrive(&bars[P.st]); /* arrives when this thread's copies have landed */
-    } else {
-      da_fence_proxy_async(); /* plain stores: this thread's own fence, then the release */
-      da_mbar_arrive(&bars[P.st]);
+#pragma unroll
+    for (int which = 1; which <= 2; which++) { /* K, then V */
+      da_mbar_wait(which == 1 ? EMPTY_K(P.st) : EMPTY_V(P.st), P.ph ^ 1); /* the consumers are done with the slot */
+      W.fill(Ks, Vs, c, P.st, threadIdx.x, DA_PRODUCERS, which);
+      da_u64 *full = which == 1 ? FULL_K(P.st) : FULL_V(P.st);
+      if (A.vec16) {
+        da_cp_async_mbar_arrive(full); /* arrives when this thread's copies have landed */
+      } else {
+        da_fence_proxy_async(); /* plain stores: this thread's own fence, then the release */
+        da_mbar_arrive(full);
+      }
     }
     da_pipe_next(P);
   }
@@ -492,44 +506,49 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   /* the first tile: its S = Q K^T alone. The loop below always has a P V in flight with
    * the scores (a path without it would leave ptxas unable to tell which wgmma a wait
    * retires: it serializes them, C7514) */
-  da_mbar_wait(&bars[P.st], P.ph); /* tile c has landed */
-  da_fence_proxy_async();          /* ... and wgmma (the async proxy) sees it */
+  da_mbar_wait(FULL_K(P.st), P.ph); /* K of tile c has landed */
+  da_fence_proxy_async();           /* ... and wgmma (the async proxy) sees it */
   da_turn_begin();
   da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
   da_turn_end();
   da_wgmma_wait<0>();
   da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+  da_mbar_arrive(EMPTY_K(P.st));
   int wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq);
   softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq, m_use);
   softmax_exp_pack(S, s, wcls, m_use, pa);
-  int pst = P.st; /* the stage of the tile whose P V is pending */
+  da_pipe pv = P; /* the stage and parity of the tile whose P V is pending */
   da_pipe_next(P);
   while ((c = W.next(c + TK, &cls)) < kend) {
-    da_mbar_wait(&bars[P.st], P.ph);
+    da_mbar_wait(FULL_K(P.st), P.ph);
+    da_mbar_wait(FULL_V(pv.st), pv.ph);
     da_fence_proxy_async();
     da_turn_begin();
     da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
-    da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pst * TK * ROWH));
+    da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pv.st * TK * ROWH));
     da_turn_end();
     float corr[MT][2];
     da_wgmma_wait<1>(); /* this tile's scores; the P V may still run */
     da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+    da_mbar_arrive(EMPTY_K(P.st)); /* K goes back to the producer now */
     wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq);
     softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq, m_use, corr);
     da_wgmma_wait<0>();
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
-    da_mbar_arrive(&bars[STAGES + pst]); /* done with the stage of the P V */
+    da_mbar_arrive(EMPTY_V(pv.st)); /* V, once its P V is done */
     softmax_rescale_o(S, corr);
     softmax_exp_pack(S, s, wcls, m_use, pa);
-    pst = P.st;
+    pv = P;
     da_pipe_next(P);
   }
+  da_mbar_wait(FULL_V(pv.st), pv.ph);
+  da_fence_proxy_async();
   da_turn_begin();
-  da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pst * TK * ROWH));
+  da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pv.st * TK * ROWH));
   da_turn_end();
   da_wgmma_wait<0>();
   da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
-  da_mbar_arrive(&bars[STAGES + pst]);
+  da_mbar_arrive(EMPTY_V(pv.st));
 }
 {% elseif p.wg_overlap then %}
 /* wgmma, overlapped: tile j+1's S = Q K^T is issued before tile j's softmax, so the
@@ -719,7 +738,10 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   (void)lane, (void)warp;
 {% end %}
 {% if p.wg_ws then %}
-  if (NCWG == 2 && da_ct() < 128) da_named_arrive(DA_BAR_TURN, NCT); /* consumer warpgroup 0 takes the first turn */
+  /* consumer warpgroup 0 takes the first turn: warpgroup 1 hands it over (an arrive by
+   * warpgroup 0 itself before its own sync would be two barrier instructions of one warp
+   * in one phase, which the ISA warns against) */
+  if (NCWG == 2 && da_ct() >= 128) da_named_arrive(DA_BAR_TURN, NCT);
 {% end %}
   DA_SYNC_COMPUTE();
 #pragma unroll
@@ -737,7 +759,9 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
     S.m[mt][0] = S.m[mt][1] = -INFINITY;
     S.l[mt][0] = S.l[mt][1] = 0.f;
   }
+{% if not p.wgmma then %}
   DA_SYNC_COMPUTE();
+{% end %}
 }
 
 /* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace. */
@@ -918,9 +942,9 @@ template <class E, class F>
 __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 hkv,
                                          const da_qtile &T, int mode, F each) {
 {% if p.wg_ws then %}
-  __shared__ da_u64 bars[2 * STAGES]; /* full[STAGES]: the producer's arrivals; empty[STAGES]: the consumers' */
+  __shared__ da_u64 bars[4 * STAGES]; /* full K, full V: the producer's arrivals; empty K, empty V: the consumers' */
   if (threadIdx.x == 0)
-    for (int i = 0; i < 2 * STAGES; i++) da_mbar_init(&bars[i], i < STAGES ? DA_PRODUCERS : NCT);
+    for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : NCT);
   __syncthreads(); /* the last CTA barrier: producer and consumers go their own ways */
   da_pipe P = {0, 0};
   if (threadIdx.x < DA_PRODUCERS) {

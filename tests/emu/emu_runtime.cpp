@@ -102,13 +102,14 @@ struct Barrier {
   unsigned mask = 0, who = 0;
 };
 
-/* An mbarrier (sm_90): `count` arrivals complete a phase; cp.async copies tracked by the
- * current phase land when it completes. Completion is as late as the rules allow (ready:
- * every arrival is in): when a thread waits on the barrier, when the phase's arrivers
- * arrive again, when nothing else can move, or at random, so a thread that reads before
- * its wait sees stale bytes. */
+/* An mbarrier (sm_90): `count` arrivals complete a phase; each cp.async copy it tracks
+ * lands at the arrival or, at random, when the phase completes. A phase whose arrivals
+ * are all in completes at once if a thread waits on it, else as late as the rules allow
+ * (ready): when a thread waits, when the arrivers arrive again, when nothing else can
+ * move, or at random. So a reader that skips its wait sees stale bytes, and a writer that
+ * refills a buffer still in use changes it under the wgmma reading it. */
 struct MBar {
-  int count = 0, pending = 0;
+  int count = 0, pending = 0, waiters = 0;
   bool ready = false;
   unsigned phase = 0; /* phases completed */
   std::vector<Copy> landing;
@@ -134,6 +135,7 @@ NamedBar named[16];
  * every thread of its warpgroup that came later */
 std::vector<unsigned long long> landed_seq;
 unsigned long long event_seq;
+unsigned round_gen; /* scheduling rounds so far (a fiber can wait for the next) */
 WgState wg_state[8];
 int nthreads, live;
 unsigned live_lanes[32];
@@ -501,8 +503,15 @@ void wg_arrive(int op) {
   Barrier &b = wg_bar[g];
   if (b.arrived == 0) b.op = op;
   else if (b.op != op) fail("divergent warpgroup: %s while others wait in %s", OP_NAME[op], OP_NAME[b.op]);
-  if (++b.arrived == 128) complete_wg(g);
-  else wait_on(b, op);
+  if (++b.arrived == 128) {
+    /* a wait_group takes time: at random the group lands a few scheduling rounds later,
+     * while other warpgroups (a producer refilling buffers) run */
+    if (op == OP_WG_WAIT && (next_rand() & 1))
+      for (int r = 1 + (int)(next_rand() % 4); r > 0; r--) wait_gen(&round_gen, op);
+    complete_wg(g);
+  } else {
+    wait_on(b, op);
+  }
 }
 
 void fiber_main() {
@@ -537,15 +546,18 @@ std::string describe_deadlock() {
   return s + buf;
 }
 
-void mbar_complete(MBar &m) {
+/* one copy tracked by an mbarrier lands (event ev) */
+void mbar_land(const Copy &c, unsigned long long ev) {
   static const unsigned char zero[16] = {0};
+  memcpy(c.dst, c.src ? c.src : zero, 16);
+  size_t chunk = (size_t)(c.dst - smem) / 16;
+  landed_seq[chunk] = ev;
+  async_dirty[chunk] = -1; /* its writer needs no fence: the readers' fence after their wait covers it */
+}
+
+void mbar_complete(MBar &m) {
   unsigned long long ev = ++event_seq;
-  for (const Copy &c : m.landing) {
-    memcpy(c.dst, c.src ? c.src : zero, 16);
-    size_t chunk = (size_t)(c.dst - smem) / 16;
-    landed_seq[chunk] = ev;
-    async_dirty[chunk] = -1; /* its writer needs no fence: the readers' fence after their wait covers it */
-  }
+  for (const Copy &c : m.landing) mbar_land(c, ev);
   m.landing.clear();
   m.pending = m.count;
   m.ready = false;
@@ -600,6 +612,7 @@ int run_block(dim3 bid, dim3 grid) {
   for (int i = 0; i < nthreads; i++) order[(size_t)i] = i;
   while (live > 0) {
     for (int i = nthreads - 1; i > 0; i--) std::swap(order[(size_t)i], order[next_rand() % (uint64_t)(i + 1)]);
+    round_gen++;
     int moved = mbar_complete_ready(false);
     for (int i : order) {
       Fiber &f = fibers[(size_t)i];
@@ -739,18 +752,27 @@ void da_emu_mbar_arrive(void *bar, int cp_async) {
   MBar &m = mbar(bar);
   if (m.ready) mbar_complete(m); /* a new phase begins */
   if (cp_async) {
-    for (auto &g : cur->groups) m.landing.insert(m.landing.end(), g.begin(), g.end());
-    m.landing.insert(m.landing.end(), cur->pending.begin(), cur->pending.end());
+    std::vector<Copy> mine;
+    for (auto &g : cur->groups) mine.insert(mine.end(), g.begin(), g.end());
+    mine.insert(mine.end(), cur->pending.begin(), cur->pending.end());
     cur->groups.clear();
     cur->pending.clear();
+    for (const Copy &c : mine) {
+      if (next_rand() & 1) m.landing.push_back(c);
+      else mbar_land(c, ++event_seq);
+    }
   }
-  if (--m.pending == 0) m.ready = true;
+  if (--m.pending > 0) return;
+  m.ready = true;
+  if (m.waiters) mbar_complete(m);
 }
 
 void da_emu_mbar_wait(void *bar, unsigned parity) {
   MBar &m = mbar(bar);
   if ((m.phase & 1) == (parity & 1) && m.ready) mbar_complete(m);
+  m.waiters++;
   while ((m.phase & 1) == (parity & 1)) wait_gen(&m.phase, OP_MBAR_WAIT);
+  m.waiters--;
 }
 
 void da_emu_named_bar(int id, int count, int wait) {
