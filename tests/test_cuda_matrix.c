@@ -257,6 +257,11 @@ int main(int argc, char **argv) {
          "warp-specialized %d), simt %d; max registers %d\n",
          njobs, strategies[0], strategies[1], strategies[2], paths[0], paths[2], variants[3], variants[4], paths[1], maxregs);
   TU_CHECK(variants[3] && variants[4], "matrix misses a wgmma variant");
+  /* the warp-specialized kernel's register pool: only the count its setmaxnreg split needs */
+  TU_CHECK(da__cuda_check_regs(ctx, "k", 168, 168) == DA_OK && da__cuda_check_regs(ctx, "k", 0, 200) == DA_OK &&
+               da__cuda_check_regs(ctx, "k", 168, 160) == DA_ERR_COMPILE &&
+               strstr(da_context_last_error(ctx), "160 registers") != NULL,
+           "register-pool check: %s", da_context_last_error(ctx));
   char arch[16];
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_80", "wgmma", arch) == DA_ERR_UNSUPPORTED, "wgmma accepted for sm_80");
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_90", "wgmma", arch) == DA_OK && !strcmp(arch, "sm_90a"), "wgmma on sm_90: %s", arch);
