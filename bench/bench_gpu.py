@@ -123,6 +123,31 @@ def time_cuda(fn, reps=10, warmup=3):
     return statistics.median(times), min(times), max(times)
 
 
+def kernel_times(fn, reps=3):
+    """The CUDA kernels fn launches, each with its launches and device time per call of fn
+    (torch.profiler through CUPTI, which sees kernels launched through the driver API too):
+    where the time goes (the split strategy's _init / _branch / _finish, say). An error
+    is returned as such, not raised."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+        out = {}
+        for e in prof.key_averages():
+            t = getattr(e, "device_time_total", None)
+            if t is None:
+                t = getattr(e, "cuda_time_total", 0)
+            if t > 0:
+                out[e.key] = dict(launches=e.count / reps, us=t / reps)
+        return out
+    except Exception as e:  # noqa: BLE001 - recorded, not fatal
+        return dict(error=str(e))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libdilattn.so")
@@ -135,6 +160,8 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--profile", action="store_true",
+                    help="also record each dilattn variant's kernels and their device time per call (torch.profiler)")
     ap.add_argument("--tiles", default="64x0,128x0,128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,"
                                        "0x0:wgmma-ws,128x64:wgmma-ws",
                     help="extra dilattn variants timed beside the default: "
@@ -191,6 +218,8 @@ def main():
                        sdpa_dense_ms=t_sdpa[0], sdpa_dense_tflops=sdpa_flops / t_sdpa[0] / 1e9,
                        speedup_vs_torch=t_torch[0] / t_ours[0])
             row["ratio_vs_sdpa"] = row["dilattn_tflops"] / row["sdpa_dense_tflops"]
+            if args.profile:
+                row["profile"] = kernel_times(run_ours)
             # the same kernel under other tile shapes, validated then timed like the default
             row["tile_variants"] = {}
             for spec_t in filter(None, args.tiles.split(",")):
@@ -209,6 +238,8 @@ def main():
                 t_v = time_cuda(run_v, args.reps)
                 row["tile_variants"][spec_t] = dict(kernel=vplan.kernel, valid=verr <= 1e-2 * v.abs().max().item(),
                                                     max_err=verr, ms=t_v[0], tflops=flops / t_v[0] / 1e9)
+                if args.profile:
+                    row["tile_variants"][spec_t]["profile"] = kernel_times(run_v)
             print(json.dumps(row), flush=True)
             rows.append(row)
             del q, k, v, out, lse, ref_out, ref_lse

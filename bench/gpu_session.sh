@@ -49,9 +49,9 @@ if [ "$phase" = wgmma ]; then
 fi
 if [ "$phase" = wgmma-bench ]; then
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
-    --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --out "$out/bench_wgmma.json"
+    --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
-    --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --out "$out/bench_wgmma_causal.json"
+    --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma_causal.json"
 fi
 if [ "$phase" = sanitize ] || [ "$phase" = all ]; then
   run tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"

@@ -180,6 +180,7 @@ static void copy_facts(lua_State *L, da__rendered *f) {
   f->cuda_mma = (int)fact_int(L, "cuda_mma");
   f->threads = (int)fact_int(L, "threads");
   f->launch_regs = (int)fact_int(L, "launch_regs");
+  f->split_first = (int)fact_int(L, "split_first");
   f->smem_bytes = (int)fact_int(L, "smem_bytes");
   f->tiles_per_window = fact_int(L, "tiles_per_window");
   f->window_g = fact_int(L, "window_g");

@@ -213,8 +213,12 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
     DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
     return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a);
   }
-  DA_TRY(launch_stride(r, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user)); /* _init or _clear */
-  for (int br = 0; br < r->num_branches; br++) {
+  /* _init or _clear, unless the split plan's first branch writes the whole workspace: it
+   * goes first then */
+  const int first = !strcmp(r->strategy, "split") ? r->split_first : -1;
+  if (first < 0) DA_TRY(launch_stride(r, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
+  for (int i = 0; i < r->num_branches; i++) {
+    const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
     a->branch = br;
     int64_t gx = (a->seq_len + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br];
     DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);

@@ -22,6 +22,7 @@
 #define BLOCK {{ p.block }}
 #define SCALE_LOG2 ((float)({{ f64(p.scale) }} * 1.4426950408889634)) /* scale * log2(e): softmax in base 2 */
 #define OUT_DIVISOR {{ p.out_divisor }}.0f
+#define SPLIT_FIRST {{ p.split_first or -1 }} /* split: the branch that writes the workspace first (-1: _init does) */
 #define LN2 0.69314718055994531f
 {{ dtype_c }}
 {% if p.strategy == "fused" then %}
@@ -491,8 +492,8 @@ __device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs
 }
 
 /* The consumers' attend(): per tile, in its turn, S = Q K^T of the tile and P V of the one
- * before; then the masking and maxima while that P V still runs, the output's rescale once
- * it is done (and the stage goes back to the producer), and P of this tile. */
+ * before; then (K goes back to the producer) the masking and maxima while that P V still
+ * runs, the output's rescale once it is done (and V goes back), and P of this tile. */
 __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq, da_pipe &P, da_u64 *bars) {
   const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
@@ -764,7 +765,8 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
 {% end %}
 }
 
-/* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace. */
+/* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace, mode 2
+ * writes it (the first branch of a split plan, SPLIT_FIRST). */
 __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
   const int lane = da_ct() & 31, warp = da_ct() >> 5;
   float lsum[MT][2];
@@ -791,6 +793,15 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
         ST(A.out, ob + col + 1, S.o[mt][dt][2 * hr + 1] * inv / OUT_DIVISOR);
       }
       if (A.lse && (lane & 3) == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
+    } else if (mode == 2) {
+      float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
+#pragma unroll
+      for (int dt = 0; dt < NT_O; dt++) {
+        int col = dt * 8 + 2 * (lane & 3);
+        row_ws[col] = S.o[mt][dt][2 * hr] * inv;
+        row_ws[col + 1] = S.o[mt][dt][2 * hr + 1] * inv;
+      }
+      if ((lane & 3) == 0) row_ws[HD] = lse;
     } else {
       float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
       float old = row_ws[HD];
@@ -911,6 +922,13 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
       if (d < HD) ST(A.out, ob + d, S.o[x] * inv / OUT_DIVISOR);
     }
     if (A.lse && sub == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
+  } else if (mode == 2) {
+    float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
+    for (int x = 0; x < DPT; x++) {
+      int d = sub + TPR * x;
+      if (d < HD) row_ws[d] = S.o[x] * inv;
+    }
+    if (sub == 0) row_ws[HD] = lse;
   } else {
     float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
     float old = row_ws[HD];
@@ -975,7 +993,10 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(const da_cuda_args A) {
   DA_SMEM_DECL
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
-  const da_i64 win = blockIdx.x / TILES_PER_WINDOW, tt = blockIdx.x % TILES_PER_WINDOW;
+  /* causal: a window's tiles in reverse, so its heaviest (latest positions, most keys)
+   * start first and the grid's tail is light */
+  const da_i64 win = blockIdx.x / TILES_PER_WINDOW,
+               tt = CAUSAL ? TILES_PER_WINDOW - 1 - blockIdx.x % TILES_PER_WINDOW : blockIdx.x % TILES_PER_WINDOW;
   int c = 0;
   while (c + 1 < LCM_R && RES_TILE_START[c + 1] <= tt) c++;
   const da_i64 gs = win * WIN_G, ge = min(gs + WIN_G, A.seq_len), first = gs + c;
@@ -1004,7 +1025,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(co
   while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
   if (k == HEAD_NBR[h]) return; /* this head does not use the branch (grouped mode) */
   const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
-  const da_i64 seg = blockIdx.x / BR_TILES_PER_SEG[br], a0 = (blockIdx.x % BR_TILES_PER_SEG[br]) * (da_i64)TQ;
+  const da_i64 tps = BR_TILES_PER_SEG[br], seg = blockIdx.x / tps;
+  const da_i64 a0 = (CAUSAL ? tps - 1 - blockIdx.x % tps : blockIdx.x % tps) * (da_i64)TQ; /* causal: heaviest first */
   const da_i64 s0 = seg * w;
   if (s0 >= A.seq_len) return;
   const da_i64 L = da_class_len(br, s0, off, A.seq_len);
@@ -1013,7 +1035,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(co
   T.nq = (int)min((da_i64)TQ, L - a0);
   T.pos0 = s0 + off + a0 * r;
   T.pstep = r;
-  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, {{ p.strategy == "split" and 1 or 0 }}, [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
+  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, {{ p.strategy == "split" and "br == SPLIT_FIRST ? 2 : 1" or "0" }},
+           [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
 }
 {% end %}
 {% if p.strategy == "split" then %}

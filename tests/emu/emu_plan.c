@@ -97,6 +97,7 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
   size_t wsb = da__cuda_workspace_bytes(&r, s->num_heads, args->batch, args->seq_len);
   if (wsb) {
     ws = malloc(wsb);
+    if (ws) memset(ws, 0xff, wsb); /* NaN: a read before the first write shows */
     a.ws = ws;
     da_emu_register_buffer(ws, wsb, 1);
   }
