@@ -139,6 +139,15 @@ function M.plan(spec, target, opts)
   -- strategy keeps a running (out[D], lse) per position.
   p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
   if target == "cuda" then M.plan_cuda(p, opts) end
+  -- split: a branch every head uses with r = 1 covers every row, so processed first it
+  -- writes the workspace instead of merging into it, and nothing has to clear it (one write
+  -- and one read of the workspace fewer: a third of its traffic for LongNet 5-branch)
+  p.split_first = -1
+  if p.strategy == "split" and p.mode ~= "grouped" then
+    for _, b in ipairs(p.branches) do
+      if b.r == 1 then p.split_first = b.index break end
+    end
+  end
 
   -- Kernel name: encodes the spec; the spec hash makes it unique for fields the
   -- readable part leaves out (scale, seed, density).
@@ -330,15 +339,6 @@ function M.plan_cuda(p, opts)
     p.tiles_per_window = acc
   end
   p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
-  -- split: a branch every head uses with r = 1 covers every row, so launched first it
-  -- writes the workspace instead of merging into it, and the _init launch goes (one write
-  -- and one read of the workspace fewer: a third of its traffic for LongNet 5-branch)
-  p.split_first = -1
-  if p.strategy == "split" and p.mode ~= "grouped" then
-    for _, b in ipairs(p.branches) do
-      if b.r == 1 then p.split_first = b.index break end
-    end
-  end
   -- dilated indices in 32 bits when every branch's segment allows (fewer registers)
   p.idx_bits = 32
   for _, b in ipairs(p.branches) do

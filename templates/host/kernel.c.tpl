@@ -185,16 +185,25 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
   const int64_t N = A->seq_len, hkv = h / HEADS_PER_KV;
   float o[HD], lse;
 {% if p.strategy == "split" then %}
+{% if p.split_first < 0 then %}
   for (int64_t p = 0; p < N; p++) {
     for (int x = 0; x < HD; x++) ws[p * (HD + 1) + x] = 0.0f;
     ws[p * (HD + 1) + HD] = -INFINITY;
   }
 {% else %}
+  /* branch {{ p.split_first }} (r = 1) covers every row: it goes first and writes ws */
+{% end %}
+{% else %}
   (void)ws;
   for (int x = 0; x < HD; x++) o[x] = 0.0f;
   for (int64_t p = 0; p < N; p++) store_row(A, b, h, p, o, -INFINITY); /* positions no branch covers */
 {% end %}
-  for (int k = 0; k < HEAD_NBR[h]; k++) {
+  for (int kk = 0; kk < HEAD_NBR[h]; kk++) {
+{% if p.strategy == "split" and p.split_first >= 0 then %}
+    const int k = kk == 0 ? {{ p.split_first }} : kk <= {{ p.split_first }} ? kk - 1 : kk;
+{% else %}
+    const int k = kk;
+{% end %}
     const int br = HEAD_BR[h][k];
     const int64_t w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
     for (int64_t s0 = 0; s0 < N; s0 += w) {
@@ -209,6 +218,13 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
           tile_row_result(T, j, o, &lse);
 {% if p.strategy == "split" then %}
           float *row = ws + T->pos[j] * (HD + 1);
+{% if p.split_first >= 0 then %}
+          if (kk == 0) {
+            for (int x = 0; x < HD; x++) row[x] = o[x];
+            row[HD] = lse;
+            continue;
+          }
+{% end %}
           da_merge_partial(row, row + HD, o, lse, HD);
 {% else %}
           store_row(A, b, h, T->pos[j], o, lse);
