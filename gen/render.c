@@ -121,8 +121,7 @@ static int push_render_fn(lua_State *L) {
   return 1;
 }
 
-int da__wgmma_serves(const da_spec *spec, int mma) {
-  if (mma == 4 && spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE) return 0;
+int da__wgmma_serves(const da_spec *spec) {
   return spec->dtype != DA_DTYPE_FLOAT32 && (spec->head_dim == 64 || spec->head_dim == 128);
 }
 
@@ -199,12 +198,12 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
   if (da_spec_validate(spec, msg, sizeof msg) != DA_OK)
     return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
   DA_TRY(check_opts(ctx, opts));
-  DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA && !da__wgmma_serves(spec, opts->cuda_mma),
+  DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA && !da__wgmma_serves(spec),
                DA_ERR_INVALID_ARGUMENT,
-               "cuda_mma = %d (wgmma) needs float16 or bfloat16 with head_dim 64 or 128%s (this spec: %s, head_dim %d%s)",
-               opts->cuda_mma, opts->cuda_mma == 4 ? " and a dense layout" : "",
+               "cuda_mma = %d (wgmma) needs float16 or bfloat16 with head_dim 64 or 128 (this spec: %s, head_dim %d)",
+               opts->cuda_mma,
                spec->dtype == DA_DTYPE_FLOAT32 ? "float32" : spec->dtype == DA_DTYPE_FLOAT16 ? "float16" : "bfloat16",
-               spec->head_dim, opts->cuda_mma == 4 && spec->sparsity.layout > DA_LAYOUT_DENSE ? ", a sparse layout" : "");
+               spec->head_dim);
   char *spec_json = da_spec_to_json(spec);
   DA_RETURN_IF(!spec_json, DA_ERR_NO_MEMORY, "spec JSON: out of memory");
   char spec_hash[65];

@@ -32,10 +32,9 @@ DA_HIDDEN da_status da__render_ex(da_context *ctx, const da_spec *spec, da_targe
                                   const da__render_opts *opts, da__rendered *out);
 DA_HIDDEN void da__rendered_free(da__rendered *r);
 
-/* Whether wgmma path mma (cuda_mma 2, 3 or 4) serves spec: float16 / bfloat16 at head_dim 64
- * or 128, and for 4 (warp-specialized) a dense or causal layout (the planner's rule,
- * gen/lua/planner.lua plan_cuda). */
-DA_HIDDEN int da__wgmma_serves(const da_spec *spec, int mma);
+/* Whether the wgmma paths (cuda_mma 2, 3, 4) serve spec: float16 / bfloat16 at head_dim 64 or
+ * 128 (the planner's rule, gen/lua/planner.lua plan_cuda). */
+DA_HIDDEN int da__wgmma_serves(const da_spec *spec);
 
 /* Render an arbitrary template text (tests of the sandbox and the template engine):
  * the text is rendered like a kernel template, with the plan of spec as `p`.

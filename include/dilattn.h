@@ -276,8 +276,7 @@ typedef struct {
                             scores issued before this tile's softmax (same conditions;
                             experimental), 4 = wgmma warp-specialized: a producer warpgroup
                             loads K / V, two consumer warpgroups take turns on the tensor
-                            cores (same conditions, dense and causal layouts only;
-                            experimental). Ignored by the host backend. */
+                            cores (same conditions; experimental). Ignored by the host backend. */
 } da_plan_options;
 
 /* da_plan_create with tunables (opts may be NULL). When opts is NULL or its tunables are

@@ -312,8 +312,7 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
 /* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws: its variants): CUDA plans the wgmma
  * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) take it unless opts
  * sets a tunable (tile sizes, strategy or instruction: a caller or the tuner that chose
- * them gets what it chose); a plan the variant does not serve (wgmma-ws: a sparse layout)
- * takes plain wgmma. Returns opts or *eff. Any other value than those, "sync" or empty is
+ * them gets what it chose). Returns opts or *eff. Any other value than those, "sync" or empty is
  * an error. (sync: the tuning database's wgmma records are skipped, see tuned_options.) */
 static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spec *spec,
                               const da_plan_options *opts, da_plan_options *eff, const da_plan_options **res) {
@@ -326,11 +325,11 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;
   da__cuda *dev;
-  if (!da__wgmma_serves(spec, 2) || da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev)))
+  if (!da__wgmma_serves(spec) || da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev)))
     return DA_OK;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  eff->cuda_mma = da__wgmma_serves(spec, mma) ? mma : 2;
+  eff->cuda_mma = mma;
   *res = eff;
   return DA_OK;
 }

@@ -138,10 +138,9 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
 
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) {
   da_plan_options o = {0, 0, 0, 0, 0};
-  if (da__wgmma_serves(s, 2)) {
+  if (da__wgmma_serves(s)) {
     if (base) o = *base;
     o.cuda_mma = base && base->cuda_mma >= 2 ? base->cuda_mma : 2;
-    if (!da__wgmma_serves(s, o.cuda_mma)) o.cuda_mma = 2; /* warp-specialized: sparse layouts take the plain loop */
   }
   return o;
 }

@@ -143,10 +143,10 @@ def test_gen_wgmma(tmp):
         rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma", "-o", d2)
         check(rc == 2 and "wgmma" in err and "head_dim 64 or 128" in err and not os.listdir(d2),
               f"gen --mma wgmma for {bad}: exit {rc}: {err}")
-    # the warp-specialized variant takes dense and causal layouts only
+    # the warp-specialized variant takes sparse layouts too (their tile verdicts on named barriers)
     json.dump(dict(base, sparsity=dict(layout="local_window", block=8, window=1)), open(cfg, "w"))
     rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "-o", d2)
-    check(rc == 2 and "dense layout" in err and not os.listdir(d2), f"gen --mma wgmma-ws, sparse: exit {rc}: {err}")
+    check(rc == 0 and len(os.listdir(d2)) == 1, f"gen --mma wgmma-ws, sparse: exit {rc}: {err}")
 
 
 def test_run_golden(tmp):

@@ -107,25 +107,25 @@ static void build_matrix(int n) {
   }
   /* the wgmma path (sm_90a only) on every second fp16 / bf16 spec at D = 64 or 128, in
    * turn with its defaults, the other key tile, one warpgroup per CTA, overlapped, and
-   * warp-specialized (dense and causal layouts; else the defaults) */
+   * warp-specialized */
   base = njobs;
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
-    if (jobs[i].clone || !da__wgmma_serves(s, 2) || k++ % 2) continue;
+    if (jobs[i].clone || !da__wgmma_serves(s) || k++ % 2) continue;
     job_t *j = clone_job(i);
     j->opts.cuda_mma = 2;
     const int m = k / 2; /* 0, 1, 2, ... over the specs taken */
     if (m % 5 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
     if (m % 5 == 2) j->opts.tile_q = 64; /* one warpgroup (the default takes two where tiles fill) */
     if (m % 5 == 3) j->opts.cuda_mma = 3; /* overlapped */
-    if (m % 5 == 4 && da__wgmma_serves(s, 4)) j->opts.cuda_mma = 4; /* warp-specialized */
+    if (m % 5 == 4) j->opts.cuda_mma = 4; /* warp-specialized */
   }
-  /* the warp-specialized variant on every third dense or causal spec it serves (sparse
-   * layouts are refused), with one and two consumer warpgroups and both key tiles */
+  /* the warp-specialized variant on every third spec it serves, with one and two consumer
+   * warpgroups and both key tiles */
   base = njobs;
   for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
-    if (jobs[i].clone || !da__wgmma_serves(s, 4) || k++ % 3) continue;
+    if (jobs[i].clone || !da__wgmma_serves(s) || k++ % 3) continue;
     job_t *j = clone_job(i);
     j->opts.cuda_mma = 4;
     if (k % 2 == 0) j->opts.tile_q = 64;

@@ -212,12 +212,8 @@ function M.plan_cuda(p, opts)
   -- (two score register sets, three K / V stages)
   p.wg_overlap = opts.mma == "wgmma-overlap"
   -- wgmma-ws: warp-specialized (a producer warpgroup loads, the consumer warpgroups take
-  -- turns on the tensor cores); the key walk runs on both sides without a CTA barrier, so
-  -- the layout must not be sparse (classify reduces over the whole CTA there)
+  -- turns on the tensor cores); the key walk runs on both sides without a CTA barrier
   p.wg_ws = opts.mma == "wgmma-ws"
-  if p.wg_ws and p.sparse then
-    error("cuda wgmma-ws path: sparse layouts are not supported (use wgmma or wgmma-overlap)", 0)
-  end
   p.stages = (p.wg_overlap or p.wg_ws) and 3 or 2
   if wg and (p.dtype_name == "float32" or (D ~= 64 and D ~= 128)) then
     error("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128", 0)
@@ -299,9 +295,11 @@ function M.plan_cuda(p, opts)
     end
     if wg then
       p.smem_row = D -- swizzled, unpadded; 1024 bytes more to align the tiles
-      if p.wg_ws then -- as many stages as fit, up to 4 (227 KiB less the mbarriers; 1 CTA per SM anyway)
+      if p.wg_ws then -- as many stages as fit, up to 4 (227 KiB less the static shared memory:
+        -- mbarriers, and under a sparse layout two buffers of partial-tile verdicts)
+        local static = 256 + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
         p.stages = 4
-        while p.stages > 2 and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > 232448 - 256 do
+        while p.stages > 2 and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > 232448 - static do
           p.stages = p.stages - 1
         end
       end

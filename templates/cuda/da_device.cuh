@@ -199,6 +199,23 @@ __device__ __forceinline__ void da_named_sync(int id, int count) {
 __device__ __forceinline__ void da_named_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+/* named barrier with a reduction: or (and_ 0) / and (and_ 1) of p over the count threads */
+__device__ __forceinline__ int da_bar_red(int id, int count, int p, int and_) {
+  da_u32 r;
+  if (and_)
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbarrier.cta.red.and.pred p, %2, %3, q;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(r)
+                 : "r"(p), "r"(id), "r"(count)
+                 : "memory");
+  else
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbarrier.cta.red.or.pred p, %2, %3, q;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(r)
+                 : "r"(p), "r"(id), "r"(count)
+                 : "memory");
+  return (int)r;
+}
 template <int N> __device__ __forceinline__ void da_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void da_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 

@@ -61,8 +61,25 @@ typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 #define DA_ABS(x) abs(x)
 {{ include_rendered("common/control.inc.tpl") }}
 
+/* The threads a CTA-wide step runs over: the whole CTA, or under warp specialization the
+ * producer warpgroup and the computing warpgroups each on its own (their reductions on
+ * named barriers 4 and 5, the computing threads' barrier on 1). */
+__device__ __forceinline__ bool da_is_producer() { return (int)threadIdx.x < DA_PRODUCERS; }
+__device__ __forceinline__ int da_role_tid() { return da_is_producer() ? (int)threadIdx.x : (int)threadIdx.x - DA_PRODUCERS; }
+__device__ __forceinline__ int da_role_threads() { return da_is_producer() ? DA_PRODUCERS : NTHREADS - DA_PRODUCERS; }
+#if DA_PRODUCERS
+__device__ __forceinline__ int da_role_or(int p) { return da_bar_red(da_is_producer() ? 4 : 5, da_role_threads(), p, 0); }
+__device__ __forceinline__ int da_role_and(int p) { return da_bar_red(da_is_producer() ? 4 : 5, da_role_threads(), p, 1); }
+#define DA_SYNC_COMPUTE() da_named_sync(1, NTHREADS - DA_PRODUCERS) /* the computing threads only */
+#else
+__device__ __forceinline__ int da_role_or(int p) { return __syncthreads_or(p); }
+__device__ __forceinline__ int da_role_and(int p) { return __syncthreads_and(p); }
+#define DA_SYNC_COMPUTE() __syncthreads()
+#endif
+
 /* Tile class of keys [c0, c0 + TK) for queries with dilated indices a_first..a_last:
- * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Block-uniform. */
+ * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Uniform over the role
+ * (the CTA, or under warp specialization the producer or the consumers). */
 __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
   bool full = (!CAUSAL || c0 + TK - 1 <= a_first) && c0 + TK <= kend;
 {% if p.sparse then %}
@@ -71,13 +88,13 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
   da_i64 pairs = (qb1 - qb0 + 1) * (kb1 - kb0 + 1);
   if (pairs <= (da_i64)TQ * TK) {
     int any = 0, all = 1;
-    for (da_i64 i = threadIdx.x; i < pairs; i += NTHREADS) {
+    for (da_i64 i = da_role_tid(); i < pairs; i += da_role_threads()) {
       bool ok = da_allowed(br, &A, (da_idx)(qb0 + i / (kb1 - kb0 + 1)), (da_idx)(kb0 + i % (kb1 - kb0 + 1)));
       any |= ok;
       all &= ok;
     }
-    any = __syncthreads_or(any);
-    all = __syncthreads_and(all);
+    any = da_role_or(any);
+    all = da_role_and(all);
     if (!any) return 0;
     full = full && all;
   } else {
@@ -199,19 +216,19 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int ro
 #define DA_SPARSE_ARGS_DECL , const unsigned char *blk_ok, da_idx kb_first, int nkb
 #define DA_SPARSE_ARGS , blk_ok, kb_first, nkb
 /* Partial tile: the layout's verdict per (query row, key block), computed once by the
- * whole CTA into shared memory (blk_ok), so the unrolled element loop only looks it up.
- * CTA-uniform (a barrier inside for cls == 2). */
+ * computing threads into shared memory (blk_ok), so the unrolled element loop only looks
+ * it up. Uniform over them (a barrier inside for cls == 2). */
 __device__ __forceinline__ void tile_blocks(unsigned char *blk_ok, int br, const da_cuda_args &A, da_i64 c0, da_i64 kend,
                                             da_i64 a0, da_i64 astride, int nq, int cls, da_idx *kb_first, int *nkb) {
   *kb_first = (da_idx)(c0 / BLOCK);
   *nkb = (int)((min(c0 + TK, kend) - 1) / BLOCK - *kb_first + 1);
   if (cls == 2) {
-    for (int i = threadIdx.x; i < TQ * *nkb; i += NTHREADS) {
+    for (int i = da_ct(); i < TQ * *nkb; i += NCT) {
       int row = i / *nkb, kbi = i % *nkb;
       da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
       blk_ok[row * BLK_COLS + kbi] = row < nq && da_allowed(br, &A, a / BLOCK, *kb_first + kbi);
     }
-    __syncthreads();
+    DA_SYNC_COMPUTE();
   }
 }
 {% else %}
@@ -442,11 +459,12 @@ __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da
  * With two consumer warpgroups, they take turns issuing their wgmma (S = Q K^T of one tile
  * with P V of the tile before), so one's softmax runs while the other's tensor-core work
  * does; the turn passes through named barriers DA_BAR_TURN + warpgroup. No CTA barrier
- * after the start: the key walk is the same pure function of the tile on both sides (dense
- * and causal layouts only; classify needs the whole CTA under a sparse one). */
+ * after the start: both sides walk the same key tiles, each classifying them over its own
+ * threads; under a sparse layout the consumers also share each partial tile's verdicts
+ * (blk_ok, two buffers: one warpgroup may start the next tile's while the other still
+ * reads this one's, but not the one after, which waits for the other's turn). */
 #define NCWG (NCT / 128)  /* consumer warpgroups */
-#define DA_BAR_Q 1        /* named barrier: the consumers' Q tile */
-#define DA_BAR_TURN 2     /* named barriers 2, 3: the consumer warpgroups' turns */
+#define DA_BAR_TURN 2     /* named barriers 2, 3: the consumer warpgroups' turns (1: DA_SYNC_COMPUTE, 4, 5: reductions) */
 #define DA_WS_ARGS , P, bars
 struct da_pipe { /* the next tile's stage and the parity of that stage's current use */
   int st;
@@ -504,6 +522,13 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   if (c >= kend) return;
   float s[MT][NT_S][4], m_use[MT][2];
   da_u32 pa[TK / 16][4]; /* P of the tile before, the A operand of its P V */
+{% if p.sparse then %}
+  __shared__ unsigned char blk_bufs[2][TQ * BLK_COLS];
+  int nt = 0;
+  da_idx kb_first;
+  int nkb;
+  unsigned char *blk_ok;
+{% end %}
   /* the first tile: its S = Q K^T alone. The loop below always has a P V in flight with
    * the scores (a path without it would leave ptxas unable to tell which wgmma a wait
    * retires: it serializes them, C7514) */
@@ -515,8 +540,12 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   da_wgmma_wait<0>();
   da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
   da_mbar_arrive(EMPTY_K(P.st));
-  int wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq);
-  softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq, m_use);
+{% if p.sparse then %}
+  blk_ok = blk_bufs[nt++ & 1];
+  tile_blocks(blk_ok, br, A, c, kend, a0, astride, nq, cls, &kb_first, &nkb);
+{% end %}
+  int wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
+  softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
   softmax_exp_pack(S, s, wcls, m_use, pa);
   da_pipe pv = P; /* the stage and parity of the tile whose P V is pending */
   da_pipe_next(P);
@@ -532,8 +561,12 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     da_wgmma_wait<1>(); /* this tile's scores; the P V may still run */
     da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
     da_mbar_arrive(EMPTY_K(P.st)); /* K goes back to the producer now */
-    wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq);
-    softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq, m_use, corr);
+{% if p.sparse then %}
+    blk_ok = blk_bufs[nt++ & 1];
+    tile_blocks(blk_ok, br, A, c, kend, a0, astride, nq, cls, &kb_first, &nkb);
+{% end %}
+    wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
+    softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use, corr);
     da_wgmma_wait<0>();
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
     da_mbar_arrive(EMPTY_V(pv.st)); /* V, once its P V is done */
@@ -719,10 +752,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 
 {% end %}
 
-{% if p.wg_ws then %}
-#define DA_SYNC_COMPUTE() da_named_sync(DA_BAR_Q, NCT) /* the computing threads only */
-{% else %}
-#define DA_SYNC_COMPUTE() __syncthreads()
+{% if not p.wg_ws then %}
 #define DA_WS_ARGS
 {% end %}
 /* Load the query tile into smem and registers; reset the softmax state. */

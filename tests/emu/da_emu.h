@@ -98,6 +98,7 @@ static inline void da_cp_async_mbar_arrive(da_u64 *bar) { da_emu_mbar_arrive(bar
 static inline void da_mbar_wait(da_u64 *bar, da_u32 parity) { da_emu_mbar_wait(bar, parity); }
 static inline void da_named_sync(int id, int count) { da_emu_named_bar(id, count, 1); }
 static inline void da_named_arrive(int id, int count) { da_emu_named_bar(id, count, 0); }
+static inline int da_bar_red(int id, int count, int p, int and_) { return da_emu_named_red(id, count, p, and_); }
 template <int N> static inline void da_setmaxnreg_inc() {}
 template <int N> static inline void da_setmaxnreg_dec() {}
 

@@ -37,6 +37,7 @@ void da_emu_mbar_init(void *bar, int count);
 void da_emu_mbar_arrive(void *bar, int cp_async);
 void da_emu_mbar_wait(void *bar, unsigned parity);
 void da_emu_named_bar(int id, int count, int wait);
+int da_emu_named_red(int id, int count, int pred, int and_);
 }
 
 #endif

@@ -116,6 +116,7 @@ struct MBar {
 };
 struct NamedBar {
   int count = 0, arrived = 0;
+  int op = 0, acc = 0, result = 0; /* op: 0 sync / arrive, 1 red.or, 2 red.and */
   unsigned gen = 0;
 };
 
@@ -775,19 +776,34 @@ void da_emu_mbar_wait(void *bar, unsigned parity) {
   m.waiters--;
 }
 
-void da_emu_named_bar(int id, int count, int wait) {
+/* op 0: bar.sync (wait) / bar.arrive; 1, 2: barrier.red.or / .and of pred (waits) */
+static int named_bar(int id, int count, int wait, int op, int pred) {
   if (id < 1 || id > 15) fail("named barrier %d (1..15; 0 is __syncthreads)", id);
   if (count <= 0 || count % 32 || count > nthreads) fail("named barrier %d over %d threads (whole warps of the block)", id, count);
   NamedBar &b = named[id];
-  if (b.arrived == 0) b.count = count;
-  else if (b.count != count) fail("named barrier %d over %d threads while others use %d", id, count, b.count);
+  if (b.arrived == 0) {
+    b.count = count;
+    b.op = op;
+    b.acc = op == 2 ? 1 : 0;
+  } else if (b.count != count) {
+    fail("named barrier %d over %d threads while others use %d", id, count, b.count);
+  } else if (b.op != op) {
+    fail("named barrier %d: a reduction and a plain barrier in one phase", id);
+  }
+  if (op == 1) b.acc |= pred != 0;
+  if (op == 2) b.acc &= pred != 0;
   if (++b.arrived == b.count) {
     b.arrived = 0;
+    b.result = b.acc;
     b.gen++;
-    return;
+    return b.result;
   }
   if (wait) wait_gen(&b.gen, OP_NAMED);
+  return b.result;
 }
+
+void da_emu_named_bar(int id, int count, int wait) { named_bar(id, count, wait, 0, 0); }
+int da_emu_named_red(int id, int count, int pred, int and_) { return named_bar(id, count, 1, and_ ? 2 : 1, pred); }
 
 void da_emu_check_global(const void *p, size_t bytes, int write) {
   const Range *r = find_range(p, bytes);
