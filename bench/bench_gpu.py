@@ -123,19 +123,21 @@ def time_cuda(fn, reps=10, warmup=3):
     return statistics.median(times), min(times), max(times)
 
 
-def kernel_times(fn, reps=3):
+def kernel_times(fn, reps=5):
     """The CUDA kernels fn launches, each with its launches and device time per call of fn
     (torch.profiler through CUPTI, which sees kernels launched through the driver API too):
-    where the time goes (the split strategy's _init / _branch / _finish, say). An error
-    is returned as such, not raised."""
+    where the time goes (the split strategy's _branch / _finish, say). One profiled warm-up
+    step is dropped (CUPTI's start-up). Run it after the timings: a profiler session can
+    slow what runs after it. An error is returned as such, not raised."""
     try:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity, profile, schedule
         fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
+        with profile(activities=[ProfilerActivity.CUDA], schedule=schedule(wait=0, warmup=1, active=reps)) as prof:
+            for _ in range(reps + 1):
                 fn()
-            torch.cuda.synchronize()
+                torch.cuda.synchronize()
+                prof.step()
         out = {}
         for e in prof.key_averages():
             t = getattr(e, "device_time_total", None)
@@ -218,10 +220,9 @@ def main():
                        sdpa_dense_ms=t_sdpa[0], sdpa_dense_tflops=sdpa_flops / t_sdpa[0] / 1e9,
                        speedup_vs_torch=t_torch[0] / t_ours[0])
             row["ratio_vs_sdpa"] = row["dilattn_tflops"] / row["sdpa_dense_tflops"]
-            if args.profile:
-                row["profile"] = kernel_times(run_ours)
             # the same kernel under other tile shapes, validated then timed like the default
             row["tile_variants"] = {}
+            profiled = [(row, run_ours)]  # profiled after every timing of the row (--profile)
             for spec_t in filter(None, args.tiles.split(",")):
                 shape, _, path = spec_t.partition(":")
                 tq, tk = (int(x) for x in shape.split("x"))
@@ -231,7 +232,7 @@ def main():
                 except Exception as e:  # noqa: BLE001 - recorded, not fatal
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue
-                run_v = lambda: vplan.execute(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), B, N, stream=stream)
+                run_v = lambda p=vplan: p.execute(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), B, N, stream=stream)
                 run_v()
                 torch.cuda.synchronize()
                 verr = (out.float() - ref_out.float()).abs().max().item()
@@ -239,7 +240,9 @@ def main():
                 row["tile_variants"][spec_t] = dict(kernel=vplan.kernel, valid=verr <= 1e-2 * v.abs().max().item(),
                                                     max_err=verr, ms=t_v[0], tflops=flops / t_v[0] / 1e9)
                 if args.profile:
-                    row["tile_variants"][spec_t]["profile"] = kernel_times(run_v)
+                    profiled.append((row["tile_variants"][spec_t], run_v))
+            for target, fn in profiled if args.profile else []:
+                target["profile"] = kernel_times(fn)
             print(json.dumps(row), flush=True)
             rows.append(row)
             del q, k, v, out, lse, ref_out, ref_lse

@@ -138,13 +138,16 @@ static int check_opts(const da_context *ctx, const da__render_opts *o) {
 }
 
 /* Raw reads of the facts table on top of the stack (plain values; cannot raise). */
-static int64_t fact_int(lua_State *L, const char *key) {
+/* fact key, or dflt where the generator did not give it (templates from an older
+ * DILATTN_TEMPLATE_DIR) */
+static int64_t fact_int_or(lua_State *L, const char *key, int64_t dflt) {
   lua_pushstring(L, key);
   lua_rawget(L, -2);
-  int64_t v = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : 0;
+  int64_t v = lua_isinteger(L, -1) ? (int64_t)lua_tointeger(L, -1) : dflt;
   lua_pop(L, 1);
   return v;
 }
+static int64_t fact_int(lua_State *L, const char *key) { return fact_int_or(L, key, 0); }
 
 static void fact_str(lua_State *L, const char *key, char *dst, size_t cap) {
   lua_pushstring(L, key);
@@ -179,7 +182,7 @@ static void copy_facts(lua_State *L, da__rendered *f) {
   f->cuda_mma = (int)fact_int(L, "cuda_mma");
   f->threads = (int)fact_int(L, "threads");
   f->launch_regs = (int)fact_int(L, "launch_regs");
-  f->split_first = (int)fact_int(L, "split_first");
+  f->split_first = (int)fact_int_or(L, "split_first", -1); /* absent: _init clears the workspace */
   f->smem_bytes = (int)fact_int(L, "smem_bytes");
   f->tiles_per_window = fact_int(L, "tiles_per_window");
   f->window_g = fact_int(L, "window_g");

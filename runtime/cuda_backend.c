@@ -4,6 +4,7 @@
  * strategy (DESIGN.md decision 4):
  *   fused:  <name>_fused                         grid (ceil(N/g) * tiles_per_window, H, B)
  *   split:  _init, _branch per branch, _finish   workspace [B][H][N][D+1] fp32
+ *           (split_first >= 0: that branch first, writing the workspace; no _init)
  *   single: _clear, _branch per branch
  * Everything is asynchronous on the caller's stream; the split workspace, when the caller
  * does not pass one, comes from the device's stream-ordered memory pool. */

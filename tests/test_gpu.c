@@ -166,18 +166,16 @@ static void test_long(da_context *ctx, int64_t N, int H, int D, int cuda_mma, co
   da_plan_destroy(plan);
 }
 
-/* The wgmma probe (tests/wgmma_probe.h) on the device: the two chains of one warpgroup
- * against exact products, naming the first wrong element (which descriptor or fragment
- * map disagrees with the hardware) before the end-to-end suites run. */
 /* One CTA of 128 threads of kernel `name` from cubin over n device copies of buf[j]
- * (bytes[j]; the first nin copied in), the outputs (j >= nin) copied back. */
+ * (bytes[j]; all copied in, so outputs start as the host filled them), the outputs
+ * (j >= nin) copied back. */
 static da_status wgp_run(da_context *ctx, const void *cubin, const char *name, int smem, int n, int nin,
                          void *const *buf, const size_t *bytes) {
   da__cuda_kernel k = {0};
   void *d[8] = {0}, *params[8];
   da_status st = da__cuda_load(ctx, dev, cubin, name, smem, &k);
   for (int j = 0; j < n && st == DA_OK; j++) st = da__cuda_malloc(ctx, dev, bytes[j], &d[j]), params[j] = &d[j];
-  for (int j = 0; j < nin && st == DA_OK; j++) st = da__cuda_memcpy_htod(ctx, dev, d[j], buf[j], bytes[j]);
+  for (int j = 0; j < n && st == DA_OK; j++) st = da__cuda_memcpy_htod(ctx, dev, d[j], buf[j], bytes[j]);
   if (st == DA_OK) st = da__cuda_launch(ctx, dev, &k, 1, 1, 1, 128, 1, 1, (unsigned)smem, NULL, params);
   if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
   for (int j = nin; j < n && st == DA_OK; j++) st = da__cuda_memcpy_dtoh(ctx, dev, buf[j], d[j], bytes[j]);
@@ -186,11 +184,11 @@ static da_status wgp_run(da_context *ctx, const void *cubin, const char *name, i
   return st;
 }
 
-/* The wgmma probe (tests/wgmma_probe.h) on the device: first the operand map (which tile
- * element the hardware reads for every operand element; with DILATTN_WGMMA_MAP_DIR set,
- * the wrong reads go to a file there, for a diagnosis after the session), then the two
- * chains of one warpgroup against exact products, naming the first wrong element, before
- * the end-to-end suites run. */
+/* The wgmma probe (tests/wgmma_probe.h) on the device, before the end-to-end suites: the
+ * two chains of one warpgroup against exact products, naming the first wrong element;
+ * then the operand map (which tile element the hardware reads for every operand element;
+ * with DILATTN_WGMMA_MAP_DIR set, any wrong reads go to a file there, for a diagnosis
+ * after the session). */
 static void test_wgmma_probe(da_context *ctx) {
   const wgp_shape *cases = WGP_SHAPES;
   const char *dump_dir = getenv("DILATTN_WGMMA_MAP_DIR");
@@ -210,33 +208,26 @@ static void test_wgmma_probe(da_context *ctx) {
       wgp_free(&c);
       continue;
     }
-    void *mbuf[5] = {c.mq, c.mk, c.mv, c.khot, c.map_out};
-    size_t mbytes[5] = {c.mq_bytes, c.mkv_bytes, c.mkv_bytes, c.kv_bytes, c.map_bytes};
-    st = wgp_run(ctx, res.cubin, WGP_MAP_KERNEL, c.smem, 5, 4, mbuf, mbytes);
-    TU_CHECK(st == DA_OK, "wgmma map %zu: %s", i, da_context_last_error(ctx));
-    if (st == DA_OK) {
-      char msg[512] = "", path[1024] = "";
-      FILE *dump = NULL;
-      if (dump_dir) {
-        snprintf(path, sizeof path, "%s/wgmma-map-%s-D%d-TK%d.txt", dump_dir, dt, cases[i].D, cases[i].TK);
-        dump = fopen(path, "w");
-        if (dump) fprintf(dump, "# operand step row col want_row want_col got_row got_col (wrong reads only)\n");
-      }
-      int ok = wgp_check_map(&c, msg, sizeof msg, dump);
-      if (dump) fclose(dump);
-      TU_CHECK(ok, "wgmma map %s D=%d TK=%d: %s%s%s", dt, cases[i].D, cases[i].TK, msg, dump ? "; every wrong read in " : "",
-               dump ? path : "");
-      printf("wgmma map %s D=%d TK=%d: %s\n", dt, cases[i].D, cases[i].TK, ok ? "every read right" : "wrong");
-    }
     void *buf[6] = {c.q, c.k, c.v, c.p, c.s_out, c.o_out};
     size_t bytes[6] = {c.q_bytes, c.kv_bytes, c.kv_bytes, c.p_bytes, c.s_bytes, c.o_bytes};
     st = wgp_run(ctx, res.cubin, WGP_KERNEL, c.smem, 6, 4, buf, bytes);
-    da__nvrtc_result_free(&res);
     TU_CHECK(st == DA_OK, "wgmma probe %zu: %s", i, da_context_last_error(ctx));
     char msg[256] = "";
     int ok = st == DA_OK && wgp_check(&c, msg, sizeof msg);
     TU_CHECK(st != DA_OK || ok, "wgmma probe %s D=%d TK=%d: %s", dt, cases[i].D, cases[i].TK, msg);
     printf("wgmma probe %s D=%d TK=%d: %s\n", dt, cases[i].D, cases[i].TK, ok ? "exact" : "wrong");
+    void *mbuf[5] = {c.mq, c.mk, c.mv, c.khot, c.map_out};
+    size_t mbytes[5] = {c.mq_bytes, c.mkv_bytes, c.mkv_bytes, c.kv_bytes, c.map_bytes};
+    st = wgp_run(ctx, res.cubin, WGP_MAP_KERNEL, c.smem, 5, 4, mbuf, mbytes);
+    TU_CHECK(st == DA_OK, "wgmma map %zu: %s", i, da_context_last_error(ctx));
+    if (st == DA_OK) {
+      char mmsg[768] = "", path[1024] = "";
+      if (dump_dir) snprintf(path, sizeof path, "%s/wgmma-map-%s-D%d-TK%d.txt", dump_dir, dt, cases[i].D, cases[i].TK);
+      int mok = wgp_check_map(&c, mmsg, sizeof mmsg, dump_dir ? path : NULL);
+      TU_CHECK(mok, "wgmma map %s D=%d TK=%d: %s", dt, cases[i].D, cases[i].TK, mmsg);
+      printf("wgmma map %s D=%d TK=%d: %s\n", dt, cases[i].D, cases[i].TK, mok ? "every read right" : "wrong");
+    }
+    da__nvrtc_result_free(&res);
     wgp_free(&c);
   }
 }

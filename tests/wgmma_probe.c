@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gen/render.h"
+#include "runtime/internal.h"
 #include "test_util.h"
 
 /* The probe kernel: the plan's DA_SMEM_DECL, load_rows, da_wg_qk and da_wg_pv_tile. */
@@ -173,17 +174,20 @@ da_status wgp_init(da_context *ctx, wgp_case *c, da_dtype dtype, int D, int TK) 
         c->p[(t * (TK / 16) + kk) * 4 + i] = h[0] | (uint32_t)h[1] << 16;
       }
   memset(c->s_out, 0xff, c->s_bytes), memset(c->o_out, 0xff, c->o_bytes);
-  /* the map: element (r, col) of each tile holds five bits of its index r * D + col per
-   * pass (small integers, exact in fp16 and bf16) */
+  /* the map: element (r, col) of each tile holds five bits per pass of its index r * D + col
+   * (13 bits) and its tile's tag (K 1, V 2, Q 3: bits 13 and 14), small integers exact in
+   * fp16 and bf16 */
   c->mq_bytes = WGP_MAP_PASSES * c->q_bytes, c->mkv_bytes = WGP_MAP_PASSES * c->kv_bytes;
   c->map_bytes = (size_t)WGP_MAP_PASSES * WGP_MAP_OPS * 8 * 128 * 64 * sizeof(float);
   c->mq = malloc(c->mq_bytes), c->mk = malloc(c->mkv_bytes), c->mv = malloc(c->mkv_bytes);
   c->khot = calloc(1, c->kv_bytes), c->map_out = malloc(c->map_bytes);
+  if (64 * D > WGP_MAP_IDX || TK * D > WGP_MAP_IDX) return da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "wgmma map: tiles too large");
   for (int pass = 0; pass < WGP_MAP_PASSES; pass++) {
-    for (int i = 0; i < 64 * D; i++) tu_store(dtype, c->mq, (int64_t)pass * 64 * D + i, (i >> (5 * pass)) & 31);
+    for (int i = 0; i < 64 * D; i++)
+      tu_store(dtype, c->mq, (int64_t)pass * 64 * D + i, ((3 * WGP_MAP_IDX + i) >> (5 * pass)) & 31);
     for (int i = 0; i < TK * D; i++) {
-      tu_store(dtype, c->mk, (int64_t)pass * TK * D + i, (i >> (5 * pass)) & 31);
-      tu_store(dtype, c->mv, (int64_t)pass * TK * D + i, (i >> (5 * pass)) & 31);
+      tu_store(dtype, c->mk, (int64_t)pass * TK * D + i, ((1 * WGP_MAP_IDX + i) >> (5 * pass)) & 31);
+      tu_store(dtype, c->mv, (int64_t)pass * TK * D + i, ((2 * WGP_MAP_IDX + i) >> (5 * pass)) & 31);
     }
   }
   for (int j = 0; j < 16; j++) tu_store(dtype, c->khot, j * D + j, 1.0); /* K[n][j] = 1 where n = j */
@@ -203,7 +207,9 @@ static long map_read(const wgp_case *c, int op, int kk, int t, int v) {
   return idx;
 }
 
-int wgp_check_map(const wgp_case *c, char *msg, size_t cap, FILE *dump) {
+int wgp_check_map(const wgp_case *c, char *msg, size_t cap, const char *dump_path) {
+  static const char *const tag[4] = {"zero", "K", "V", "Q"};
+  FILE *dump = NULL;
   static const char *const what[WGP_MAP_OPS] = {"K (B of S = Q K^T, K-major)", "V (B of O = P V, MN-major)",
                                                 "Q (A of S = Q K^T, K-major)"};
   const int D = c->D, TK = c->TK;
@@ -216,27 +222,33 @@ int wgp_check_map(const wgp_case *c, char *msg, size_t cap, FILE *dump) {
         for (int v = 0; v < nv; v++) {
           int m, n, wr, wc;
           d_pos(t, v, &m, &n);
+          int wt = op == WGP_MAP_K ? 1 : op == WGP_MAP_V ? 2 : 3;
           if (op == WGP_MAP_K) wr = n, wc = 16 * kk + m % 16; /* B[k][n] = K[n][16kk + k], k = m % 16 */
           else if (op == WGP_MAP_V) wr = 16 * kk + m % 16, wc = n; /* B[k][n] = V[16kk + k][n] */
           else if (n < 16) wr = m, wc = 16 * kk + n; /* D[m][n] = Q[m][16kk + n] */
-          else wr = 0, wc = 0;                      /* one-hot B is zero past column 15 */
+          else wr = 0, wc = 0, wt = 0;              /* one-hot B is zero past column 15 */
           long got = map_read(c, op, kk, t, v);
-          if (got == (long)wr * D + wc) continue;
-          int gr = got < 0 ? -1 : (int)(got / D), gc = got < 0 ? -1 : (int)(got % D);
+          if (got == (long)wt * WGP_MAP_IDX + (long)wr * D + wc) continue;
+          int gt = got < 0 ? -1 : (int)(got / WGP_MAP_IDX), gi = got < 0 ? -1 : (int)(got % WGP_MAP_IDX);
+          int gr = got < 0 ? -1 : gi / D, gc = got < 0 ? -1 : gi % D;
           if (!wrong++) {
-            char read[64];
-            if (got < 0) snprintf(read, sizeof read, "a value no tile element holds (outside the tile?)");
-            else snprintf(read, sizeof read, "tile element [%d][%d]", gr, gc);
-            snprintf(msg, cap, "%s, k16 step %d: operand element %s[%d][%d] read %s, want [%d][%d]", what[op], kk,
-                     op == WGP_MAP_Q ? "A" : "B", op == WGP_MAP_Q ? m : m % 16, n, read, wr, wc);
+            char read[96];
+            if (got < 0 || gt > 3) snprintf(read, sizeof read, "a value no tile element holds (outside the tiles?)");
+            else snprintf(read, sizeof read, "%s tile element [%d][%d]", tag[gt], gr, gc);
+            snprintf(msg, cap, "%s, k16 step %d: operand element %s[%d][%d] read %s, want %s [%d][%d]%s", what[op], kk,
+                     op == WGP_MAP_Q ? "A" : "B", op == WGP_MAP_Q ? m : m % 16, n, read, tag[wt], wr, wc,
+                     op == WGP_MAP_Q ? " (this map trusts K's first k16 step)" : " (this map trusts the A fragment layout)");
+            if (dump_path && (dump = fopen(dump_path, "w")))
+              fprintf(dump, "# operand step row col want_tile want_row want_col got_tile got_row got_col (wrong reads only)\n");
           }
-          if (dump) fprintf(dump, "%c %d %d %d %d %d %d %d\n", "KVQ"[op], kk, m, n, wr, wc, gr, gc);
+          if (dump) fprintf(dump, "%c %d %d %d %d %d %d %d %d %d\n", "KVQ"[op], kk, m, n, wt, wr, wc, gt, gr, gc);
         }
   }
   if (wrong) {
     size_t l = strlen(msg);
-    snprintf(msg + l, cap - l, " (%ld wrong reads)", wrong);
+    snprintf(msg + l, cap - l, " (%ld wrong reads%s%s)", wrong, dump ? ", every one in " : "", dump ? dump_path : "");
   }
+  if (dump) fclose(dump);
   return wrong == 0;
 }
 

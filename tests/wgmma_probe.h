@@ -24,6 +24,7 @@
  * one-hot K tile). Where the exact probe says "wrong", this says where the read went. */
 #define WGP_MAP_KERNEL "da_wgmma_map"
 #define WGP_MAP_PASSES 3
+#define WGP_MAP_IDX 8192 /* tile elements a map can name (13 bits; the tile's tag above) */
 enum { WGP_MAP_K, WGP_MAP_V, WGP_MAP_Q, WGP_MAP_OPS };
 
 typedef struct {
@@ -56,9 +57,10 @@ da_status wgp_init(da_context *ctx, wgp_case *c, da_dtype dtype, int D, int TK);
  * wrong element (which matrix, row, column, thread, value) in msg. */
 int wgp_check(const wgp_case *c, char *msg, size_t cap);
 /* Compare map_out with the reads each operand needs; 1 when every read is right, else 0
- * with the first wrong read and the count in msg. dump (may be NULL): one line per wrong
- * read ("op step row col want_r want_c got_r got_c"), for a diagnosis after the session. */
-int wgp_check_map(const wgp_case *c, char *msg, size_t cap, FILE *dump);
+ * with the first wrong read and the count in msg. dump_path (may be NULL): written only
+ * when a read is wrong, one line per wrong read (operand, step, row, col, wanted tile / row
+ * / col, read tile / row / col), for a diagnosis after the session. */
+int wgp_check_map(const wgp_case *c, char *msg, size_t cap, const char *dump_path);
 void wgp_free(wgp_case *c);
 
 #endif

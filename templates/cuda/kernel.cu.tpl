@@ -985,7 +985,8 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
 #define DA_WS_ARGS
 #endif
 /* One query tile: the softmax state, then attend() for each (branch, s0, off, a0, astride)
- * `each` hands out, then the output (mode 0: out / lse, 1: the split workspace). */
+ * `each` hands out, then the output (mode 0: out / lse, 1: merged into the split
+ * workspace, 2: written to it, by the split plan's first branch). */
 template <class E, class F>
 __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 hkv,
                                          const da_qtile &T, int mode, F each) {
@@ -1023,8 +1024,8 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(const da_cuda_args A) {
   DA_SMEM_DECL
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
-  /* causal: a window's tiles in reverse, so its heaviest (latest positions, most keys)
-   * start first and the grid's tail is light */
+  /* causal: a window's tiles in reverse (residue classes last to first, each class's
+   * tiles latest first), so heavier tiles tend to start first and the grid's tail is light */
   const da_i64 win = blockIdx.x / TILES_PER_WINDOW,
                tt = CAUSAL ? TILES_PER_WINDOW - 1 - blockIdx.x % TILES_PER_WINDOW : blockIdx.x % TILES_PER_WINDOW;
   int c = 0;
