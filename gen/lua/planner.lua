@@ -259,7 +259,14 @@ function M.plan_cuda(p, opts)
     -- the producer gives up all but 40 so each consumer may use 232 (128 x 40 + 256 x 232
     -- = 384 x 168: the consumers' setmaxnreg.inc would wait forever on a smaller pool, so
     -- the runtime refuses a compile with another count, launch)
-    if p.wg_ws and p.tile_q == 128 then p.setmaxnreg = {40, 232, launch = 168} end
+    -- A sparse layout's predicate in the producer's key walk needs more: 72 and 216 there
+    -- (40 spilled 252 bytes on a global-local layout, 56 still 52; at D = 128 the consumers
+    -- then hold 64-key tiles: with 128 they spilled up to 128 bytes on a dilated-sparse one).
+    if p.wg_ws and p.tile_q == 128 then
+      p.setmaxnreg = p.sparse and {72, 216, launch = 168} or {40, 232, launch = 168}
+      -- the consumers' setmaxnreg.inc waits until the pool (384 x 168) has their registers
+      assert(128 * p.setmaxnreg[1] + 256 * p.setmaxnreg[2] <= 384 * p.setmaxnreg.launch)
+    end
     if p.tile_q == 128 and D > 96 and not wg then
       error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
     end
@@ -273,8 +280,10 @@ function M.plan_cuda(p, opts)
       -- (214 registers, 74 KiB of shared memory: 2 CTAs per SM by registers), 64 at D = 128
       -- (179 registers, 82 KiB: 2 per SM)
       -- warp-specialized: the consumers hold 232 registers (setmaxnreg), room for 128 keys
-      -- at D = 128 too (two stages there: 161 KiB of shared memory)
-      p.tile_k = opts.tile_k or (((D <= 64 or p.wg_ws) and not p.wg_overlap) and 128 or 64)
+      -- at D = 128 too (three stages there: 225 KiB of shared memory); not under a sparse
+      -- layout (216 registers, see setmaxnreg below)
+      p.tile_k = opts.tile_k or
+        (((D <= 64 or (p.wg_ws and not p.sparse)) and not p.wg_overlap) and 128 or 64)
     elseif p.tile_q == 128 then
       p.tile_k = opts.tile_k or (D <= 32 and 64 or 32)
     else
