@@ -412,7 +412,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|all] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|all|wgmma-random|wgmma-ws-random] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -450,6 +450,10 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (!strcmp(which, "wgmma-random")) bs_random(ctx, first, count, 400, run_emu_wgmma, NULL); /* replay on the wgmma path */
+  if (!strcmp(which, "wgmma-ws-random")) { /* the same on the warp-specialized variant, two consumer warpgroups */
+    da_plan_options ws = {128, 0, 0, 0, 4};
+    bs_random(ctx, first, count, 400, run_emu_wgmma, &ws);
+  }
   if (all || !strcmp(which, "wide")) {
     test_wide_offsets(ctx);
     test_long_grid(ctx);
