@@ -131,6 +131,27 @@ static void build_matrix(int n) {
     if (k % 2 == 0) j->opts.tile_q = 64;
     if ((k / 2) % 2) j->opts.tile_k = 64;
   }
+  /* dilated-sparse layouts with several strides on the fused LongNet 2-branch tiling: the
+   * warp-specialized producer evaluates the predicate in its key walk, on few registers */
+  static const int64_t strides[2][4] = {{1, 3, 7, 0}, {1, 2, 4, 8}};
+  for (int c = 0; c < 8 && njobs < MAX_SPECS; c++) {
+    job_t *j = &jobs[njobs++];
+    da_spec *s = &j->spec;
+    da_spec_init(s);
+    s->num_branches = 2;
+    s->segment_lengths[0] = 2048, s->segment_lengths[1] = 4096;
+    s->dilation_rates[0] = 1, s->dilation_rates[1] = 2;
+    s->num_heads = s->num_kv_heads = 8;
+    s->head_dim = c & 1 ? 128 : 64;
+    s->dtype = c & 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    s->causal = (c >> 2) & 1;
+    s->sparsity.layout = DA_LAYOUT_DILATED_SPARSE;
+    s->sparsity.block = c & 2 ? 32 : 64;
+    s->sparsity.num_strides = c & 2 ? 4 : 3;
+    memcpy(s->sparsity.strides, strides[(c >> 1) & 1], sizeof strides[0]);
+    memset(&j->opts, 0, sizeof j->opts);
+    j->opts.cuda_mma = 4;
+  }
 }
 
 static void *worker(void *arg) {

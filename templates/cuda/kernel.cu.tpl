@@ -86,10 +86,11 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
   da_i64 qb0 = a_first / BLOCK, qb1 = a_last / BLOCK;
   da_i64 kb0 = c0 / BLOCK, kb1 = (min(c0 + TK, kend) - 1) / BLOCK;
   da_i64 pairs = (qb1 - qb0 + 1) * (kb1 - kb0 + 1);
-  if (pairs <= (da_i64)TQ * TK) {
+  if (pairs <= (da_i64)TQ * TK) { /* 32-bit from here: a 64-bit division per pair is a call */
     int any = 0, all = 1;
-    for (da_i64 i = da_role_tid(); i < pairs; i += da_role_threads()) {
-      bool ok = da_allowed(br, &A, (da_idx)(qb0 + i / (kb1 - kb0 + 1)), (da_idx)(kb0 + i % (kb1 - kb0 + 1)));
+    const int np = (int)pairs, nkc = (int)(kb1 - kb0 + 1);
+    for (int i = da_role_tid(); i < np; i += da_role_threads()) {
+      bool ok = da_allowed(br, &A, (da_idx)(qb0 + i / nkc), (da_idx)(kb0 + i % nkc));
       any |= ok;
       all &= ok;
     }
