@@ -101,22 +101,16 @@ def test_gen_wgmma(tmp):
                   rep["wgmma_serialized"] == 0 and rep["kernel"].endswith("_wgmma"), f"gen --mma wgmma report: {rep}")
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma output: {ex}: {out}")
+        # the variants: their own kernel names, sm_90a, no spill, no serialized wgmma
+        for mma, suffix, threads in (("wgmma-overlap", "_wgmmao", (128, 256)), ("wgmma-ws", "_wgmmaw", (256, 384))):
+            rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", mma, "--report", "-o", d)
+            try:
+                rep = json.loads(out.strip().splitlines()[0])
+                check(rc == 0 and rep["arch"] == "sm_90a" and rep["spill_bytes"] == 0 and rep["wgmma_serialized"] == 0 and
+                      rep["kernel"].endswith(suffix) and rep["threads"] in threads, f"gen --mma {mma} report: {rep}")
+            except (ValueError, KeyError, IndexError) as ex:
+                check(False, f"gen --mma {mma}: exit {rc}: {ex}: {out} {err}")
         # a bundle's typed _plan asks for the instruction its kernels were compiled for
-        rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-overlap", "--report", "-o", d)
-        try:
-            rep = json.loads(out.strip().splitlines()[0])
-            check(rc == 0 and rep["arch"] == "sm_90a" and rep["spill_bytes"] == 0 and rep["wgmma_serialized"] == 0 and
-                  rep["kernel"].endswith("_wgmmao"),
-                  f"gen --mma wgmma-overlap report: {rep}")
-        except (ValueError, KeyError, IndexError) as ex:
-            check(False, f"gen --mma wgmma-overlap: exit {rc}: {ex}: {out} {err}")
-        rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "--report", "-o", d)
-        try:
-            rep = json.loads(out.strip().splitlines()[0])
-            check(rc == 0 and rep["arch"] == "sm_90a" and rep["spill_bytes"] == 0 and rep["wgmma_serialized"] == 0 and
-                  rep["kernel"].endswith("_wgmmaw") and rep["threads"] in (256, 384), f"gen --mma wgmma-ws report: {rep}")
-        except (ValueError, KeyError, IndexError) as ex:
-            check(False, f"gen --mma wgmma-ws: exit {rc}: {ex}: {out} {err}")
         rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_90", "--mma", "wgmma", "--compile",
                            "--bundle", "wgb", "-o", d)
         header = open(os.path.join(d, "wgb.h")).read() if rc == 0 else ""
