@@ -105,31 +105,28 @@ static void build_matrix(int n) {
     j->opts.tile_q = 128;
     if (s->head_dim == 64 && (i / 3) % 2) j->opts.tile_k = 64;
   }
-  /* the wgmma path (sm_90a only) on every second fp16 / bf16 spec at D = 64 or 128, in
-   * turn with its defaults, the other key tile, one warpgroup per CTA, overlapped, and
-   * warp-specialized */
+  /* the wgmma path (sm_90a only) on the fp16 / bf16 specs at D = 64 or 128: every second
+   * one in turn with its defaults, the other key tile, one warpgroup per CTA, overlapped
+   * and warp-specialized; every third one warp-specialized again, with one and two
+   * consumer warpgroups and both key tiles */
   base = njobs;
-  for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
+  for (int i = 0, n = 0; i < base && njobs < MAX_SPECS; i++) {
     const da_spec *s = &jobs[i].spec;
-    if (jobs[i].clone || !da__wgmma_serves(s) || k++ % 2) continue;
-    job_t *j = clone_job(i);
-    j->opts.cuda_mma = 2;
-    const int m = k / 2; /* 0, 1, 2, ... over the specs taken */
-    if (m % 5 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
-    if (m % 5 == 2) j->opts.tile_q = 64; /* one warpgroup (the default takes two where tiles fill) */
-    if (m % 5 == 3) j->opts.cuda_mma = 3; /* overlapped */
-    if (m % 5 == 4) j->opts.cuda_mma = 4; /* warp-specialized */
-  }
-  /* the warp-specialized variant on every third spec it serves, with one and two consumer
-   * warpgroups and both key tiles */
-  base = njobs;
-  for (int i = 0, k = 0; i < base && njobs < MAX_SPECS; i++) {
-    const da_spec *s = &jobs[i].spec;
-    if (jobs[i].clone || !da__wgmma_serves(s) || k++ % 3) continue;
-    job_t *j = clone_job(i);
-    j->opts.cuda_mma = 4;
-    if (k % 2 == 0) j->opts.tile_q = 64;
-    if ((k / 2) % 2) j->opts.tile_k = 64;
+    if (jobs[i].clone || !da__wgmma_serves(s)) continue;
+    const int k = n++;
+    if (k % 2 == 0) {
+      job_t *j = clone_job(i);
+      const int m = k / 2;
+      j->opts.cuda_mma = m % 5 == 3 ? 3 : m % 5 == 4 ? 4 : 2; /* overlapped, warp-specialized */
+      if (m % 5 == 1) j->opts.tile_k = s->head_dim == 64 ? 64 : 32;
+      if (m % 5 == 2) j->opts.tile_q = 64; /* one warpgroup (the default takes two where tiles fill) */
+    }
+    if (k % 3 == 0 && njobs < MAX_SPECS) {
+      job_t *j = clone_job(i);
+      j->opts.cuda_mma = 4;
+      if ((k + 1) % 2 == 0) j->opts.tile_q = 64;
+      if (((k + 1) / 2) % 2) j->opts.tile_k = 64;
+    }
   }
   /* dilated-sparse layouts with several strides on the fused LongNet 2-branch tiling: the
    * warp-specialized producer evaluates the predicate in its key walk, on few registers */
