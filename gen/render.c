@@ -102,10 +102,7 @@ static int push_spec(lua_State *L) {
     lua_setfield(L, -2, "fused_min_queries");
   }
   if (a->opts && a->opts->cuda_mma) {
-    lua_pushstring(L, a->opts->cuda_mma == 4   ? "wgmma-ws"
-                      : a->opts->cuda_mma == 3 ? "wgmma-overlap"
-                      : a->opts->cuda_mma == 2 ? "wgmma"
-                                               : "sync");
+    lua_pushstring(L, da__cuda_mma_name(a->opts->cuda_mma));
     lua_setfield(L, -2, "mma");
   }
   return 2;
@@ -119,6 +116,14 @@ static int push_render_fn(lua_State *L) {
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "render");
   return 1;
+}
+
+static const char *const MMA_NAMES[5] = {"", "sync", "wgmma", "wgmma-overlap", "wgmma-ws"};
+const char *da__cuda_mma_name(int cuda_mma) { return cuda_mma >= 1 && cuda_mma <= 4 ? MMA_NAMES[cuda_mma] : "sync"; }
+int da__cuda_mma_parse(const char *name) {
+  for (int i = 1; i <= 4; i++)
+    if (name && !strcmp(name, MMA_NAMES[i])) return i;
+  return 0;
 }
 
 int da__wgmma_serves(const da_spec *spec) {

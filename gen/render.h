@@ -35,6 +35,10 @@ DA_HIDDEN void da__rendered_free(da__rendered *r);
 /* Whether the wgmma paths (cuda_mma 2, 3, 4) serve spec: float16 / bfloat16 at head_dim 64 or
  * 128 (the planner's rule, gen/lua/planner.lua plan_cuda). */
 DA_HIDDEN int da__wgmma_serves(const da_spec *spec);
+/* The names of da_plan_options.cuda_mma 1..4 (gen --mma, DILATTN_CUDA_MMA, the planner's
+ * opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws". parse: 0 for any other text. */
+DA_HIDDEN const char *da__cuda_mma_name(int cuda_mma);
+DA_HIDDEN int da__cuda_mma_parse(const char *name);
 
 /* Render an arbitrary template text (tests of the sandbox and the template engine):
  * the text is rendered like a kernel template, with the plan of spec as `p`.

@@ -201,15 +201,11 @@ static int cmd_gen(int argc, char **argv) {
   int cuda = !strcmp(target, "cuda");
   da_plan_options gopts;
   memset(&gopts, 0, sizeof gopts);
-  if (mma && strcmp(mma, "sync") && strcmp(mma, "wgmma") && strcmp(mma, "wgmma-overlap") && strcmp(mma, "wgmma-ws"))
+  if (mma && !da__cuda_mma_parse(mma))
     return fail(EXIT_INPUT, "--mma %s: expected sync (mma.sync, the default), wgmma, wgmma-overlap or wgmma-ws (sm_90 only)",
                 mma);
   if (mma && !cuda) return fail(EXIT_INPUT, "--mma %s: only the cuda target has tensor-core paths", mma);
-  gopts.cuda_mma = !mma                            ? 0
-                   : !strcmp(mma, "wgmma")         ? 2
-                   : !strcmp(mma, "wgmma-overlap") ? 3
-                   : !strcmp(mma, "wgmma-ws")      ? 4
-                                                   : 1;
+  gopts.cuda_mma = mma ? da__cuda_mma_parse(mma) : 0;
   char archs[16][16];
   int narch = 0;
   if (cuda) {

@@ -319,8 +319,8 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   *res = opts;
   const char *env = getenv("DILATTN_CUDA_MMA");
   if (!env || !*env || !strcmp(env, "sync")) return DA_OK;
-  const int mma = !strcmp(env, "wgmma") ? 2 : !strcmp(env, "wgmma-overlap") ? 3 : !strcmp(env, "wgmma-ws") ? 4 : 0;
-  DA_RETURN_IF(!mma, DA_ERR_INVALID_ARGUMENT,
+  const int mma = da__cuda_mma_parse(env); /* sync (1) returned above */
+  DA_RETURN_IF(mma < 2, DA_ERR_INVALID_ARGUMENT,
                "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws or sync (the default)", env);
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;

@@ -282,7 +282,7 @@ function M.plan_cuda(p, opts)
       -- (179 registers, 82 KiB: 2 per SM)
       -- warp-specialized: the consumers hold 232 registers (setmaxnreg), room for 128 keys
       -- at D = 128 too (three stages there: 225 KiB of shared memory); not under a sparse
-      -- layout (216 registers, see setmaxnreg below)
+      -- layout (208 registers, see setmaxnreg below)
       p.tile_k = opts.tile_k or
         (((D <= 64 or (p.wg_ws and not p.sparse)) and not p.wg_overlap) and 128 or 64)
     elseif p.tile_q == 128 then
