@@ -200,10 +200,15 @@ void note_generic_write(const unsigned char *dst, size_t n) {
   }
 }
 
-void land(const std::vector<Copy> &g) {
+/* a cp.async copy's 16 bytes arrive (zeros where it reads nothing) */
+void copy16(const Copy &c) {
   static const unsigned char zero[16] = {0};
+  memcpy(c.dst, c.src ? c.src : zero, 16);
+}
+
+void land(const std::vector<Copy> &g) {
   for (const Copy &c : g) {
-    memcpy(c.dst, c.src ? c.src : zero, 16);
+    copy16(c);
     note_generic_write(c.dst, 16);
   }
 }
@@ -549,8 +554,7 @@ std::string describe_deadlock() {
 
 /* one copy tracked by an mbarrier lands (event ev) */
 void mbar_land(const Copy &c, unsigned long long ev) {
-  static const unsigned char zero[16] = {0};
-  memcpy(c.dst, c.src ? c.src : zero, 16);
+  copy16(c);
   size_t chunk = (size_t)(c.dst - smem) / 16;
   landed_seq[chunk] = ev;
   async_dirty[chunk] = -1; /* its writer needs no fence: the readers' fence after their wait covers it */
