@@ -277,6 +277,26 @@ __device__ __forceinline__ void softmax_rescale_o(da_state &S, const float (&cor
     }
 }
 
+/* Scores of a partial key tile that no pair may see (past nq or kend, causal, the layout's
+ * verdict) become -inf. */
+__device__ __forceinline__ void mask_partial(float (&s)[MT][NT_S][4], int wr0, int lane, da_i64 c0, da_i64 kend, da_i64 a0,
+                                              da_i64 astride, int nq DA_SPARSE_ARGS_DECL) {
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT_S; nt++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        int row = wr0 + mt * 16 + da_frag_c_row(lane, j);
+        da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
+        bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
+{% if p.sparse then %}
+        ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
+{% end %}
+        if (!ok) s[mt][nt][j] = -INFINITY;
+      }
+}
+
 /* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
  * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
  * them, the output too; m_use gets what softmax_exp subtracts. wcls 0 (none of the warp's
@@ -291,30 +311,20 @@ __device__ __forceinline__ void softmax_max(da_state &S, float (&s)[MT][NT_S][4]
       for (int mt = 0; mt < MT; mt++) corr_out[mt][0] = corr_out[mt][1] = 1.f;
     return;
   }
-{% if p.scale > 0 then %}
-  /* mask partial tiles; the scale (positive) is folded into the max here and into one
-   * FFMA before each exp2 in softmax_exp */
-{% else %}
-  /* scale, mask partial tiles */
-{% end %}
+{% if p.scale <= 0 then %}
+  /* scale (not positive: it cannot be folded into the max) */
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-  for (int nt = 0; nt < NT_S; nt++)
+    for (int nt = 0; nt < NT_S; nt++)
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      float x = s[mt][nt][j]{% if p.scale <= 0 then %} * SCALE_LOG2{% end %};
-      if (wcls == 2) {
-        int row = wr0 + mt * 16 + da_frag_c_row(lane, j);
-        da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
-        bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
-{% if p.sparse then %}
-        ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
+      for (int j = 0; j < 4; j++) s[mt][nt][j] *= SCALE_LOG2;
 {% end %}
-        if (!ok) x = -INFINITY;
-      }
-      s[mt][nt][j] = x;
-    }
+  /* mask partial tiles, on a branch of its own: interleaved with the max, ptxas
+   * predicated the mask's compares and selects into every tile (3 instructions per score,
+   * a quarter of a wgmma tile's issue slots); the scale (positive) is folded into the max
+   * here and into one FFMA before each exp2 in softmax_exp */
+  if (wcls == 2) mask_partial(s, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
