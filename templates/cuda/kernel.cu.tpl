@@ -195,21 +195,42 @@ struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m
  * specialization, where the producer warpgroup comes first). */
 __device__ __forceinline__ int da_ct() { return (int)threadIdx.x - DA_PRODUCERS; }
 
-/* Copy rows of a [rows][HD] tile into smem (chunk layout DA_CHUNK); row i is at element offset
- * row_off(i) of base; rows >= nrows are zero-filled. With vec16 (the caller's tensors
- * allow 16-byte accesses) through cp.async; otherwise with plain 2-byte loads, which land
- * before the barrier that follows the cp.async wait, so the pipeline is the same. Threads
- * tid of nthr (by default the whole CTA) share the copy. */
-template <typename F>
-__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int rows, int nrows, bool vec16, F row_off,
-                                          int tid = threadIdx.x, int nthr = NTHREADS) {
-  const int chunks = HD / 8;
-  for (int i = tid; i < rows * chunks; i += nthr) {
-    int r = i / chunks, c = i % chunks;
-    bool ok = r < nrows;
-    const da_u16 *src = (const da_u16 *)base + (ok ? row_off(r) + c * 8 : 0);
-    if (vec16) da_cp_async16(smem + DA_CHUNK(rows, r, c), src, ok);
-    else da_copy16_sync(smem + DA_CHUNK(rows, r, c), src, ok);
+/* Copy rows of a [ROWS][HD] tile into smem (chunk layout DA_CHUNK); row i is at element
+ * offset off0 + i * step of base; rows >= nrows are zero-filled. With vec16 (the caller's
+ * tensors allow 16-byte accesses) through cp.async; otherwise with plain 2-byte loads, which
+ * land before the barrier that follows the cp.async wait, so the pipeline is the same.
+ * Threads tid of NTHR share the copy. Where NTHR is a multiple of 8 rows' chunks each
+ * thread copies one chunk column, source and destination stepped by constants: a copy is
+ * then ~8 instructions (the general loop took ~32, a fifth of a wgmma tile's issue slots).
+ * Not unrolled: ptxas then computed every copy's 64-bit address up front. */
+template <int ROWS, int NTHR>
+__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nrows, bool vec16, da_i64 off0, da_i64 step,
+                                          int tid) {
+  constexpr int chunks = HD / 8, total = ROWS * chunks;
+  /* rows between a thread's copies: a multiple of 8 keeps a row's swizzle (wgmma); not
+   * under a sparse layout, whose kernels are at the register limit: ptxas keeps the
+   * pointers across the key loop (227 -> 240 registers at D = 64, 128 x 32; the
+   * warp-specialized producer spilled) */
+  if ({{ p.sparse and "false" or "true" }} && vec16 && NTHR % chunks == 0 && (NTHR / chunks) % 8 == 0) {
+    constexpr int rstep = NTHR / chunks;
+    const int c = tid % chunks;
+    int r = tid / chunks;
+    const da_u16 *src = (const da_u16 *)base + off0 + (da_i64)r * step + c * 8;
+    const da_i64 jump = (da_i64)rstep * step;
+    da_u16 *dst = smem + DA_CHUNK(ROWS, r, c);
+#pragma unroll 1
+    for (; r < ROWS; r += rstep, src += jump) {
+      da_cp_async16(dst, r < nrows ? src : (const da_u16 *)base, r < nrows);
+      dst += DA_CHUNK(ROWS, rstep, 0);
+    }
+  } else {
+    for (int i = tid; i < total; i += NTHR) { /* (base + off0 held across the loop: 17 more registers) */
+      const int r = i / chunks, c = i % chunks;
+      const bool ok = r < nrows;
+      const da_u16 *src = (const da_u16 *)base + (ok ? off0 + (da_i64)r * step + c * 8 : 0);
+      if (vec16) da_cp_async16(smem + DA_CHUNK(ROWS, r, c), src, ok);
+      else da_copy16_sync(smem + DA_CHUNK(ROWS, r, c), src, ok);
+    }
   }
 }
 
@@ -428,15 +449,13 @@ struct da_key_walk {
     *cls = k;
     return c;
   }
-  /* tile c into stage st of Ks / Vs (zeros past kend), copied by threads tid of nthr;
+  /* tile c into stage st of Ks / Vs (zeros past kend), copied by threads tid of NTHR;
    * which: 1 K, 2 V, 3 both */
-  __device__ __forceinline__ void fill(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st, int tid = threadIdx.x,
-                                       int nthr = NTHREADS, int which = 3) const {
+  template <int NTHR = NTHREADS>
+  __device__ __forceinline__ void fill(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st, int tid = threadIdx.x, int which = 3) const {
     int nk = (int)min((da_i64)TK, kend - c);
-    if (which & 1)
-      load_rows(Ks + st * TK * ROWH, A.k, TK, nk, A.vec16, [&](int i) { return kb + (c + i) * kstep; }, tid, nthr);
-    if (which & 2)
-      load_rows(Vs + st * TK * ROWH, A.v, TK, nk, A.vec16, [&](int i) { return vb + (c + i) * vstep; }, tid, nthr);
+    if (which & 1) load_rows<TK, NTHR>(Ks + st * TK * ROWH, A.k, nk, A.vec16, kb + c * kstep, kstep, tid);
+    if (which & 2) load_rows<TK, NTHR>(Vs + st * TK * ROWH, A.v, nk, A.vec16, vb + c * vstep, vstep, tid);
   }
   /* tile c into stage st (nothing past kend), one cp.async group either way */
   __device__ __forceinline__ void load(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st) const {
@@ -507,7 +526,7 @@ __device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs
 #pragma unroll
     for (int which = 1; which <= 2; which++) { /* K, then V */
       da_mbar_wait(which == 1 ? EMPTY_K(P.st) : EMPTY_V(P.st), P.ph ^ 1); /* the consumers are done with the slot */
-      W.fill(Ks, Vs, c, P.st, threadIdx.x, DA_PRODUCERS, which);
+      W.fill<DA_PRODUCERS>(Ks, Vs, c, P.st, threadIdx.x, which);
       da_u64 *full = which == 1 ? FULL_K(P.st) : FULL_V(P.st);
       if (A.vec16) {
         da_cp_async_mbar_arrive(full); /* arrives when this thread's copies have landed */
@@ -771,7 +790,7 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   const int lane = da_ct() & 31, warp = da_ct() >> 5;
   const da_i64 base = b * A.q_stride[0] + T.pos0 * A.q_stride[1] + h * A.q_stride[2];
   const da_i64 step = T.pstep * A.q_stride[1];
-  load_rows(Qs, A.q, TQ, T.nq, A.vec16, [&](int i) { return base + i * step; }, da_ct(), NCT);
+  load_rows<TQ, NCT>(Qs, A.q, T.nq, A.vec16, base, step, da_ct());
   da_cp_async_commit();
   da_cp_async_wait<0>();
 {% if p.wgmma then %}
