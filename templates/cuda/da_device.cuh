@@ -83,6 +83,13 @@ DA_HD da_u64 da_wgmma_desc(da_u32 addr, da_u32 lbo, da_u32 sbo) {
   return (da_u64)((addr & 0x3FFFFu) >> 4) | ((da_u64)((lbo >> 4) & 0x3FFFu) << 16) |
          ((da_u64)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
+/* desc with its start address moved on by off bytes (a multiple of 16): the start field is
+ * the low 14 bits of address >> 4 and shared addresses stay below 2^18, so the field
+ * cannot carry out; one 32-bit add on the low word (as CUTLASS's descriptor iterator
+ * does), where rebuilding the descriptor took ~8 instructions a wgmma. */
+DA_HD da_u64 da_wgmma_desc_add(da_u64 desc, da_u32 off) {
+  return (desc & 0xFFFFFFFF00000000ull) | (da_u32)((da_u32)desc + (off >> 4));
+}
 /* The shared address the hardware reads for element (mn, k) of an operand described by
  * desc (SW128 only), per the canonical layouts above. */
 DA_HD da_u32 da_wgmma_elem_addr(da_u64 desc, int mn_major, int mn, int k) {

@@ -122,12 +122,14 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
  * (MN-major, keys 16kk..16kk+15). The wgmma probe (tests/wgmma_probe.c) maps what the
  * hardware reads through exactly these. */
 __device__ __forceinline__ da_u64 da_wg_desc_q(da_u32 qa, int kk) {
-  return da_wgmma_desc(qa + (kk >> 2) * TQ * 128 + (kk & 3) * 32, 16, 1024);
+  return da_wgmma_desc_add(da_wgmma_desc(qa, 16, 1024), (kk >> 2) * TQ * 128 + (kk & 3) * 32);
 }
 __device__ __forceinline__ da_u64 da_wg_desc_k(da_u32 ka, int kk) {
-  return da_wgmma_desc(ka + (kk >> 2) * TK * 128 + (kk & 3) * 32, 16, 1024);
+  return da_wgmma_desc_add(da_wgmma_desc(ka, 16, 1024), (kk >> 2) * TK * 128 + (kk & 3) * 32);
 }
-__device__ __forceinline__ da_u64 da_wg_desc_v(da_u32 va, int kk) { return da_wgmma_desc(va + kk * 2048, TK * 128, 1024); }
+__device__ __forceinline__ da_u64 da_wg_desc_v(da_u32 va, int kk) {
+  return da_wgmma_desc_add(da_wgmma_desc(va, TK * 128, 1024), kk * 2048);
+}
 
 /* s (this thread's TK / 2 accumulators of S, 64 x TK) = Q K^T: one chain of HD / 16
  * wgmma over the tiles at shared addresses qa (TQ rows) and ka (TK rows), K-major; the
@@ -406,6 +408,16 @@ __device__ __forceinline__ void softmax_exp(da_state &S, float (&s)[MT][NT_S][4]
  * accumulator while the next tile's scores are in flight. */
 __device__ __forceinline__ void softmax_exp_pack(da_state &S, const float (&s)[MT][NT_S][4], int wcls,
                                                  const float (&m_use)[MT][2], da_u32 (*pa)[4]) {
+{% if not p.wg_ws then %}
+  if (wcls == 0) { /* P = 0 on a branch of its own: as the select below ptxas zeroed every
+                      P register and predicated every exp2 (32 more instructions a tile).
+                      Not warp-specialized: P V is in flight there, and two definitions of
+                      its operands made ptxas serialize the wgmma. */
+#pragma unroll
+    for (int kk = 0; kk < TK / 16; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+    return;
+  }
+{% end %}
   float sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int nt = 0; nt < NT_S; nt++) {
