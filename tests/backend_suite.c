@@ -100,6 +100,11 @@ void bs_random_spec(int i, int64_t max_n, da_spec *s, int64_t *B, int64_t *N) {
 
 void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what,
               bs_runner run, void *user) {
+  bs_check_data(ctx, s, B, N, seed, BS_DATA_UNIFORM, what, run, user);
+}
+
+void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, bs_data data,
+                   const char *what, bs_runner run, void *user) {
   int64_t nq = B * N * s->num_heads * s->head_dim, nk = B * N * s->num_kv_heads * s->head_dim, nl = B * s->num_heads * N;
   size_t es = tu_elem_size(s->dtype);
   void *q = malloc((size_t)nq * es), *k = malloc((size_t)nk * es), *v = malloc((size_t)nk * es), *out = malloc((size_t)nq * es);
@@ -107,9 +112,25 @@ void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t 
   double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nk * 8), *dv = malloc((size_t)nk * 8);
   double *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8), vmax = 0, eo = 0, el = 0;
   uint64_t st = seed;
-  for (int64_t i = 0; i < nq; i++) tu_store(s->dtype, q, i, 2 * tu_uniform(&st) - 1), dq[i] = tu_load(s->dtype, q, i);
+  const int64_t D = s->head_dim, ramp = D / 4 > 0 ? D / 4 : 1; /* BS_DATA_RAMP: the first D / 4 dims */
+  const double scale = s->scale > 0 ? s->scale : 1.0 / sqrt((double)D);
+  for (int64_t i = 0; i < nq; i++) {
+    double x = 2 * tu_uniform(&st) - 1;
+    if (data == BS_DATA_RAMP) { /* [B][N][H][D]: sign by query row, 0.5..1 on the ramp dims */
+      const int64_t d = i % D, tok = i / (D * s->num_heads) % N;
+      x = d < ramp ? (tok % 2 ? -1 : 1) * (0.5 + 0.5 * tu_uniform(&st)) : 0.05 * x;
+    }
+    tu_store(s->dtype, q, i, x), dq[i] = tu_load(s->dtype, q, i);
+  }
   for (int64_t i = 0; i < nk; i++) {
-    tu_store(s->dtype, k, i, 2 * tu_uniform(&st) - 1), dk[i] = tu_load(s->dtype, k, i);
+    double x = 2 * tu_uniform(&st) - 1;
+    if (data == BS_DATA_RAMP) { /* [B][N][Hkv][D]: key j's ramp dims ~ j, the slope growing per kv head
+                                   (score slope ~ 0.75 * scale * (D / 4) * step nats a key) */
+      const int64_t d = i % D, hk = i / D % s->num_kv_heads, tok = i / (D * s->num_kv_heads) % N;
+      const double step = (0.04 + 0.05 * (double)hk) / (0.75 * scale * (double)ramp);
+      x = d < ramp ? step * (double)tok * (0.9 + 0.2 * tu_uniform(&st)) : 0.05 * x;
+    }
+    tu_store(s->dtype, k, i, x), dk[i] = tu_load(s->dtype, k, i);
     tu_store(s->dtype, v, i, 2 * tu_uniform(&st) - 1), dv[i] = tu_load(s->dtype, v, i);
     vmax = fmax(vmax, fabs(dv[i]));
   }

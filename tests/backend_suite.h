@@ -37,4 +37,17 @@ void bs_wgmma(da_context *ctx, const char *golden, const char *label, int mma, i
 void bs_check(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, const char *what,
               bs_runner run, void *user);
 
+/* Input families for bs_check_data. */
+typedef enum {
+  BS_DATA_UNIFORM, /* q, k, v uniform in [-1, 1) */
+  BS_DATA_RAMP     /* scores that rise (even query rows) or fall (odd rows) steadily along the
+                      keys, by up to ~0.1 nats a key, more with each kv head: every row's running
+                      maximum keeps growing, by more or less than a key tile's worth, or stays at
+                      its first key; the online softmax's rescale paths all run */
+} bs_data;
+
+/* bs_check on inputs of the given family. */
+void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, bs_data data,
+                   const char *what, bs_runner run, void *user);
+
 #endif

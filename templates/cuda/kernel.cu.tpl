@@ -320,20 +320,24 @@ __device__ __forceinline__ void mask_partial(float (&s)[MT][NT_S][4], int wr0, i
       }
 }
 
+/* A row keeps its running maximum until a key tile raises it by more than this (base-2
+ * units), so P = exp2(s - m) stays below 2^DA_MAX_SLACK (fp16 / bf16 hold that exactly as
+ * well as any other value). Where no row of a warp grows that much, the tile skips the
+ * rescale of the output and the sums (FlashAttention-4's conditional rescaling): O, l and m
+ * stay consistent, so the softmax is the same one; only the rounding moves. */
+#define DA_MAX_SLACK 8.0f
+
 /* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
  * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
  * them, the output too; m_use gets what softmax_exp subtracts. wcls 0 (none of the warp's
- * rows sees a key of the tile): nothing changes. With corr_out the output is left alone
- * (a wgmma may still accumulate into it) and its rescale goes there (softmax_rescale_o). */
-__device__ __forceinline__ void softmax_max(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
+ * rows sees a key of the tile), or no row's maximum grew by more than DA_MAX_SLACK:
+ * nothing changes (m_use is the kept maximum). With corr_out the output is left alone (a
+ * wgmma may still accumulate into it) and its rescale goes there: apply it
+ * (softmax_rescale_o) where this returns true. Warp-uniform. */
+__device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL,
                                             float (&m_use)[MT][2], float (*corr_out)[2] = nullptr) {
-  if (wcls == 0) {
-    if (corr_out)
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++) corr_out[mt][0] = corr_out[mt][1] = 1.f;
-    return;
-  }
+  if (wcls == 0) return false;
 {% if p.scale <= 0 then %}
   /* scale (not positive: it cannot be folded into the max) */
 #pragma unroll
@@ -348,15 +352,30 @@ __device__ __forceinline__ void softmax_max(da_state &S, float (&s)[MT][NT_S][4]
    * a quarter of a wgmma tile's issue slots); the scale (positive) is folded into the max
    * here and into one FFMA before each exp2 in softmax_exp */
   if (wcls == 2) mask_partial(s, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
+  float mx[MT][2];
+  bool grow = false;
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) { /* the thread's two rows of each m16 tile */
-    float mx = -INFINITY;
+    float m = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < NT_S; nt++) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
-    mx = da_warp_max4(mx){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
-    float m_new = fmaxf(S.m[mt][hr], mx);
+    for (int nt = 0; nt < NT_S; nt++) m = fmaxf(m, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+    mx[mt][hr] = da_warp_max4(m){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
+    grow |= mx[mt][hr] > S.m[mt][hr] + DA_MAX_SLACK; /* -inf + slack: the first key seen grows */
+  }
+  if (!__any_sync(0xffffffffu, grow)) { /* keep every maximum: no rescale */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) m_use[mt][hr] = S.m[mt][hr] == -INFINITY ? 0.f : S.m[mt][hr];
+    return false;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    float m_new = fmaxf(S.m[mt][hr], mx[mt][hr]);
     m_use[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
     float corr = da_exp2(S.m[mt][hr] - m_use[mt][hr]);
     S.l[mt][hr] *= corr;
@@ -371,6 +390,7 @@ __device__ __forceinline__ void softmax_max(da_state &S, float (&s)[MT][NT_S][4]
       S.o[mt][dt][2 * hr + 1] *= corr;
     }
   }
+  return true;
 }
 
 /* The second half: s becomes P (unnormalized, base 2) and its row sums join S's. wcls 0:
@@ -608,11 +628,11 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     tile_blocks(blk_ok, br, A, c, kend, a0, astride, nq, cls, &kb_first, &nkb);
 {% end %}
     wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
-    softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use, corr);
+    const bool rescale = softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use, corr);
     da_wgmma_wait<0>();
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
     da_mbar_arrive(EMPTY_V(pv.st)); /* V, once its P V is done */
-    softmax_rescale_o(S, corr);
+    if (rescale) softmax_rescale_o(S, corr);
     softmax_exp_pack(S, s, wcls, m_use, pa);
     pv = P;
     da_pipe_next(P);
