@@ -146,6 +146,23 @@ void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint
   free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
 }
 
+void bs_ramp(da_context *ctx, bs_runner run, void *user) {
+  for (int i = 0; i < 4; i++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = i == 3 ? 1 : 2;
+    s.segment_lengths[0] = i == 3 ? 640 : 256, s.segment_lengths[1] = 512;
+    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+    s.num_heads = s.num_kv_heads = 4;
+    s.head_dim = i < 2 ? 64 : 128;
+    s.dtype = i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    s.causal = i < 2;
+    char what[64];
+    snprintf(what, sizeof what, "rising scores, case %d", i);
+    bs_check_data(ctx, &s, 1, 700, 1300 + (uint64_t)i, BS_DATA_RAMP, what, run, user);
+  }
+}
+
 void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner run, void *user) {
   for (int i = first; i < first + count; i++) {
     da_spec s;

@@ -50,4 +50,11 @@ typedef enum {
 void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint64_t seed, bs_data data,
                    const char *what, bs_runner run, void *user);
 
+/* BS_DATA_RAMP on four specs (one and two branches, causal and not, fp16 and bf16, head_dim
+ * 64 and 128, N = 700): running maxima that grow tile after tile by less or more than a
+ * rescale's slack, and rows of one warp that disagree. (Not float32: scores of ~100 nats
+ * carry ~1e-5 of rounding into the output, past float32's tolerance, on any kernel that
+ * sums the dot products in float32.) */
+void bs_ramp(da_context *ctx, bs_runner run, void *user);
+
 #endif

@@ -233,23 +233,6 @@ static void test_long_grid(da_context *ctx) {
   free(dq), free(ro), free(rl);
 }
 
-/* Scores that rise steadily along the keys (bs_data BS_DATA_RAMP): the running maxima of
- * even rows grow tile after tile, by less or more than the slack before a rescale
- * (DA_MAX_SLACK), those of odd rows stay at their first keys, so a warp's rows disagree;
- * one and two branches, causal and not, both half dtypes, the run's tile shape (opts). */
-static void test_ramp(da_context *ctx, bs_runner run, const da_plan_options *opts) {
-  for (int i = 0; i < 4; i++) {
-    da_spec s;
-    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 4, i < 2 ? 64 : 128, 256, 512);
-    s.num_kv_heads = 4;
-    s.causal = i / 2 == 0;
-    if (i == 3) s.num_branches = 1, s.segment_lengths[0] = 640, s.dilation_rates[0] = 1;
-    char what[64];
-    snprintf(what, sizeof what, "rising scores, case %d", i);
-    bs_check_data(ctx, &s, 1, 700, 1300 + (uint64_t)i, BS_DATA_RAMP, what, run, (void *)opts);
-  }
-}
-
 /* Tensors that do not allow 16-byte accesses (base 2 bytes past 16-byte alignment, row
  * strides not multiples of 8): the tensor-core path loads them with plain 2-byte loads
  * instead of cp.async (vec16 = 0) and must give the same answer. */
@@ -409,7 +392,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
            400, run_emu_wgmma);
   test_edge(ctx, run_emu_wgmma, &wg);
   test_unaligned(ctx, &wg);
-  test_ramp(ctx, run_emu_wgmma, &wg);
+  bs_ramp(ctx, run_emu_wgmma, &wg);
   for (int i = 0; i < 4; i++) { /* two warpgroups over full 128-row tiles: segments of 512 and 1024 */
     da_spec s;
     wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 512, 1024);
@@ -443,9 +426,9 @@ int main(int argc, char **argv) {
   if (all || !strcmp(which, "edge")) {
     test_edge(ctx, run_emu, NULL);
     test_unaligned(ctx, NULL);
-    test_ramp(ctx, run_emu, NULL);
+    bs_ramp(ctx, run_emu, NULL);
     da_plan_options t128 = {128, 64, 0, 0, 0}; /* 32-row warps, 64-key tiles (D = 64) */
-    test_ramp(ctx, run_emu_tq128, &t128);
+    bs_ramp(ctx, run_emu_tq128, &t128);
   }
   if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: probe, golden, edge, unaligned, random, tile shapes */
     test_wgmma_probe(ctx, argv[1]);

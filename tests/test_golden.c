@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_suite.h"
 #include "runtime/fileio.h"
 #include "runtime/npy.h"
 #include "test_util.h"
@@ -66,6 +67,19 @@ done:
   for (int i = 0; i < 5; i++) da__npy_free(&a[i]);
 }
 
+/* The host backend as a bs_runner (user: da_plan_options or NULL). */
+static da_status run_host(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                          const void *k, const void *v, void *out, float *lse) {
+  da_plan *plan = NULL;
+  da_status st = da_plan_create_ex(ctx, s, DA_BACKEND_HOST, user, &plan);
+  if (st != DA_OK) return st;
+  da_args args;
+  da_args_init(&args, s, B, N, q, k, v, out, lse);
+  st = da_plan_execute(plan, &args);
+  da_plan_destroy(plan);
+  return st;
+}
+
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "../shared/golden";
   DIR *d = opendir(dir);
@@ -86,6 +100,11 @@ int main(int argc, char **argv) {
     run_case(ctx, dir, names[i]);
     free(names[i]);
   }
+  /* running maxima that grow tile after tile (the golden inputs are uniform), default
+   * tiles and tiny odd ones */
+  da_plan_options tiny = {3, 5, 1, 0, 0};
+  bs_ramp(ctx, run_host, NULL);
+  bs_ramp(ctx, run_host, &tiny);
   da_context_destroy(ctx);
   return tu_report();
 }

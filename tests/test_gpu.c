@@ -246,6 +246,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   snprintf(label, sizeof label, "cuda %s", name[mma]);
   snprintf(what, sizeof what, "%s N=1048576 H=8 D=64", name[mma]);
   bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, runner_wgmma);
+  bs_ramp(ctx, runner_wgmma, &wg); /* running maxima that grow: both rescale paths */
   test_unaligned(ctx, &wg);
   if (!small) test_long(ctx, 1 << 20, 8, 64, mma, what);
 }
@@ -267,7 +268,10 @@ int main(int argc, char **argv) {
   }
   int all = !strcmp(which, "all"), small = !strcmp(which, "small");
   if (all || small || !strcmp(which, "golden")) bs_golden(ctx, golden, "cuda", runner, NULL);
-  if (all || small || !strcmp(which, "random")) bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
+  if (all || small || !strcmp(which, "random")) {
+    bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
+    bs_ramp(ctx, runner, NULL); /* running maxima that grow: both rescale paths */
+  }
   if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, NULL);
   for (int mma = 2; mma <= 4; mma++) {
     const char *mode = mma == 2 ? "wgmma" : mma == 3 ? "wgmma-overlap" : "wgmma-ws";
