@@ -169,8 +169,12 @@ def main():
                     help="extra dilattn variants timed beside the default: "
                          "TILE_QxTILE_K[:wgmma|:wgmma-overlap|:wgmma-ws] (0: planner's choice for that field; "
                          ":wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
-                         "during the softmax, :wgmma-ws warp-specialized); one that the planner or the device "
-                         "refuses is recorded as such")
+                         "during the softmax, :wgmma-ws warp-specialized; a trailing @base renders it from "
+                         "--base-templates instead, for an A/B of template changes in one process); one that "
+                         "the planner or the device refuses is recorded as such")
+    ap.add_argument("--base-templates", default=os.environ.get("DILATTN_BASE_TEMPLATES", ""),
+                    help="templates/ of a baseline commit for the @base variants (bench/gpu_carry.sh puts "
+                         "those of $DILATTN_BASE into build-gpu/base/templates)")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
     # the device copy of the tree may carry a stale .git: DILATTN_COMMIT names the build's commit
@@ -224,14 +228,25 @@ def main():
             row["tile_variants"] = {}
             profiled = [(row, run_ours)]  # profiled after every timing of the row (--profile)
             for spec_t in filter(None, args.tiles.split(",")):
-                shape, _, path = spec_t.partition(":")
+                variant, _, tag = spec_t.partition("@")
+                shape, _, path = variant.partition(":")
                 tq, tk = (int(x) for x in shape.split("x"))
+                saved = os.environ.get("DILATTN_TEMPLATE_DIR")
                 try:
                     mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4}[path]
+                    if tag:  # @base: rendered from the baseline's templates (an A/B in one process)
+                        if tag != "base" or not args.base_templates:
+                            raise ValueError(f"@{tag}: only @base, with --base-templates or $DILATTN_BASE_TEMPLATES")
+                        os.environ["DILATTN_TEMPLATE_DIR"] = args.base_templates
                     vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=mma)
                 except Exception as e:  # noqa: BLE001 - recorded, not fatal
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue
+                finally:
+                    if saved is None:
+                        os.environ.pop("DILATTN_TEMPLATE_DIR", None)
+                    else:
+                        os.environ["DILATTN_TEMPLATE_DIR"] = saved
                 run_v = lambda p=vplan: p.execute(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), B, N, stream=stream)
                 run_v()
                 torch.cuda.synchronize()
@@ -247,7 +262,9 @@ def main():
             rows.append(row)
             del q, k, v, out, lse, ref_out, ref_lse
             torch.cuda.empty_cache()
-    result = dict(device=dev, commit=commit, torch=torch.__version__, cuda=torch.version.cuda, rows=rows)
+    result = dict(device=dev, commit=commit, torch=torch.__version__, cuda=torch.version.cuda, rows=rows,
+                  base_templates=args.base_templates or None,
+                  base_commit=os.environ.get("DILATTN_BASE_COMMIT") or None)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         json.dump(result, open(args.out, "w"), indent=1)

@@ -11,6 +11,7 @@
 # kernels are right at all):
 #   bash bench/gpu_session.sh wgmma      # the sm_90a wgmma paths, first: probe (operand map, chains), suites of the 3 variants
 #   bash bench/gpu_session.sh wgmma-bench # then a short bench of the wgmma variants beside mma.sync (16K, 64K; full, causal)
+#   bash bench/gpu_session.sh ab         # the templates against the baseline's (gpu_carry.sh), same process, same card
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
 #   bash bench/gpu_session.sh bench      # bench_gpu.py: full and causal, tile variants
@@ -52,6 +53,18 @@ if [ "$phase" = wgmma-bench ]; then
     --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
     --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma_causal.json"
+fi
+if [ "$phase" = ab ]; then
+  # @base: the same variant rendered from build-gpu/base/templates (the issue-slot changes
+  # of bench/results/issue-slots.md against the commit before them), timed in one process
+  export DILATTN_BASE_TEMPLATES=$B/base/templates DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
+  ab=128x64,128x64@base,128x32@base,0x0:wgmma,0x0:wgmma@base,0x0:wgmma-ws,0x0:wgmma-ws@base
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet2,dense2048 \
+    --tiles $ab --reps 10 --out "$out/bench_ab.json"
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2 --causal \
+    --tiles $ab --reps 10 --out "$out/bench_ab_causal.json"
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2 --head-dim 128 \
+    --tiles 0x0@base,0x0:wgmma,0x0:wgmma@base --reps 10 --out "$out/bench_ab_d128.json"
 fi
 if [ "$phase" = sanitize ] || [ "$phase" = all ]; then
   run tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"

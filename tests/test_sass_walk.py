@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, report
+
 LISTING = """\
         code for sm_90
                 Function : da_fwd_example
@@ -27,16 +29,6 @@ LISTING = """\
         /*00d0*/                   EXIT ;                                 /* 0x0000000000 */
         /*00e0*/                   BRA 0xe0;                              /* 0x0000000000 */
 """
-
-fails = 0
-
-
-def check(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL", what)
-
 
 def run(tool, *args):
     r = subprocess.run([sys.executable, tool, *args], capture_output=True, text=True)
@@ -68,9 +60,8 @@ def main():
               f"three copies, no FSEL on the path: {got.get('opcodes')}")
         rc, _, _ = run(tool, sass, "8", "c0")
         check(rc != 0, "a START that is no instruction address is refused")
-    print(f"{'0 failed' if not fails else f'{fails} failed'}")
-    return 1 if fails else 0
+    report()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
