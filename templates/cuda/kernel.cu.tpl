@@ -225,7 +225,9 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nr
       da_cp_async16(dst, r < nrows ? src : (const da_u16 *)base, r < nrows);
       dst += DA_CHUNK(ROWS, rstep, 0);
     }
-  } else {
+  } else { /* not unrolled: the fallback for tensors without 16-byte alignment and odd shapes
+              (unrolled, ptxas took a third longer over a wgmma kernel) */
+#pragma unroll 1
     for (int i = tid; i < total; i += NTHR) { /* (base + off0 held across the loop: 17 more registers) */
       const int r = i / chunks, c = i % chunks;
       const bool ok = r < nrows;
