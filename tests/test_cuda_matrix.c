@@ -149,6 +149,26 @@ static void build_matrix(int n) {
     memset(&j->opts, 0, sizeof j->opts);
     j->opts.cuda_mma = 4;
   }
+  /* many strides (the predicate's tables grow with them) on the mma.sync defaults, causal,
+   * D = 48 and 64, LongNet 2- and 3-branch: the planner keeps 32-key tiles under sparse
+   * layouts for 32-row warps (64 keys spilled 140 to 308 bytes here) */
+  for (int c = 0; c < 4 && njobs < MAX_SPECS; c++) {
+    job_t *j = &jobs[njobs++];
+    da_spec *s = &j->spec;
+    da_spec_init(s);
+    s->num_branches = 2 + (c >> 1);
+    for (int b = 0; b < s->num_branches; b++) s->segment_lengths[b] = 2048 << b, s->dilation_rates[b] = 1 << b;
+    s->num_heads = s->num_kv_heads = 8;
+    s->head_dim = c & 1 ? 48 : 64;
+    s->dtype = DA_DTYPE_FLOAT16;
+    s->causal = 1;
+    s->sparsity.layout = DA_LAYOUT_DILATED_SPARSE;
+    static const int64_t fib[12] = {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233};
+    s->sparsity.block = 32;
+    s->sparsity.num_strides = c >> 1 ? 12 : 8;
+    memcpy(s->sparsity.strides, fib, sizeof fib);
+    memset(&j->opts, 0, sizeof j->opts);
+  }
 }
 
 static void *worker(void *arg) {

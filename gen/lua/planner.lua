@@ -273,8 +273,8 @@ function M.plan_cuda(p, opts)
     end
     -- keys per tile: what keeps scores + output + Q fragments in the register file
     -- (ptxas, sm_90: 16 rows per warp: 64 keys (226 registers at D = 128); 32 rows per warp:
-    -- 64 keys up to D = 64 (207 registers at D = 32; at D = 64 231 to 251 with Q from shared
-    -- memory), 32 keys at D = 96 (254). At D = 64, 128 x 64 issues 849 instructions per 64
+    -- 64 keys up to D = 64 but under sparse layouts (207 registers at D = 32; at D = 64 227
+    -- to 254 with Q from shared memory), 32 keys at D = 96 (254). At D = 64, 128 x 64 issues 849 instructions per 64
     -- keys on the full-tile path against 2 x 537 for 128 x 32 (SASS, bench/results/
     -- issue-slots.md), and was 8 to 15% faster on an H200 even when it still spilled.
     -- D = 128 with 64 keys: 226 registers, 85 KiB of shared memory (opt-in above 48 KiB),
@@ -289,7 +289,10 @@ function M.plan_cuda(p, opts)
       p.tile_k = opts.tile_k or
         (((D <= 64 or (p.wg_ws and not p.sparse)) and not p.wg_overlap) and 128 or 64)
     elseif p.tile_q == 128 then
-      p.tile_k = opts.tile_k or (D <= 64 and 64 or 32)
+      -- not under a sparse layout above D = 32: the layout's predicate and verdicts leave no
+      -- room (255 registers and 140 to 308 bytes spilled at D = 48 / 64 with 8 to 12
+      -- dilated-sparse strides; 215 to 231 and none with 32 keys)
+      p.tile_k = opts.tile_k or ((D <= 32 or (D <= 64 and not p.sparse)) and 64 or 32)
     else
       p.tile_k = opts.tile_k or 64
     end

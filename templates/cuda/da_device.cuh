@@ -87,7 +87,13 @@ DA_HD da_u64 da_wgmma_desc(da_u32 addr, da_u32 lbo, da_u32 sbo) {
  * the low 14 bits of address >> 4 and shared addresses stay below 2^18, so the field
  * cannot carry out; one 32-bit add on the low word (as CUTLASS's descriptor iterator
  * does), where rebuilding the descriptor took ~8 instructions a wgmma. */
+#ifdef DA_EMULATE
+#include <cassert>
+#endif
 DA_HD da_u64 da_wgmma_desc_add(da_u64 desc, da_u32 off) {
+#ifdef DA_EMULATE
+  assert(off % 16 == 0 && ((da_u32)desc & 0x3FFFu) + (off >> 4) <= 0x3FFFu); /* no low bits lost, no carry */
+#endif
   return (desc & 0xFFFFFFFF00000000ull) | (da_u32)((da_u32)desc + (off >> 4));
 }
 /* The shared address the hardware reads for element (mn, k) of an operand described by

@@ -203,7 +203,7 @@ __device__ __forceinline__ int da_ct() { return (int)threadIdx.x - DA_PRODUCERS;
  * land before the barrier that follows the cp.async wait, so the pipeline is the same.
  * Threads tid of NTHR share the copy. Where NTHR is a multiple of 8 rows' chunks each
  * thread copies one chunk column, source and destination stepped by constants: a copy is
- * then ~8 instructions (the general loop took ~32, a fifth of a wgmma tile's issue slots).
+ * then ~14 instructions (the general loop took ~32, a fifth of a wgmma tile's issue slots).
  * Not unrolled: ptxas then computed every copy's 64-bit address up front. */
 template <int ROWS, int NTHR>
 __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nrows, bool vec16, da_i64 off0, da_i64 step,
@@ -328,6 +328,7 @@ __device__ __forceinline__ void mask_partial(float (&s)[MT][NT_S][4], int wr0, i
  * rescale of the output and the sums (FlashAttention-4's conditional rescaling): O, l and m
  * stay consistent, so the softmax is the same one; only the rounding moves. */
 #define DA_MAX_SLACK 8.0f
+static_assert(DA_MAX_SLACK < 16.0f, "P = exp2(s - m) must stay below fp16's largest value (65504)");
 
 /* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
  * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
@@ -364,7 +365,10 @@ __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4]
 #pragma unroll
     for (int nt = 0; nt < NT_S; nt++) m = fmaxf(m, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
     mx[mt][hr] = da_warp_max4(m){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
-    grow |= mx[mt][hr] > S.m[mt][hr] + DA_MAX_SLACK; /* -inf + slack: the first key seen grows */
+    /* a difference, not S.m + slack: at |S.m| >= 2^27 the sum rounds by 16, so a tile 16
+     * above the kept maximum would keep it and P = 2^16 overflow fp16. Finite - (-inf) =
+     * inf: the first key seen grows; -inf - (-inf) = NaN: a row with no key yet keeps. */
+    grow |= mx[mt][hr] - S.m[mt][hr] > DA_MAX_SLACK;
   }
   if (!__any_sync(0xffffffffu, grow)) { /* keep every maximum: no rescale */
 #pragma unroll
