@@ -274,9 +274,9 @@ function M.plan_cuda(p, opts)
     -- keys per tile: what keeps scores + output + Q fragments in the register file
     -- (ptxas, sm_90: 16 rows per warp: 64 keys (226 registers at D = 128); 32 rows per warp:
     -- 64 keys up to D = 64 but under sparse layouts (207 registers at D = 32; at D = 64 227
-    -- to 254 with Q from shared memory), 32 keys at D = 96 (254). At D = 64, 128 x 64 issues 849 instructions per 64
-    -- keys on the full-tile path against 2 x 537 for 128 x 32 (SASS, bench/results/
-    -- issue-slots.md), and was 8 to 15% faster on an H200 even when it still spilled.
+    -- to 254 with Q from shared memory), 32 keys at D = 96 (254). At D = 64, 128 x 64 issues
+    -- 781 instructions per 64 keys on the full-tile path against 2 x 468 for 128 x 32 (SASS,
+    -- bench/results/issue-slots.md), and was 8 to 15% faster on an H200 while it spilled.
     -- D = 128 with 64 keys: 226 registers, 85 KiB of shared memory (opt-in above 48 KiB),
     -- 1.11x faster than 32 keys on an H200 (dilattn tune, LongNet 2-branch causal).
     if wg then
@@ -297,6 +297,11 @@ function M.plan_cuda(p, opts)
       p.tile_k = opts.tile_k or 64
     end
     p.warp_mtiles = wg and 1 or p.tile_q // 64
+    -- K / V / Q copies with one chunk column per thread and pointers stepped by constants
+    -- (~14 instructions a copy against ~32, templates' load_rows), not under a sparse layout:
+    -- its kernels sit at the register limit and ptxas keeps the pointers across the key loop
+    -- (227 -> 240 registers at D = 64, 128 x 32; the warp-specialized producer spilled)
+    p.stepped_copies = not p.sparse
     if wg and (D > 64 or p.wg_overlap) and p.tile_k > 64 and not p.wg_ws then
       error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 and when overlapped (scores, P and "
         .. "output would spill)", 0)

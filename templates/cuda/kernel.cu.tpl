@@ -209,11 +209,9 @@ template <int ROWS, int NTHR>
 __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nrows, bool vec16, da_i64 off0, da_i64 step,
                                           int tid) {
   constexpr int chunks = HD / 8, total = ROWS * chunks;
-  /* rows between a thread's copies: a multiple of 8 keeps a row's swizzle (wgmma); not
-   * under a sparse layout, whose kernels are at the register limit: ptxas keeps the
-   * pointers across the key loop (227 -> 240 registers at D = 64, 128 x 32; the
-   * warp-specialized producer spilled) */
-  if ({{ p.sparse and "false" or "true" }} && vec16 && NTHR % chunks == 0 && (NTHR / chunks) % 8 == 0) {
+  /* where the planner allows (p.stepped_copies); rows between a thread's copies: a multiple
+   * of 8 keeps a row's swizzle (wgmma) */
+  if ({{ p.stepped_copies and "true" or "false" }} && vec16 && NTHR % chunks == 0 && (NTHR / chunks) % 8 == 0) {
     constexpr int rstep = NTHR / chunks;
     const int c = tid % chunks;
     int r = tid / chunks;
