@@ -17,6 +17,7 @@ machine before a GPU session times it (bench/results/issue-slots.md).
       every conditional branch left to that default is listed on stderr with the number
       of instructions it would skip, so the path can be chosen (for a full key tile: the
       partial-tile mask skipped, the 16-byte copies taken, each copy loop's trip count).
+      SASS_WALK_TRACE=1 in the environment lists the path's instructions on stderr.
 
 A .cubin is disassembled with cuobjdump (CUDA toolkit, or PyPI's nvidia-cuda-cuobjdump
 wheel: bin/cuobjdump inside it); $CUOBJDUMP overrides the command. The counts are
@@ -74,7 +75,7 @@ def loops(ins):
     return out
 
 
-def walk(ins, start, end, decisions):
+def walk(ins, start, end, decisions, trace=None):
     text = dict(ins)
     if start not in text or end not in text:
         sys.exit("sass_walk: START and END must be instruction addresses of the listing")
@@ -83,6 +84,8 @@ def walk(ins, start, end, decisions):
         s = text[pc]
         n += 1
         ops[opcode(s)] += 1
+        if trace:
+            print(f"{pc:#06x} {s}", file=trace)
         if pc == end:
             break
         m = BRA.match(s)
@@ -120,7 +123,7 @@ def main(argv):
     for d in argv[4:]:
         k, v = d.split("=")
         decisions[int(k, 16)] = v.upper()
-    n, ops = walk(ins, start, end, decisions)
+    n, ops = walk(ins, start, end, decisions, sys.stderr if os.environ.get("SASS_WALK_TRACE") else None)
     print(json.dumps({"file": os.path.basename(argv[1]), "start": hex(start), "end": hex(end),
                       "decisions": {hex(k): v for k, v in sorted(decisions.items())},
                       "instructions": n, "mma": ops["HMMA"] + ops["HGMMA"], "opcodes": dict(ops.most_common())}))
