@@ -331,14 +331,17 @@ static_assert(DA_MAX_SLACK < 16.0f, "P = exp2(s - m) must stay below fp16's larg
 /* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
  * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
  * them, the output too; m_use gets what softmax_exp subtracts. wcls 0 (none of the warp's
- * rows sees a key of the tile), or no row's maximum grew by more than DA_MAX_SLACK:
- * nothing changes (m_use is the kept maximum). With corr_out the output is left alone (a
- * wgmma may still accumulate into it) and its rescale goes there: apply it
- * (softmax_rescale_o) where this returns true. Warp-uniform. */
+ * rows sees a key of the tile) comes here only from the wgmma loops, whose mma take the
+ * warp's rows along: the partial-tile mask masks every score (warp_tile_class's reasons are
+ * its own), so P = 0 on the path every tile takes (P = 0 as a select, or on a branch of its
+ * own, made ptxas zero every P register on every tile: 16 to 45 instructions). Where no
+ * row's maximum grew by more than DA_MAX_SLACK nothing changes (m_use is the kept
+ * maximum). With corr_out the output is left alone (a wgmma may still accumulate into it)
+ * and its rescale goes there: apply it (softmax_rescale_o) where this returns true.
+ * Warp-uniform. */
 __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL,
                                             float (&m_use)[MT][2], float (*corr_out)[2] = nullptr) {
-  if (wcls == 0) return false;
 {% if p.scale <= 0 then %}
   /* scale (not positive: it cannot be folded into the max) */
 #pragma unroll
@@ -352,7 +355,7 @@ __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4]
    * predicated the mask's compares and selects into every tile (3 instructions per score,
    * a quarter of a wgmma tile's issue slots); the scale (positive) is folded into the max
    * here and into one FFMA before each exp2 in softmax_exp */
-  if (wcls == 2) mask_partial(s, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
+  if (wcls != 1) mask_partial(s, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS);
   float mx[MT][2];
   bool grow = false;
 #pragma unroll
@@ -397,16 +400,9 @@ __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4]
   return true;
 }
 
-/* The second half: s becomes P (unnormalized, base 2) and its row sums join S's. wcls 0:
- * P = 0. */
-__device__ __forceinline__ void softmax_exp(da_state &S, float (&s)[MT][NT_S][4], int wcls, const float (&m_use)[MT][2]) {
-  if (wcls == 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int nt = 0; nt < NT_S; nt++) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-    return;
-  }
+/* The second half: s becomes P (unnormalized, base 2) and its row sums join S's (masked
+ * scores, -inf, give 0). */
+__device__ __forceinline__ void softmax_exp(da_state &S, float (&s)[MT][NT_S][4], const float (&m_use)[MT][2]) {
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -430,18 +426,8 @@ __device__ __forceinline__ void softmax_exp(da_state &S, float (&s)[MT][NT_S][4]
 /* softmax_exp for the wgmma loops: P goes straight into the RS A fragments pa (packed per
  * k16 step) and s is only read, so in the overlapped loop no instruction writes a wgmma
  * accumulator while the next tile's scores are in flight. */
-__device__ __forceinline__ void softmax_exp_pack(da_state &S, const float (&s)[MT][NT_S][4], int wcls,
+__device__ __forceinline__ void softmax_exp_pack(da_state &S, const float (&s)[MT][NT_S][4],
                                                  const float (&m_use)[MT][2], da_u32 (*pa)[4]) {
-{% if not p.wg_ws then %}
-  if (wcls == 0) { /* P = 0 on a branch of its own: as the select below ptxas zeroed every
-                      P register and predicated every exp2 (32 more instructions a tile).
-                      Not warp-specialized: P V is in flight there, and two definitions of
-                      its operands made ptxas serialize the wgmma. */
-#pragma unroll
-    for (int kk = 0; kk < TK / 16; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-    return;
-  }
-{% end %}
   float sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int nt = 0; nt < NT_S; nt++) {
@@ -449,9 +435,9 @@ __device__ __forceinline__ void softmax_exp_pack(da_state &S, const float (&s)[M
 #pragma unroll
     for (int j = 0; j < 4; j++)
 {% if p.scale > 0 then %}
-      p[j] = wcls == 0 ? 0.f : da_exp2(fmaf(s[0][nt][j], SCALE_LOG2, -m_use[0][j >> 1]));
+      p[j] = da_exp2(fmaf(s[0][nt][j], SCALE_LOG2, -m_use[0][j >> 1]));
 {% else %}
-      p[j] = wcls == 0 ? 0.f : da_exp2(s[0][nt][j] - m_use[0][j >> 1]);
+      p[j] = da_exp2(s[0][nt][j] - m_use[0][j >> 1]);
 {% end %}
     sum[0] += p[0] + p[1];
     sum[1] += p[2] + p[3];
@@ -459,7 +445,7 @@ __device__ __forceinline__ void softmax_exp_pack(da_state &S, const float (&s)[M
     pa[nt >> 1][2 * (nt & 1)] = DA_PACK(p[0], p[1]);
     pa[nt >> 1][2 * (nt & 1) + 1] = DA_PACK(p[2], p[3]);
   }
-  if (wcls != 0) S.l[0][0] += sum[0], S.l[0][1] += sum[1];
+  S.l[0][0] += sum[0], S.l[0][1] += sum[1];
 }
 
 /* Both halves: mask and the online softmax of one key tile (see above). */
@@ -467,7 +453,7 @@ __device__ __forceinline__ void softmax_tile(da_state &S, float (&s)[MT][NT_S][4
                                              da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL) {
   float m_use[MT][2];
   softmax_max(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
-  softmax_exp(S, s, wcls, m_use);
+  softmax_exp(S, s, m_use);
 }
 
 /* The key tiles one attend() walks: branch br's offset class at s0 + off, for queries
@@ -612,7 +598,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 {% end %}
   int wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
   softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
-  softmax_exp_pack(S, s, wcls, m_use, pa);
+  softmax_exp_pack(S, s, m_use, pa);
   da_pipe pv = P; /* the stage and parity of the tile whose P V is pending */
   da_pipe_next(P);
   while ((c = W.next(c + TK, &cls)) < kend) {
@@ -637,7 +623,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
     da_mbar_arrive(EMPTY_V(pv.st)); /* V, once its P V is done */
     if (rescale) softmax_rescale_o(S, corr);
-    softmax_exp_pack(S, s, wcls, m_use, pa);
+    softmax_exp_pack(S, s, m_use, pa);
     pv = P;
     da_pipe_next(P);
   }
@@ -698,7 +684,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     if (c1 < kend) /* the next tile's scores, in flight during this tile's exp2 */
       da_wg_qk_issue(&sn[0][0][0], S.q_addr, da_smem_addr(Ks + st1 * TK * ROWH));
     da_u32 pa[TK / 16][4];
-    softmax_exp_pack(S, sc, wcls, m_use, pa);
+    softmax_exp_pack(S, sc, m_use, pa);
     da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + st * TK * ROWH));
     da_wgmma_wait<0>(); /* the next S and this P V */
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
@@ -749,7 +735,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
       float m_use[MT][2];
       softmax_max(S, s, wcls, wr0, lane, c0, kend, a0, astride, nq DA_SPARSE_ARGS, m_use);
       da_u32 pa[TK / 16][4]; /* P, packed straight into the A fragments of O += P V */
-      softmax_exp_pack(S, s, wcls, m_use, pa);
+      softmax_exp_pack(S, s, m_use, pa);
 {% else %}
     if (wcls != 0) {
       /* S = Q K^T for this warp's rows: each K fragment serves its MT m16 tiles */
