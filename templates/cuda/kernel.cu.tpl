@@ -203,8 +203,10 @@ __device__ __forceinline__ int da_ct() { return (int)threadIdx.x - DA_PRODUCERS;
  * land before the barrier that follows the cp.async wait, so the pipeline is the same.
  * Threads tid of NTHR share the copy. Where NTHR is a multiple of 8 rows' chunks each
  * thread copies one chunk column, source and destination stepped by constants: a copy is
- * then ~14 instructions (the general loop took ~32, a fifth of a wgmma tile's issue slots).
- * Not unrolled: ptxas then computed every copy's 64-bit address up front. */
+ * then ~9.5 instructions, 3 of them the `@!PT LDS` ptxas puts before every LDGSTS (the
+ * general loop took ~32, a fifth of a wgmma tile's issue slots). Unrolled by 2 (14 a copy
+ * rolled; unrolled whole, ptxas computed every copy's 64-bit address up front: +5 to +18
+ * registers). */
 template <int ROWS, int NTHR>
 __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nrows, bool vec16, da_i64 off0, da_i64 step,
                                           int tid) {
@@ -213,16 +215,13 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nr
    * of 8 keeps a row's swizzle (wgmma) */
   if ({{ p.stepped_copies and "true" or "false" }} && vec16 && NTHR % chunks == 0 && (NTHR / chunks) % 8 == 0) {
     constexpr int rstep = NTHR / chunks;
-    const int c = tid % chunks;
-    int r = tid / chunks;
-    const da_u16 *src = (const da_u16 *)base + off0 + (da_i64)r * step + c * 8;
+    const int c = tid % chunks, r0 = tid / chunks;
+    const da_u16 *src = (const da_u16 *)base + off0 + (da_i64)r0 * step + c * 8;
     const da_i64 jump = (da_i64)rstep * step;
-    da_u16 *dst = smem + DA_CHUNK(ROWS, r, c);
-#pragma unroll 1
-    for (; r < ROWS; r += rstep, src += jump) {
-      da_cp_async16(dst, r < nrows ? src : (const da_u16 *)base, r < nrows);
-      dst += DA_CHUNK(ROWS, rstep, 0);
-    }
+    da_u16 *dst = smem + DA_CHUNK(ROWS, r0, c);
+#pragma unroll 2
+    for (int i = 0; i < ROWS / rstep; i++, src += jump, dst += DA_CHUNK(ROWS, rstep, 0))
+      da_cp_async16(dst, src, r0 + i * rstep < nrows);
   } else { /* not unrolled: the fallback for tensors without 16-byte alignment and odd shapes
               (unrolled, ptxas took a third longer over a wgmma kernel) */
 #pragma unroll 1
