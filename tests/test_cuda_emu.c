@@ -452,6 +452,20 @@ int main(int argc, char **argv) {
       bs_check(ctx, &s, 1, 333 + 64 * i, 900 + (uint64_t)i, what, run_emu, &o);
     }
   }
+  if (all || !strcmp(which, "tiles")) { /* key tiles with fewer rows than one step of a thread's
+                                            copies (128 threads: 64 rows a step at D = 16, 32 at
+                                            D = 32), so some threads copy none of a tile */
+    static const int cases[][3] = {{16, 64, 16}, {16, 64, 32}, {16, 128, 32}, {32, 64, 16}, {32, 128, 16}};
+    for (int i = 0; i < 5; i++) {
+      da_spec s;
+      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, cases[i][0], 64, 128);
+      s.causal = i % 2 == 0;
+      da_plan_options o = {cases[i][1], cases[i][2], 0, 0, 0};
+      char what[80];
+      snprintf(what, sizeof what, "D = %d, %d x %d tiles", cases[i][0], cases[i][1], cases[i][2]);
+      bs_check(ctx, &s, 1, 300 + 17 * i, 950 + (uint64_t)i, what, run_emu, &o);
+    }
+  }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (!strcmp(which, "wgmma-random")) bs_random(ctx, first, count, 400, run_emu_wgmma, NULL); /* replay on the wgmma path */
   if (!strcmp(which, "wgmma-ws-random")) { /* the same on the warp-specialized variant, two consumer warpgroups */

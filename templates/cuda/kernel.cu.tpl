@@ -219,9 +219,11 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nr
     const da_u16 *src = (const da_u16 *)base + off0 + (da_i64)r0 * step + c * 8;
     const da_i64 jump = (da_i64)rstep * step;
     da_u16 *dst = smem + DA_CHUNK(ROWS, r0, c);
+    /* ROWS need not be a multiple of rstep (16-key tiles at D = 32: 32 rows a step), nor
+     * above it: then the thread's last row may lie past the tile */
 #pragma unroll 2
-    for (int i = 0; i < ROWS / rstep; i++, src += jump, dst += DA_CHUNK(ROWS, rstep, 0))
-      da_cp_async16(dst, src, r0 + i * rstep < nrows);
+    for (int i = 0; i < (ROWS + rstep - 1) / rstep; i++, src += jump, dst += DA_CHUNK(ROWS, rstep, 0))
+      if (ROWS % rstep == 0 || r0 + i * rstep < ROWS) da_cp_async16(dst, src, r0 + i * rstep < nrows);
   } else { /* not unrolled: the fallback for tensors without 16-byte alignment and odd shapes
               (unrolled, ptxas took a third longer over a wgmma kernel) */
 #pragma unroll 1
