@@ -407,6 +407,20 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
     da_plan_options o = {64, 32, 0, 0, mma};
     bs_check(ctx, &s, 1, 290 + 37 * i, 700 + (uint64_t)i, "wgmma D = 128, 32-key tiles", run_emu, &o);
   }
+  for (int i = 0; i < 4; i++) { /* sparse layouts over two warpgroups (128-row tiles): each
+                                   computes its own rows' block verdicts on partial tiles */
+    da_spec s;
+    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 64, 512, 1024);
+    s.causal = i < 2;
+    s.sparsity.layout = i % 2 ? DA_LAYOUT_DILATED_SPARSE : DA_LAYOUT_LOCAL_WINDOW;
+    s.sparsity.block = i < 2 ? 32 : 48;
+    s.sparsity.window = 1;
+    s.sparsity.num_strides = 2, s.sparsity.strides[0] = 2, s.sparsity.strides[1] = 5;
+    da_plan_options o = {128, 0, 0, 0, mma};
+    char what[64];
+    snprintf(what, sizeof what, "sparse, 128-row tiles, case %d", i);
+    bs_check(ctx, &s, 1, 1100 + 61 * i, 820 + (uint64_t)i, what, run_emu, &o);
+  }
   printf("cuda_mma %d: %llu warpgroup wgmma issued\n", mma, da_emu_wgmma_count() - before);
   TU_CHECK(da_emu_wgmma_count() > before, "the wgmma runs issued no wgmma");
 }

@@ -61,26 +61,41 @@ typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 #define DA_ABS(x) abs(x)
 {{ include_rendered("common/control.inc.tpl") }}
 
-/* The threads a CTA-wide step runs over: the whole CTA, or under warp specialization the
- * producer warpgroup and the computing warpgroups each on its own (their reductions on
- * named barriers 4 and 5, the computing threads' barrier on 1). */
+/* The threads a CTA-wide step (classify's reductions) runs over: the whole CTA, or under
+ * warp specialization the producer warpgroup and each consumer warpgroup on its own (their
+ * reductions on named barriers 4, and 5 + the consumer warpgroup; the computing threads'
+ * barrier is 1). The consumer warpgroups each classify for all the CTA's rows, as the
+ * producer does, so every role walks the same tiles; sharing one reduction, the two met at
+ * every tile's and lost the overlap of their turns. */
 __device__ __forceinline__ bool da_is_producer() { return (int)threadIdx.x < DA_PRODUCERS; }
-__device__ __forceinline__ int da_role_tid() { return da_is_producer() ? (int)threadIdx.x : (int)threadIdx.x - DA_PRODUCERS; }
-__device__ __forceinline__ int da_role_threads() { return da_is_producer() ? DA_PRODUCERS : NTHREADS - DA_PRODUCERS; }
+/* PROD: the caller is the producer (known where it is called: a runtime test here cost the
+ * consumers' registers, and spills, under sparse layouts) */
+template <bool PROD> __device__ __forceinline__ int da_role_tid() {
+  return PROD ? (int)threadIdx.x : DA_PRODUCERS ? ((int)threadIdx.x - DA_PRODUCERS) & 127 : (int)threadIdx.x;
+}
+template <bool PROD> __device__ __forceinline__ int da_role_threads() {
+  return PROD ? DA_PRODUCERS : DA_PRODUCERS ? 128 : NTHREADS;
+}
 #if DA_PRODUCERS
-__device__ __forceinline__ int da_role_or(int p) { return da_bar_red(da_is_producer() ? 4 : 5, da_role_threads(), p, 0); }
-__device__ __forceinline__ int da_role_and(int p) { return da_bar_red(da_is_producer() ? 4 : 5, da_role_threads(), p, 1); }
+template <bool PROD> __device__ __forceinline__ int da_role_or(int p) {
+  return PROD ? da_bar_red(4, DA_PRODUCERS, p, 0) : (int)threadIdx.x - DA_PRODUCERS < 128 ? da_bar_red(5, 128, p, 0) : da_bar_red(6, 128, p, 0);
+}
+template <bool PROD> __device__ __forceinline__ int da_role_and(int p) {
+  return PROD ? da_bar_red(4, DA_PRODUCERS, p, 1) : (int)threadIdx.x - DA_PRODUCERS < 128 ? da_bar_red(5, 128, p, 1) : da_bar_red(6, 128, p, 1);
+}
 #define DA_SYNC_COMPUTE() da_named_sync(1, NTHREADS - DA_PRODUCERS) /* the computing threads only */
 #else
-__device__ __forceinline__ int da_role_or(int p) { return __syncthreads_or(p); }
-__device__ __forceinline__ int da_role_and(int p) { return __syncthreads_and(p); }
+template <bool PROD> __device__ __forceinline__ int da_role_or(int p) { return __syncthreads_or(p); }
+template <bool PROD> __device__ __forceinline__ int da_role_and(int p) { return __syncthreads_and(p); }
 #define DA_SYNC_COMPUTE() __syncthreads()
 #endif
 
 /* Tile class of keys [c0, c0 + TK) for queries with dilated indices a_first..a_last:
  * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Uniform over the role
  * (the CTA, or under warp specialization the producer or the consumers). */
-__device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
+template <bool PROD = false> /* not inlined: the walk calls it from several places (inlined into the warp-specialized
+                                consumers, a sparse layout's pair loop made them spill) */
+__device__ __noinline__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
   bool full = (!CAUSAL || c0 + TK - 1 <= a_first) && c0 + TK <= kend;
 {% if p.sparse then %}
   da_i64 qb0 = a_first / BLOCK, qb1 = a_last / BLOCK;
@@ -89,13 +104,13 @@ __device__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, d
   if (pairs <= (da_i64)TQ * TK) { /* 32-bit from here: a 64-bit division per pair is a call */
     int any = 0, all = 1;
     const int np = (int)pairs, nkc = (int)(kb1 - kb0 + 1);
-    for (int i = da_role_tid(); i < np; i += da_role_threads()) {
+    for (int i = da_role_tid<PROD>(); i < np; i += da_role_threads<PROD>()) {
       bool ok = da_allowed(br, &A, (da_idx)(qb0 + i / nkc), (da_idx)(kb0 + i % nkc));
       any |= ok;
       all &= ok;
     }
-    any = da_role_or(any);
-    all = da_role_and(all);
+    any = da_role_or<PROD>(any);
+    all = da_role_and<PROD>(all);
     if (!any) return 0;
     full = full && all;
   } else {
@@ -197,28 +212,41 @@ struct da_state {        /* per thread: rows g, g + 8 of each of its warp's MT m
  * specialization, where the producer warpgroup comes first). */
 __device__ __forceinline__ int da_ct() { return (int)threadIdx.x - DA_PRODUCERS; }
 
+/* Whether threads tid of NTHR copy a tile's rows stepped (below): where the planner allows
+ * (p.stepped_copies) and a step is a whole number of 8-row groups (keeps a row's swizzle,
+ * wgmma). */
+template <int NTHR> __device__ __forceinline__ constexpr bool da_stepped() {
+  return {{ p.stepped_copies and "true" or "false" }} && NTHR % (HD / 8) == 0 && (NTHR / (HD / 8)) % 8 == 0;
+}
+/* A stepped copy's per-thread part of the source offset (first row tid / chunks, chunk
+ * tid % chunks; 0 where copies are not stepped). Callers that copy tile after tile fold it
+ * into their base offset once (da_keys): recomputed for each tile it was ~20 of a key tile's
+ * instructions per tensor. */
+template <int NTHR> __device__ __forceinline__ da_i64 da_copy_thr(int tid, da_i64 step) {
+  return da_stepped<NTHR>() ? (da_i64)(tid / (HD / 8)) * step + (tid % (HD / 8)) * 8 : 0;
+}
+
 /* Copy rows of a [ROWS][HD] tile into smem (chunk layout DA_CHUNK); row i is at element
- * offset off0 + i * step of base; rows >= nrows are zero-filled. With vec16 (the caller's
- * tensors allow 16-byte accesses) through cp.async; otherwise with plain 2-byte loads, which
- * land before the barrier that follows the cp.async wait, so the pipeline is the same.
- * Threads tid of NTHR share the copy. Where NTHR is a multiple of 8 rows' chunks each
- * thread copies one chunk column, source and destination stepped by constants: a copy is
- * then ~9.5 instructions, 3 of them the `@!PT LDS` ptxas puts before every LDGSTS (the
- * general loop took ~32, a fifth of a wgmma tile's issue slots). Unrolled by 2 (14 a copy
- * rolled; unrolled whole, ptxas computed every copy's 64-bit address up front: +5 to +18
- * registers). */
+ * offset off_thr - thr + i * step of base, where thr = da_copy_thr<NTHR>(tid, step) is the
+ * part the caller folded into off_thr (load_rows below folds it); rows >= nrows are
+ * zero-filled. With vec16 (the caller's tensors allow
+ * 16-byte accesses) through cp.async; otherwise with plain 2-byte loads, which land before
+ * the barrier that follows the cp.async wait, so the pipeline is the same. Threads tid of
+ * NTHR share the copy. Stepped (da_stepped), each thread copies one chunk column, source and
+ * destination stepped by constants: a copy is then ~9.5 instructions, 3 of them the `@!PT
+ * LDS` ptxas puts before every LDGSTS (the general loop took ~32, a fifth of a wgmma tile's
+ * issue slots). Unrolled by 2 (14 a copy rolled; unrolled whole, ptxas computed every copy's
+ * 64-bit address up front: +5 to +18 registers). */
 template <int ROWS, int NTHR>
-__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nrows, bool vec16, da_i64 off0, da_i64 step,
-                                          int tid) {
+__device__ __forceinline__ void load_rows_thr(da_u16 *smem, const void *base, int nrows, bool vec16, da_i64 off_thr,
+                                              da_i64 step, int tid) {
   constexpr int chunks = HD / 8, total = ROWS * chunks;
-  /* where the planner allows (p.stepped_copies); rows between a thread's copies: a multiple
-   * of 8 keeps a row's swizzle (wgmma) */
-  if ({{ p.stepped_copies and "true" or "false" }} && vec16 && NTHR % chunks == 0 && (NTHR / chunks) % 8 == 0) {
+  if (da_stepped<NTHR>() && vec16) {
     constexpr int rstep = NTHR / chunks;
-    const int c = tid % chunks, r0 = tid / chunks;
-    const da_u16 *src = (const da_u16 *)base + off0 + (da_i64)r0 * step + c * 8;
+    const int r0 = tid / chunks;
+    const da_u16 *src = (const da_u16 *)base + off_thr;
     const da_i64 jump = (da_i64)rstep * step;
-    da_u16 *dst = smem + DA_CHUNK(ROWS, r0, c);
+    da_u16 *dst = smem + DA_CHUNK(ROWS, r0, tid % chunks);
     /* ROWS need not be a multiple of rstep (16-key tiles at D = 32: 32 rows a step), nor
      * above it: then the thread's last row may lie past the tile */
 #pragma unroll 2
@@ -226,6 +254,7 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nr
       if (ROWS % rstep == 0 || r0 + i * rstep < ROWS) da_cp_async16(dst, src, r0 + i * rstep < nrows);
   } else { /* not unrolled: the fallback for tensors without 16-byte alignment and odd shapes
               (unrolled, ptxas took a third longer over a wgmma kernel) */
+    const da_i64 off0 = off_thr - da_copy_thr<NTHR>(tid, step);
 #pragma unroll 1
     for (int i = tid; i < total; i += NTHR) { /* (base + off0 held across the loop: 17 more registers) */
       const int r = i / chunks, c = i % chunks;
@@ -236,24 +265,42 @@ __device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nr
     }
   }
 }
+/* The same with row i at element offset off0 + i * step. */
+template <int ROWS, int NTHR>
+__device__ __forceinline__ void load_rows(da_u16 *smem, const void *base, int nrows, bool vec16, da_i64 off0, da_i64 step,
+                                          int tid) {
+  load_rows_thr<ROWS, NTHR>(smem, base, nrows, vec16, off0 + da_copy_thr<NTHR>(tid, step), step, tid);
+}
 
 {% if p.sparse then %}
 #define DA_SPARSE_ARGS_DECL , const unsigned char *blk_ok, da_idx kb_first, int nkb
 #define DA_SPARSE_ARGS , blk_ok, kb_first, nkb
 /* Partial tile: the layout's verdict per (query row, key block), computed once by the
  * computing threads into shared memory (blk_ok), so the unrolled element loop only looks
- * it up. Uniform over them (a barrier inside for cls == 2). */
+ * it up. Uniform over them (a barrier inside for cls == 2). Warp-specialized, each consumer
+ * warpgroup computes its own 64 rows' verdicts (barrier 7 + warpgroup): both on all rows
+ * met at a barrier every partial tile. */
 __device__ __forceinline__ void tile_blocks(unsigned char *blk_ok, int br, const da_cuda_args &A, da_i64 c0, da_i64 kend,
                                             da_i64 a0, da_i64 astride, int nq, int cls, da_idx *kb_first, int *nkb) {
   *kb_first = (da_idx)(c0 / BLOCK);
   *nkb = (int)((min(c0 + TK, kend) - 1) / BLOCK - *kb_first + 1);
   if (cls == 2) {
+{% if p.wg_ws then %}
+    const int wg = da_ct() >> 7, n = 128, row0 = wg * 64, rows = 64;
+    for (int i = da_ct() & 127; i < rows * *nkb; i += n) {
+      int row = row0 + i / *nkb, kbi = i % *nkb;
+{% else %}
     for (int i = da_ct(); i < TQ * *nkb; i += NCT) {
       int row = i / *nkb, kbi = i % *nkb;
+{% end %}
       da_idx a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
       blk_ok[row * BLK_COLS + kbi] = row < nq && da_allowed(br, &A, a / BLOCK, *kb_first + kbi);
     }
+{% if p.wg_ws then %}
+    da_named_sync(7 + wg, 128);
+{% else %}
     DA_SYNC_COMPUTE();
+{% end %}
   }
 }
 {% else %}
@@ -465,20 +512,21 @@ struct da_key_walk {
   da_i64 a_first, a_last, kend, kb, vb, kstep, vstep;
   /* the first tile at or after `from` that is not skipped (the layout's jumps, then
    * classify), or kend and up when none */
-  __device__ __forceinline__ da_i64 next(da_i64 from, int *cls) const {
+  template <bool PROD = false> __device__ __forceinline__ da_i64 next(da_i64 from, int *cls) const {
     da_i64 c = da_next_key_tile(from, a_first, a_last);
     int k = 0;
-    while (c < kend && (k = classify(br, A, c, kend, a_first, a_last)) == 0) c = da_next_key_tile(c + TK, a_first, a_last);
+    while (c < kend && (k = classify<PROD>(br, A, c, kend, a_first, a_last)) == 0)
+      c = da_next_key_tile(c + TK, a_first, a_last);
     *cls = k;
     return c;
   }
-  /* tile c into stage st of Ks / Vs (zeros past kend), copied by threads tid of NTHR;
-   * which: 1 K, 2 V, 3 both */
+  /* tile c into stage st of Ks / Vs (zeros past kend), copied by threads tid of NTHR (those
+   * da_keys was given); which: 1 K, 2 V, 3 both */
   template <int NTHR = NTHREADS>
   __device__ __forceinline__ void fill(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st, int tid = threadIdx.x, int which = 3) const {
     int nk = (int)min((da_i64)TK, kend - c);
-    if (which & 1) load_rows<TK, NTHR>(Ks + st * TK * ROWH, A.k, nk, A.vec16, kb + c * kstep, kstep, tid);
-    if (which & 2) load_rows<TK, NTHR>(Vs + st * TK * ROWH, A.v, nk, A.vec16, vb + c * vstep, vstep, tid);
+    if (which & 1) load_rows_thr<TK, NTHR>(Ks + st * TK * ROWH, A.k, nk, A.vec16, kb + c * kstep, kstep, tid);
+    if (which & 2) load_rows_thr<TK, NTHR>(Vs + st * TK * ROWH, A.v, nk, A.vec16, vb + c * vstep, vstep, tid);
   }
   /* tile c into stage st (nothing past kend), one cp.async group either way */
   __device__ __forceinline__ void load(da_u16 *Ks, da_u16 *Vs, da_i64 c, int st) const {
@@ -487,18 +535,22 @@ struct da_key_walk {
   }
 };
 
+/* The key walk of one attend(), for tiles copied by threads tid of NTHR (fill): their own
+ * part of each copy's offset folded into kb and vb (da_copy_thr). */
+template <int NTHR = NTHREADS>
 __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da_i64 b, da_i64 hkv, da_i64 s0,
-                                               da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+                                               da_i64 off, da_i64 a0, da_i64 astride, int nq, int tid = threadIdx.x) {
   const da_i64 r = BR_R[br], L = da_class_len(br, s0, off, A.seq_len), a_last = a0 + (da_i64)(nq - 1) * astride;
+  const da_i64 kstep = r * A.k_stride[1], vstep = r * A.v_stride[1];
   return da_key_walk{br,
                      A,
                      a0,
                      a_last,
                      CAUSAL ? min(L, a_last + 1) : L,
-                     b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2],
-                     b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2],
-                     r * A.k_stride[1],
-                     r * A.v_stride[1]};
+                     b * A.k_stride[0] + (s0 + off) * A.k_stride[1] + hkv * A.k_stride[2] + da_copy_thr<NTHR>(tid, kstep),
+                     b * A.v_stride[0] + (s0 + off) * A.v_stride[1] + hkv * A.v_stride[2] + da_copy_thr<NTHR>(tid, vstep),
+                     kstep,
+                     vstep};
 }
 
 {% if p.wg_ws then %}
@@ -512,12 +564,14 @@ __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da
  * With two consumer warpgroups, they take turns issuing their wgmma (S = Q K^T of one tile
  * with P V of the tile before), so one's softmax runs while the other's tensor-core work
  * does; the turn passes through named barriers DA_BAR_TURN + warpgroup. No CTA barrier
- * after the start: both sides walk the same key tiles, each classifying them over its own
- * threads; under a sparse layout the consumers also share each partial tile's verdicts
- * (blk_ok, two buffers: one warpgroup may start the next tile's while the other still
- * reads this one's, but not the one after, which waits for the other's turn). */
+ * after the start: all three warpgroups walk the same key tiles, each classifying them
+ * over its own threads; under a sparse layout each consumer warpgroup computes its own
+ * rows' verdicts on a partial tile (blk_ok, two buffers: a warp may start the next tile's
+ * while another of its warpgroup still reads this one's, but not the one after, which waits
+ * at the warpgroup's barrier in tile_blocks). */
 #define NCWG (NCT / 128)  /* consumer warpgroups */
-#define DA_BAR_TURN 2     /* named barriers 2, 3: the consumer warpgroups' turns (1: DA_SYNC_COMPUTE, 4, 5: reductions) */
+#define DA_BAR_TURN 2     /* named barriers 2, 3: the consumer warpgroups' turns (1: DA_SYNC_COMPUTE, 4 to 6:
+                             classify's reductions, 7 and 8: tile_blocks) */
 #define DA_WS_ARGS , P, bars
 struct da_pipe { /* the next tile's stage and the parity of that stage's current use */
   int st;
@@ -543,9 +597,9 @@ static_assert(STAGES >= 2, "a consumer holds the V of one tile while it waits fo
 /* The producer's share of attend(): every tile the consumers will take, in order. */
 __device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
                         da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
-  const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
+  const da_key_walk W = da_keys<DA_PRODUCERS>(br, A, b, hkv, s0, off, a0, astride, nq, threadIdx.x);
   int cls;
-  for (da_i64 c = W.next(0, &cls); c < W.kend; c = W.next(c + TK, &cls)) {
+  for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
 #pragma unroll
     for (int which = 1; which <= 2; which++) { /* K, then V */
       da_mbar_wait(which == 1 ? EMPTY_K(P.st) : EMPTY_V(P.st), P.ph ^ 1); /* the consumers are done with the slot */

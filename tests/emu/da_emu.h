@@ -52,6 +52,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __constant__ static
 #define __shared__ static /* CTAs run one at a time */
