@@ -275,7 +275,7 @@ function M.plan_cuda(p, opts)
     -- (ptxas, sm_90: 16 rows per warp: 64 keys (226 registers at D = 128); 32 rows per warp:
     -- 64 keys up to D = 64 but under sparse layouts (207 registers at D = 32; at D = 64 227
     -- to 254 with Q from shared memory), 32 keys at D = 96 (254). At D = 64, 128 x 64 issues
-    -- 781 instructions per 64 keys on the full-tile path against 2 x 468 for 128 x 32 (SASS,
+    -- 711 instructions per 64 keys on the full-tile path against 2 x 395 for 128 x 32 (SASS,
     -- bench/results/issue-slots.md), and was 8 to 15% faster on an H200 while it spilled.
     -- D = 128 with 64 keys: 226 registers, 85 KiB of shared memory (opt-in above 48 KiB),
     -- 1.11x faster than 32 keys on an H200 (dilattn tune, LongNet 2-branch causal).
@@ -298,7 +298,7 @@ function M.plan_cuda(p, opts)
     end
     p.warp_mtiles = wg and 1 or p.tile_q // 64
     -- K / V / Q copies with one chunk column per thread and pointers stepped by constants
-    -- (~14 instructions a copy against ~32, templates' load_rows), not under a sparse layout:
+    -- (~9.5 instructions a copy against ~32, templates' load_rows), not under a sparse layout:
     -- its kernels sit at the register limit and ptxas keeps the pointers across the key loop
     -- (227 -> 240 registers at D = 64, 128 x 32; the warp-specialized producer spilled)
     p.stepped_copies = not p.sparse
