@@ -67,7 +67,6 @@ typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
  * barrier is 1). The consumer warpgroups each classify for all the CTA's rows, as the
  * producer does, so every role walks the same tiles; sharing one reduction, the two met at
  * every tile's and lost the overlap of their turns. */
-__device__ __forceinline__ bool da_is_producer() { return (int)threadIdx.x < DA_PRODUCERS; }
 /* PROD: the caller is the producer (known where it is called: a runtime test here cost the
  * consumers' registers, and spills, under sparse layouts) */
 template <bool PROD> __device__ __forceinline__ int da_role_tid() {
@@ -92,10 +91,15 @@ template <bool PROD> __device__ __forceinline__ int da_role_and(int p) { return 
 
 /* Tile class of keys [c0, c0 + TK) for queries with dilated indices a_first..a_last:
  * 0 skip (no pair allowed), 1 full (no mask needed), 2 partial. Uniform over the role
- * (the CTA, or under warp specialization the producer or the consumers). */
-template <bool PROD = false> /* not inlined: the walk calls it from several places (inlined into the warp-specialized
-                                consumers, a sparse layout's pair loop made them spill) */
-__device__ __noinline__ int classify(int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
+ * (the CTA, or under warp specialization the producer or each consumer warpgroup). */
+template <bool PROD = false>
+{% if p.wg_ws and p.sparse then %}
+/* not inlined: inlined into the warp-specialized consumers, a sparse layout's pair loop
+   made them spill (dense, inlined, it is a few compares) */
+__device__ __noinline__ int classify(
+{% else %}
+__device__ int classify(
+{% end %}int br, const da_cuda_args &A, da_i64 c0, da_i64 kend, da_i64 a_first, da_i64 a_last) {
   bool full = (!CAUSAL || c0 + TK - 1 <= a_first) && c0 + TK <= kend;
 {% if p.sparse then %}
   da_i64 qb0 = a_first / BLOCK, qb1 = a_last / BLOCK;
@@ -576,6 +580,9 @@ __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da
 struct da_pipe { /* the next tile's stage and the parity of that stage's current use */
   int st;
   da_u32 ph;
+  int nv; /* consumers, sparse layouts: partial tiles so far (blk_bufs[nv & 1] is the next one's);
+             kept across attend() calls, so a new branch does not start on the buffer the last
+             partial tile of the one before may still be read from */
 };
 __device__ __forceinline__ void da_pipe_next(da_pipe &P) {
   if (++P.st == STAGES) P.st = 0, P.ph ^= 1;
@@ -621,7 +628,8 @@ __device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs
  * runs, the output's rescale once it is done (and V goes back), and P of this tile. */
 __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b, da_i64 hkv,
                        da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq, da_pipe &P, da_u64 *bars) {
-  const da_key_walk W = da_keys(br, A, b, hkv, s0, off, a0, astride, nq);
+  /* <1>: no thread offsets to fold, the consumers copy nothing */
+  const da_key_walk W = da_keys<1>(br, A, b, hkv, s0, off, a0, astride, nq);
   const da_i64 kend = W.kend;
   const int ct = da_ct(), lane = ct & 31, warp = ct >> 5, wr0 = warp * WROWS;
   int cls = 0;
@@ -631,7 +639,6 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   da_u32 pa[TK / 16][4]; /* P of the tile before, the A operand of its P V */
 {% if p.sparse then %}
   __shared__ unsigned char blk_bufs[2][TQ * BLK_COLS];
-  int nt = 0;
   da_idx kb_first;
   int nkb;
   unsigned char *blk_ok;
@@ -648,7 +655,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
   da_mbar_arrive(EMPTY_K(P.st));
 {% if p.sparse then %}
-  blk_ok = blk_bufs[nt++ & 1];
+  blk_ok = blk_bufs[P.nv++ & 1];
   tile_blocks(blk_ok, br, A, c, kend, a0, astride, nq, cls, &kb_first, &nkb);
 {% end %}
   int wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
@@ -669,7 +676,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
     da_mbar_arrive(EMPTY_K(P.st)); /* K goes back to the producer now */
 {% if p.sparse then %}
-    blk_ok = blk_bufs[nt++ & 1];
+    blk_ok = blk_bufs[P.nv++ & 1];
     tile_blocks(blk_ok, br, A, c, kend, a0, astride, nq, cls, &kb_first, &nkb);
 {% end %}
     wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
@@ -1102,7 +1109,7 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
   if (threadIdx.x == 0)
     for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : NCT);
   __syncthreads(); /* the last CTA barrier: producer and consumers go their own ways */
-  da_pipe P = {0, 0};
+  da_pipe P = {0, 0, 0};
   if (threadIdx.x < DA_PRODUCERS) {
 {% if p.setmaxnreg then %}
     da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>(); /* the producer needs few registers ... */
