@@ -309,19 +309,35 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   return 1;
 }
 
+/* The instruction path of a CUDA plan that sets no tunable and has no tuning record: on an
+ * sm_90 device, where the wgmma path serves the spec, the warp-specialized wgmma kernel (4):
+ * on an H200 it ran 1.26x to 2.07x faster than mma.sync on every LongNet and dense config
+ * measured, causal or not, D = 64 and 128 (bench/results/gpu-h200-c30ba13.md); elsewhere
+ * mma.sync (1). Like the tuning record, read when a spec's plan is first created (the plan
+ * memo keeps it). */
+static int default_cuda_mma(const da_context *ctx, const da_spec *spec) {
+  da__cuda *dev;
+  if (!da__wgmma_serves(spec) || da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev))) return 1;
+  return 4;
+}
+
 /* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws: its variants): CUDA plans the wgmma
  * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) take it unless opts
  * sets a tunable (tile sizes, strategy or instruction: a caller or the tuner that chose
- * them gets what it chose). Returns opts or *eff. Any other value than those, "sync" or empty is
- * an error. (sync: the tuning database's wgmma records are skipped, see tuned_options.) */
+ * them gets what it chose). Returns opts or *eff. Any other value than those, "sync", "auto"
+ * or empty is an error. (sync: the tuning database's wgmma records are skipped, see
+ * tuned_options.) Unset, empty or "auto": *auto_mma = 1, the default of da_plan_create_ex
+ * (default_cuda_mma). */
 static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spec *spec,
-                              const da_plan_options *opts, da_plan_options *eff, const da_plan_options **res) {
+                              const da_plan_options *opts, da_plan_options *eff, const da_plan_options **res,
+                              int *auto_mma) {
   *res = opts;
   const char *env = getenv("DILATTN_CUDA_MMA");
-  if (!env || !*env || !strcmp(env, "sync")) return DA_OK;
+  *auto_mma = !env || !*env || !strcmp(env, "auto");
+  if (*auto_mma || !strcmp(env, "sync")) return DA_OK;
   const int mma = da__cuda_mma_parse(env); /* sync (1) returned above */
   DA_RETURN_IF(mma < 2, DA_ERR_INVALID_ARGUMENT,
-               "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws or sync (the default)", env);
+               "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws, sync or auto (the default)", env);
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;
   da__cuda *dev;
@@ -340,7 +356,8 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   da_backend be = DA_BACKEND_HOST;
   DA_TRY(pick_backend(ctx, backend, &be));
   da_plan_options eff;
-  DA_TRY(env_cuda_mma(ctx, be, spec, opts, &eff, &opts));
+  int auto_mma = 0;
+  DA_TRY(env_cuda_mma(ctx, be, spec, opts, &eff, &opts, &auto_mma));
   /* templates read from disk may change between calls: no memo then */
   const char *tdir = getenv("DILATTN_TEMPLATE_DIR");
   int use_memo = !(tdir && *tdir) && spec->num_branches >= 1 && spec->num_branches <= DA_MAX_BRANCHES &&
@@ -367,9 +384,15 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   /* untuned request: the tuning database may have better parameters (looked up on a
    * memo miss only, so a warm plan stays a hash and a compare) */
   da_plan_options tuned;
-  if (st == DA_OK && !hit && (!opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries && !opts->cuda_mma)) &&
-      tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
+  const int untuned = !opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries && !opts->cuda_mma);
+  if (st == DA_OK && !hit && untuned && tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
     opts = &tuned;
+  else if (st == DA_OK && !hit && untuned && auto_mma && be == DA_BACKEND_CUDA && default_cuda_mma(ctx, spec) > 1) {
+    if (opts) eff = *opts;
+    else memset(&eff, 0, sizeof eff);
+    eff.cuda_mma = default_cuda_mma(ctx, spec);
+    opts = &eff;
+  }
   if (st == DA_OK && hit) {
     p->r = &hit->r;
     p->host = hit->host;

@@ -246,8 +246,8 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
         c[n].o.fused_min_queries = multi ? fmins[f] : 0;
         n++;
       }
-  /* the wgmma path (cuda_mma = 2) on sm_90 devices: one or two warpgroups of 64 rows; 64 or
-   * 128 keys at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
+  /* the wgmma paths (cuda_mma = 2, 3, 4) on sm_90 devices: one or two warpgroups of 64 rows;
+   * plain: 64 or 128 keys at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
   da__cuda *dev = NULL;
   if (cuda && da__wgmma_serves(&s) && da__cuda_get(ctx, &dev) == DA_OK && da__cuda_wgmma_arch(da__cuda_arch(dev)))
     for (int a = 0; a < 2; a++) {
@@ -266,9 +266,15 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
         c[n].o.cuda_mma = 3;
         n++;
       }
-      /* not the warp-specialized variant (4) yet: its consumers spin on mbarriers, so a
-       * protocol the hardware disagrees with would hang the sweep; it joins once a GPU
-       * session has run it (bench/results) */
+      /* warp-specialized (4), the default on these devices: its own key tiles (the
+       * planner's), one or two consumer warpgroups; it ran right on an H200 at c30ba13
+       * (bench/results/gpu-h200-c30ba13.md) */
+      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
+        c[n].o.tile_q = 64 << a;
+        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
+        c[n].o.cuda_mma = 4;
+        n++;
+      }
     }
   for (int i = 0; i < n; i++) {
     da__tune_record *r = &c[i].rec;

@@ -12,7 +12,8 @@
  *            path (cuda_mma = 2) wherever it applies, tile shapes, N = 1M
  *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
  *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized)
- * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
+ *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <math.h>
 #include <stdlib.h>
@@ -67,6 +68,15 @@ static da_status runner(void *user, da_context *ctx, const da_spec *s, int64_t B
                         const void *k, const void *v, void *out, float *lse) {
   (void)user;
   return run_cuda(ctx, s, NULL, B, N, q, k, v, out, lse, 0);
+}
+
+/* mma.sync forced (cuda_mma 1): on sm_90 devices the default is the warp-specialized wgmma
+ * kernel, so the golden and random checks run this one too. */
+static da_status runner_sync(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                             const void *k, const void *v, void *out, float *lse) {
+  (void)user;
+  da_plan_options o = {0, 0, 0, 0, 1};
+  return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, 0);
 }
 
 /* The wgmma path (sm_90a) where it applies (bs_wgmma_options), user's tunables there. */
@@ -273,6 +283,11 @@ int main(int argc, char **argv) {
     bs_ramp(ctx, runner, NULL); /* running maxima that grow: both rescale paths */
   }
   if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, NULL);
+  if ((all || small || !strcmp(which, "sync")) && da__cuda_wgmma_arch(da__cuda_arch(dev))) {
+    /* the default above was the wgmma path: mma.sync too */
+    bs_golden(ctx, golden, "cuda sync", runner_sync, NULL);
+    bs_random(ctx, 0, small ? 6 : 30, 1000, runner_sync, NULL);
+  }
   for (int mma = 2; mma <= 4; mma++) {
     const char *mode = mma == 2 ? "wgmma" : mma == 3 ? "wgmma-overlap" : "wgmma-ws";
     if (!all && !small && strcmp(which, mode)) continue;
