@@ -117,6 +117,11 @@ static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_sp
 
 int da__cuda_wgmma_arch(const char *arch) { return !strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a"); }
 
+int da__cuda_wgmma_device_serves(const da_context *ctx, const da_spec *spec) {
+  da__cuda *dev;
+  return da__wgmma_serves(spec) && da__cuda_get(ctx, &dev) == DA_OK && da__cuda_wgmma_arch(da__cuda_arch(dev));
+}
+
 da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]) {
   if (strcmp(cuda_path, "wgmma") != 0) {
     snprintf(out, 16, "%s", arch);

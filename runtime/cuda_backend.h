@@ -20,6 +20,9 @@ DA_HIDDEN da_status da__cuda_backend_available(const da_context *ctx);
 DA_HIDDEN da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]);
 /* Whether arch ("sm_90", "sm_90a", ...) runs the wgmma paths. */
 DA_HIDDEN int da__cuda_wgmma_arch(const char *arch);
+/* Whether the wgmma paths serve spec (da__wgmma_serves) on the context's device (an sm_90
+ * GPU): what the default, DILATTN_CUDA_MMA and the tuner's wgmma candidates all ask. */
+DA_HIDDEN int da__cuda_wgmma_device_serves(const da_context *ctx, const da_spec *spec);
 /* A compiled kernel's register count against what its plan needs (r->launch_regs: the
  * warp-specialized kernel's setmaxnreg split fills the register file only at that count;
  * with fewer its consumers would wait forever). DA_ERR_COMPILE when they differ. */

@@ -309,17 +309,13 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   return 1;
 }
 
-/* The instruction path of a CUDA plan that sets no tunable and has no tuning record: on an
- * sm_90 device, where the wgmma path serves the spec, the warp-specialized wgmma kernel (4):
- * on an H200 it ran 1.26x to 2.07x faster than mma.sync on every LongNet and dense config
+/* The instruction path of a CUDA plan that sets no tunable and has no tuning record, where
+ * the wgmma paths serve its spec on the device (an sm_90 GPU): the warp-specialized kernel.
+ * On an H200 it ran 1.26x to 2.07x faster than mma.sync on every LongNet and dense config
  * measured, causal or not, D = 64 and 128 (bench/results/gpu-h200-c30ba13.md); elsewhere
- * mma.sync (1). Like the tuning record, read when a spec's plan is first created (the plan
- * memo keeps it). */
-static int default_cuda_mma(const da_context *ctx, const da_spec *spec) {
-  da__cuda *dev;
-  if (!da__wgmma_serves(spec) || da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev))) return 1;
-  return 4;
-}
+ * plans keep mma.sync. Like a tuning record, chosen when a spec's plan is first created
+ * (the plan memo keeps it). */
+#define DEFAULT_WGMMA 4
 
 /* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws: its variants): CUDA plans the wgmma
  * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) take it unless opts
@@ -327,7 +323,7 @@ static int default_cuda_mma(const da_context *ctx, const da_spec *spec) {
  * them gets what it chose). Returns opts or *eff. Any other value than those, "sync", "auto"
  * or empty is an error. (sync: the tuning database's wgmma records are skipped, see
  * tuned_options.) Unset, empty or "auto": *auto_mma = 1, the default of da_plan_create_ex
- * (default_cuda_mma). */
+ * (DEFAULT_WGMMA). */
 static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spec *spec,
                               const da_plan_options *opts, da_plan_options *eff, const da_plan_options **res,
                               int *auto_mma) {
@@ -340,9 +336,7 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
                "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws, sync or auto (the default)", env);
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;
-  da__cuda *dev;
-  if (!da__wgmma_serves(spec) || da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev)))
-    return DA_OK;
+  if (!da__cuda_wgmma_device_serves(ctx, spec)) return DA_OK;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
   eff->cuda_mma = mma;
@@ -387,10 +381,10 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   const int untuned = !opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries && !opts->cuda_mma);
   if (st == DA_OK && !hit && untuned && tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
     opts = &tuned;
-  else if (st == DA_OK && !hit && untuned && auto_mma && be == DA_BACKEND_CUDA && default_cuda_mma(ctx, spec) > 1) {
+  else if (st == DA_OK && !hit && untuned && auto_mma && be == DA_BACKEND_CUDA && da__cuda_wgmma_device_serves(ctx, spec)) {
     if (opts) eff = *opts;
     else memset(&eff, 0, sizeof eff);
-    eff.cuda_mma = default_cuda_mma(ctx, spec);
+    eff.cuda_mma = DEFAULT_WGMMA;
     opts = &eff;
   }
   if (st == DA_OK && hit) {

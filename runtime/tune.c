@@ -248,8 +248,7 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
       }
   /* the wgmma paths (cuda_mma = 2, 3, 4) on sm_90 devices: one or two warpgroups of 64 rows;
    * plain: 64 or 128 keys at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
-  da__cuda *dev = NULL;
-  if (cuda && da__wgmma_serves(&s) && da__cuda_get(ctx, &dev) == DA_OK && da__cuda_wgmma_arch(da__cuda_arch(dev)))
+  if (cuda && da__cuda_wgmma_device_serves(ctx, &s))
     for (int a = 0; a < 2; a++) {
       for (int b = 0; b < 2; b++)
         for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {

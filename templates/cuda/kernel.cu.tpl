@@ -75,17 +75,17 @@ template <bool PROD> __device__ __forceinline__ int da_role_tid() {
 template <bool PROD> __device__ __forceinline__ int da_role_threads() {
   return PROD ? DA_PRODUCERS : DA_PRODUCERS ? 128 : NTHREADS;
 }
+/* or (and_ 0) / and (and_ 1) of p over the role's threads */
 #if DA_PRODUCERS
-template <bool PROD> __device__ __forceinline__ int da_role_or(int p) {
-  return PROD ? da_bar_red(4, DA_PRODUCERS, p, 0) : (int)threadIdx.x - DA_PRODUCERS < 128 ? da_bar_red(5, 128, p, 0) : da_bar_red(6, 128, p, 0);
-}
-template <bool PROD> __device__ __forceinline__ int da_role_and(int p) {
-  return PROD ? da_bar_red(4, DA_PRODUCERS, p, 1) : (int)threadIdx.x - DA_PRODUCERS < 128 ? da_bar_red(5, 128, p, 1) : da_bar_red(6, 128, p, 1);
+template <bool PROD> __device__ __forceinline__ int da_role_red(int p, int and_) {
+  return PROD ? da_bar_red(4, DA_PRODUCERS, p, and_)
+              : (int)threadIdx.x - DA_PRODUCERS < 128 ? da_bar_red(5, 128, p, and_) : da_bar_red(6, 128, p, and_);
 }
 #define DA_SYNC_COMPUTE() da_named_sync(1, NTHREADS - DA_PRODUCERS) /* the computing threads only */
 #else
-template <bool PROD> __device__ __forceinline__ int da_role_or(int p) { return __syncthreads_or(p); }
-template <bool PROD> __device__ __forceinline__ int da_role_and(int p) { return __syncthreads_and(p); }
+template <bool PROD> __device__ __forceinline__ int da_role_red(int p, int and_) {
+  return and_ ? __syncthreads_and(p) : __syncthreads_or(p);
+}
 #define DA_SYNC_COMPUTE() __syncthreads()
 #endif
 
@@ -113,8 +113,8 @@ __device__ int classify(
       any |= ok;
       all &= ok;
     }
-    any = da_role_or<PROD>(any);
-    all = da_role_and<PROD>(all);
+    any = da_role_red<PROD>(any, 0);
+    all = da_role_red<PROD>(all, 1);
     if (!any) return 0;
     full = full && all;
   } else {
