@@ -12,6 +12,9 @@
 #   bash bench/gpu_session.sh wgmma      # the sm_90a wgmma paths, first: probe (operand map, chains), suites of the 3 variants
 #   bash bench/gpu_session.sh wgmma-bench # then a short bench of the wgmma variants beside mma.sync (16K, 64K; full, causal)
 #   bash bench/gpu_session.sh ab         # the templates against the baseline's (gpu_carry.sh), same process, same card
+#   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
+#   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
+#                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
 #   bash bench/gpu_session.sh bench      # bench_gpu.py: full and causal, tile variants
@@ -39,6 +42,29 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
   run $B/tests/test_gpu "$golden" large
   run $B/tests/test_gpu "$golden" huge
   run $B/tests/test_gpu "$golden" wgmma
+fi
+if [ "$phase" = suite ]; then
+  # each under a time limit, so that one slow part leaves the rest of the call its time
+  run $B/dilattn info
+  run timeout 180 $B/tests/test_gpu "$golden" small
+  run timeout 120 $B/tests/test_gpu "$golden" wgmma-ws
+  run timeout 60 $B/tests/test_gpu "$golden" large
+  run timeout 60 $B/tests/test_gpu "$golden" huge
+  run timeout 120 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"
+  run timeout 120 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden"
+fi
+if [ "$phase" = check ]; then
+  run timeout 150 $B/tests/test_gpu "$golden" small
+  run timeout 120 $B/tests/test_gpu "$golden" wgmma-ws
+  run timeout 150 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"
+  export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
+  ab=${BENCH_TILES:-0x0@lib,64x0:wgmma-ws,128x64,128x64@lib}
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs dense2048,longnet2,longnet5 \
+    --tiles $ab --reps 10 --out "$out/check_full.json"
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2,longnet5 --causal \
+    --tiles $ab --reps 10 --out "$out/check_causal.json"
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2 --head-dim 128 \
+    --tiles $ab --reps 10 --out "$out/check_d128.json"
 fi
 if [ "$phase" = wgmma ]; then
   # each under a time limit: a kernel that hangs on the hardware (a barrier protocol the
@@ -71,8 +97,10 @@ if [ "$phase" = sanitize ] || [ "$phase" = all ]; then
   run tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden"
 fi
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
-  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --out "$out/bench_gpu.json" --plot "$out/bench_gpu.png"
-  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --causal --configs longnet5,longnet2 --out "$out/bench_gpu_causal.json"
+  # BENCH_TILES: the variants timed beside the default (bench_gpu.py's own list when unset)
+  tiles=${BENCH_TILES:+--tiles $BENCH_TILES}
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so $tiles --out "$out/bench_gpu.json" --plot "$out/bench_gpu.png"
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so $tiles --causal --configs longnet5,longnet2 --out "$out/bench_gpu_causal.json" --plot "$out/bench_gpu_causal.png"
 fi
 if [ "$phase" = tune ] || [ "$phase" = all ]; then
   for c in longnet5_causal longnet5 longnet2_causal; do

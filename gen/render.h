@@ -20,6 +20,7 @@ typedef struct {
   int cuda_mma;        /* da_plan_options.cuda_mma the plan resolved to: 1 mma, 2 wgmma, 3 overlapped, 0 else */
   int threads;         /* threads per CTA */
   int split_first;     /* split: the branch launched first, writing the workspace (no _init); -1: none */
+  int clear_rows;      /* single: some row no branch covers, so _clear runs first; 0: the branches write all */
   int launch_regs;     /* registers per thread the kernel must be compiled with (its setmaxnreg split
                           adds up to the register file only then), 0: any */
   int smem_bytes;      /* dynamic shared memory per CTA */

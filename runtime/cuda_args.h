@@ -12,9 +12,10 @@ typedef struct {
   int64_t batch, seq_len;
   int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3];
   const unsigned char *const *masks; /* device array of per-branch device masks */
-  float *ws;                         /* split: [B][H][N][HD + 1] */
+  float *ws;                         /* split: partial out [B][H][N][HD], then lse [B][H][N] */
   int branch;                        /* branch launches */
   int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
+  int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
 } da__cuda_args;
 
 #endif

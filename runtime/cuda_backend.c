@@ -3,9 +3,9 @@
  * module load, explicit masks copied to the device, and the launch sequence of each
  * strategy (DESIGN.md decision 4):
  *   fused:  <name>_fused                         grid (ceil(N/g) * tiles_per_window, H, B)
- *   split:  _init, _branch per branch, _finish   workspace [B][H][N][D+1] fp32
+ *   split:  _init, _branch per branch, _finish   workspace: fp32 [B][H][N][D] then [B][H][N]
  *           (split_first >= 0: that branch first, writing the workspace; no _init)
- *   single: _clear, _branch per branch
+ *   single: _clear (where some row no branch covers: clear_rows), _branch per branch
  * Everything is asynchronous on the caller's stream; the split workspace, when the caller
  * does not pass one, comes from the device's stream-ordered memory pool. */
 #include "runtime/cuda_backend.h"
@@ -200,15 +200,14 @@ static int aligned16(const void *ptr, const int64_t *stride) {
   return ((uintptr_t)ptr % 16) == 0 && stride[0] % 8 == 0 && stride[1] % 8 == 0 && stride[2] % 8 == 0;
 }
 
-/* Grid-stride kernels (_init, _clear, _finish): one thread per workspace float, capped. */
-static da_status launch_stride(const da__rendered *r, int heads, int head_dim, int which, da__cuda_args *a,
-                               da__cuda_launch_fn launch, void *user) {
-  (void)r;
-  int64_t rows = a->batch * heads * a->seq_len * (head_dim + 1);
-  int64_t blocks = (rows + 255) / 256;
-  if (blocks > 65536) blocks = 65536;
+/* The row kernels (_init, _clear, _finish): grid (ceil(N * ceil(D / 8) / 256), H, B) of 256
+ * threads, a thread per 8 head dims of a row (kernel.cu.tpl da_row_chunk). */
+static da_status launch_rows(const da_context *ctx, int heads, int head_dim, int which, da__cuda_args *a,
+                             da__cuda_launch_fn launch, void *user) {
+  int64_t blocks = (a->seq_len * ((head_dim + 7) / 8) + 255) / 256;
+  DA_RETURN_IF(blocks > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
   if (blocks < 1) blocks = 1;
-  return launch(user, which, (unsigned)blocks, 1, 1, 256, 0, a);
+  return launch(user, which, (unsigned)blocks, (unsigned)heads, (unsigned)a->batch, 256, 0, a);
 }
 
 da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
@@ -219,10 +218,10 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
     DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
     return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a);
   }
-  /* _init or _clear, unless the split plan's first branch writes the whole workspace: it
-   * goes first then */
-  const int first = !strcmp(r->strategy, "split") ? r->split_first : -1;
-  if (first < 0) DA_TRY(launch_stride(r, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
+  /* _init or _clear, unless the split plan's first branch writes the whole workspace (it
+   * goes first then), or the single plan's branches write every row */
+  const int split = !strcmp(r->strategy, "split"), first = split ? r->split_first : -1;
+  if (split ? first < 0 : r->clear_rows) DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
   for (int i = 0; i < r->num_branches; i++) {
     const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
     a->branch = br;
@@ -231,7 +230,7 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
     DA_TRY(launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a));
   }
   if (da__cuda_kernel_suffix(r->strategy, DA_CUDA_K_AUX2))
-    DA_TRY(launch_stride(r, heads, head_dim, DA_CUDA_K_AUX2, a, launch, user)); /* _finish */
+    DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX2, a, launch, user)); /* _finish */
   return DA_OK;
 }
 
@@ -244,6 +243,7 @@ void da__cuda_args_fill(da__cuda_args *a, const da_args *args) {
   memcpy(a->v_stride, args->v_stride, sizeof a->v_stride);
   memcpy(a->out_stride, args->out_stride, sizeof a->out_stride);
   a->vec16 = aligned16(args->q, args->q_stride) && aligned16(args->k, args->k_stride) && aligned16(args->v, args->v_stride);
+  a->out16 = aligned16(args->out, args->out_stride);
 }
 
 typedef struct {

@@ -45,7 +45,7 @@ DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, 
  *   fused:  <name>_fused                 grid (ceil(N/g) * tiles_per_window, H, B)
  *   split:  _init, _branch per branch, _finish; with split_first >= 0 that branch goes
  *           first and writes the workspace, and there is no _init
- *   single: _clear, _branch per branch
+ *   single: _clear (only where some row no branch covers: clear_rows), _branch per branch
  * da__cuda_kernel_suffix names kernel slot `which` (DA_CUDA_K_*) of a strategy, NULL when
  * the strategy has none. da__cuda_launch_sequence calls launch once per launch, in order,
  * with a->branch set for branch launches; it stops at the first failure. The CUDA backend

@@ -35,6 +35,7 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+  CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
 };
 
 #define DA__DEFAULT_DYN_SMEM (48 * 1024)
@@ -298,6 +299,10 @@ da_status da__cuda_load(const da_context *ctx, da__cuda *c, const void *cubin,
              (r = c->FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                       dyn_smem)) != CUDA_SUCCESS) {
     st = cu_fail(ctx, c, r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  } else if (dyn_smem > DA__DEFAULT_DYN_SMEM) {
+    /* a hint: the most shared memory the SM's carveout allows, so the CTAs that fit by
+     * shared memory (two of the 64-row warp-specialized kernel) are resident together */
+    (void)c->FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100);
   }
   if (st != DA_OK && mod) c->ModuleUnload(mod);
   leave(c, pushed);

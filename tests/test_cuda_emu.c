@@ -235,19 +235,22 @@ static void test_long_grid(da_context *ctx) {
 
 /* Tensors that do not allow 16-byte accesses (base 2 bytes past 16-byte alignment, row
  * strides not multiples of 8): the tensor-core path loads them with plain 2-byte loads
- * instead of cp.async (vec16 = 0) and must give the same answer. */
+ * instead of cp.async (vec16 = 0), stores out with 2-byte stores (out16 = 0), and must give
+ * the same answer. */
 static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
-  for (int variant = 0; variant < 2; variant++) {
+  /* variants 0, 1: the split strategy (out from _finish); 2: fused, 3: single (out from the
+   * attention kernel's epilogue) */
+  for (int variant = 0; variant < 4; variant++) {
     da_spec s;
     da_spec_init(&s);
-    s.num_branches = 2;
-    s.segment_lengths[0] = 64, s.segment_lengths[1] = 128;
+    s.num_branches = variant == 3 ? 1 : 2;
+    s.segment_lengths[0] = variant < 2 ? 64 : 128, s.segment_lengths[1] = variant < 2 ? 128 : 256;
     s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
     s.num_heads = 2, s.num_kv_heads = 1;
     s.head_dim = 64;
-    s.causal = 1;
-    s.dtype = variant ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
-    const int64_t B = 2, N = 300, D = 64, pad = variant ? 4 : 3, shift = variant ? 0 : 1; /* elements */
+    s.causal = variant != 3;
+    s.dtype = variant & 1 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    const int64_t B = 2, N = 300, D = 64, pad = variant & 1 ? 4 : 3, shift = variant & 1 ? 0 : 1; /* elements */
     const int64_t heads[3] = {2, 1, 1};
     unsigned char *raw[3];
     void *t[3];
@@ -271,7 +274,10 @@ static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
       }
     }
     int64_t nq = B * N * 2 * D, nl = B * 2 * N;
-    void *out = malloc((size_t)nq * 2);
+    /* out laid out like q (same padded rows, same base shift): 2-byte stores of out */
+    unsigned char *oraw = aligned_alloc(16, (size_t)(bytes[0] + 15) / 16 * 16);
+    memset(oraw, 0xff, (size_t)bytes[0]);
+    void *ostrided = oraw + 2 * shift, *out = malloc((size_t)nq * 2);
     float *lse = malloc((size_t)nl * 4);
     double *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8), vmax = 0, eo = 0, el = 0;
     for (int64_t j = 0; j < B * N * D; j++) vmax = fmax(vmax, fabs(dt[2][j]));
@@ -280,19 +286,25 @@ static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
     memcpy(a.q_stride, stride[0], sizeof a.q_stride);
     memcpy(a.k_stride, stride[1], sizeof a.k_stride);
     memcpy(a.v_stride, stride[2], sizeof a.v_stride);
+    a.out = ostrided;
+    memcpy(a.out_stride, stride[0], sizeof a.out_stride);
     da__cuda_args ca;
     da__cuda_args_fill(&ca, &a);
-    TU_CHECK(ca.vec16 == 0, "unaligned variant %d: vec16 set", variant);
+    TU_CHECK(ca.vec16 == 0 && ca.out16 == 0, "unaligned variant %d: vec16 or out16 set", variant);
     da_status r = da_emu_execute(ctx, &s, opts, &a, (size_t)bytes[0] - 2 * shift, (size_t)bytes[1] - 2 * shift,
-                                 (size_t)nq * 2, (size_t)nl * 4);
+                                 (size_t)bytes[0] - 2 * shift, (size_t)nl * 4);
+    for (int64_t j = 0; j < nq; j++) { /* gather out into [B][N][H][D] */
+      int64_t d = j % D, h = (j / D) % 2, p = (j / (D * 2)) % N, b = j / (D * 2 * N);
+      ((uint16_t *)out)[j] = ((const uint16_t *)ostrided)[b * stride[0][0] + p * stride[0][1] + h * stride[0][2] + d];
+    }
     TU_CHECK(r == DA_OK, "unaligned variant %d: %s", variant, da_context_last_error(ctx));
     da_ref_attention(&s, B, N, dt[0], dt[1], dt[2], ro, rl);
     TU_CHECK(r == DA_OK && tu_compare(s.dtype, nq, out, ro, nl, lse, rl, vmax, &eo, &el),
              "unaligned variant %d: out err %.3g lse err %.3g", variant, eo, el);
-    printf("unaligned q/k/v (%s, row stride H*D+%lld, base +%lld bytes): out_err=%.2e lse_err=%.2e\n",
-           variant ? "bf16" : "fp16", (long long)pad, (long long)(2 * shift), eo, el);
+    printf("unaligned q/k/v/out (%s, %d branch(es), row stride H*D+%lld, base +%lld bytes): out_err=%.2e lse_err=%.2e\n",
+           variant & 1 ? "bf16" : "fp16", s.num_branches, (long long)pad, (long long)(2 * shift), eo, el);
     for (int i = 0; i < 3; i++) free(raw[i]), free(dt[i]);
-    free(out), free(lse), free(ro), free(rl);
+    free(oraw), free(out), free(lse), free(ro), free(rl);
   }
 }
 

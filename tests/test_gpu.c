@@ -46,19 +46,26 @@ static da_status run_cuda(da_context *ctx, const da_spec *s, const da_plan_optio
   size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
   size_t lb = (size_t)(B * s->num_heads * N) * 4;
   void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+  /* out and lse poisoned with NaN first, so every position must be written */
+  void *poison = malloc(qb > lb ? qb : lb);
+  if (!poison) { da_plan_destroy(plan); return DA_ERR_NO_MEMORY; }
+  memset(poison, 0xff, qb > lb ? qb : lb);
   if ((st = da__cuda_malloc(ctx, dev, qb + 16, &dq)) == DA_OK && (st = da__cuda_malloc(ctx, dev, kb + 16, &dk)) == DA_OK &&
-      (st = da__cuda_malloc(ctx, dev, kb + 16, &dv)) == DA_OK && (st = da__cuda_malloc(ctx, dev, qb, &dout)) == DA_OK &&
+      (st = da__cuda_malloc(ctx, dev, kb + 16, &dv)) == DA_OK && (st = da__cuda_malloc(ctx, dev, qb + 16, &dout)) == DA_OK &&
       (st = da__cuda_malloc(ctx, dev, lb, &dlse)) == DA_OK &&
       (st = da__cuda_memcpy_htod(ctx, dev, (char *)dq + shift, q, qb)) == DA_OK &&
       (st = da__cuda_memcpy_htod(ctx, dev, (char *)dk + shift, k, kb)) == DA_OK &&
-      (st = da__cuda_memcpy_htod(ctx, dev, (char *)dv + shift, v, kb)) == DA_OK) {
+      (st = da__cuda_memcpy_htod(ctx, dev, (char *)dv + shift, v, kb)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, (char *)dout + shift, poison, qb)) == DA_OK &&
+      (st = da__cuda_memcpy_htod(ctx, dev, dlse, poison, lb)) == DA_OK) {
     da_args a;
-    da_args_init(&a, s, B, N, (char *)dq + shift, (char *)dk + shift, (char *)dv + shift, dout, dlse);
+    da_args_init(&a, s, B, N, (char *)dq + shift, (char *)dk + shift, (char *)dv + shift, (char *)dout + shift, dlse);
     st = da_plan_execute(plan, &a);
     if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
-    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, out, dout, qb);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, out, (char *)dout + shift, qb);
     if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, lse, dlse, lb);
   }
+  free(poison);
   da__cuda_free(dev, dq), da__cuda_free(dev, dk), da__cuda_free(dev, dv), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
   da_plan_destroy(plan);
   return st;
@@ -86,8 +93,8 @@ static da_status runner_wgmma(void *user, da_context *ctx, const da_spec *s, int
   return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, 0);
 }
 
-/* q, k, v one element past 16-byte alignment: the tensor-core path falls back to plain loads;
- * a pointer not aligned to its element is refused. */
+/* q, k, v and out one element past 16-byte alignment: the tensor-core path falls back to
+ * plain loads and stores; a pointer not aligned to its element is refused. */
 static da_status runner_shifted(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                                 const void *k, const void *v, void *out, float *lse) {
   size_t shift = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2; /* one element: aligned to it, not to 16 bytes */

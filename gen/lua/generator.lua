@@ -91,6 +91,7 @@ function M.render(spec, target, opts, spec_json, version, text, chunkname)
     threads = p.threads or 0,
     launch_regs = p.setmaxnreg and p.setmaxnreg.launch or 0,
     split_first = p.split_first or -1,
+    clear_rows = p.clear_rows and 1 or 0,
     smem_bytes = p.smem_bytes or 0,
     tiles_per_window = p.tiles_per_window or 0,
     window_g = p.window_g,

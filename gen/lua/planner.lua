@@ -149,6 +149,18 @@ function M.plan(spec, target, opts)
     end
   end
 
+  -- single: out = 0, lse = -inf where no branch of a row's head covers it. A head whose
+  -- branch has r = 1 covers every row, so where every head's does, the branch launches
+  -- write every row and nothing has to clear out first (a whole pass over out fewer)
+  p.clear_rows = false
+  if p.strategy == "single" then
+    for _, list in ipairs(p.heads) do
+      for _, e in ipairs(list) do
+        if r[e.branch + 1] > 1 then p.clear_rows = true end
+      end
+    end
+  end
+
   -- Kernel name: encodes the spec; the spec hash makes it unique for fields the
   -- readable part leaves out (scale, seed, density).
   local ws, rs = {}, {}
@@ -263,10 +275,23 @@ function M.plan_cuda(p, opts)
     -- (40 spilled 252 bytes on a global-local layout, 72 up to 208 on dilated-sparse ones
     -- with 3 or 4 strides; at D = 128 the consumers then hold 64-key tiles: with 128 keys
     -- 216 registers spilled up to 128 bytes). Dozens of strides still spill.
+    -- With 64 rows (one consumer warpgroup, 256 threads) two CTAs share an SM: 128
+    -- registers each at launch, 40 + 216 after setmaxnreg, and the stages that fit half the
+    -- shared memory (not under a sparse layout: 88 + 168 registers spilled 576 bytes at
+    -- D = 64 with 128-key tiles, 108 at D = 128 with 64). One CTA's prologue (Q load, pipeline
+    -- fill) and epilogue then overlap the other's key loop, which a CTA alone per SM leaves
+    -- idle (about a quarter of a consumer warp's time at N = 65536 on dense 2048-token
+    -- segments, ncu source counters on an H200, bench/results/gpu-h200-094e085.md)
+    p.min_blocks = 1
     if p.wg_ws and p.tile_q == 128 then
       p.setmaxnreg = p.sparse and {88, 208, launch = 168} or {40, 232, launch = 168}
-      -- the consumers' setmaxnreg.inc waits until the pool (384 x 168) has their registers
-      assert(128 * p.setmaxnreg[1] + 256 * p.setmaxnreg[2] <= 384 * p.setmaxnreg.launch)
+    elseif p.wg_ws and not p.sparse then
+      p.min_blocks = 2
+      p.setmaxnreg = {40, 216, launch = 128}
+    end
+    if p.setmaxnreg then
+      -- the consumers' setmaxnreg.inc waits until the pool (threads x launch) has their registers
+      assert(128 * p.setmaxnreg[1] + (p.threads - 128) * p.setmaxnreg[2] <= p.threads * p.setmaxnreg.launch)
     end
     if p.tile_q == 128 and D > 96 and not wg then
       error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
@@ -287,7 +312,7 @@ function M.plan_cuda(p, opts)
       -- at D = 128 too (three stages there: 225 KiB of shared memory); not under a sparse
       -- layout (208 registers, see setmaxnreg below)
       p.tile_k = opts.tile_k or
-        (((D <= 64 or (p.wg_ws and not p.sparse)) and not p.wg_overlap) and 128 or 64)
+        (((D <= 64 or (p.wg_ws and not p.sparse and p.min_blocks == 1)) and not p.wg_overlap) and 128 or 64)
     elseif p.tile_q == 128 then
       -- not under a sparse layout above D = 32: the layout's predicate and verdicts leave no
       -- room (255 registers and 140 to 308 bytes spilled at D = 48 / 64 with 8 to 12
@@ -317,11 +342,17 @@ function M.plan_cuda(p, opts)
     if wg then
       p.smem_row = D -- swizzled, unpadded; 1024 bytes more to align the tiles
       if p.wg_ws then -- as many stages as fit, up to 4 (227 KiB less the static shared memory:
-        -- mbarriers, and under a sparse layout two buffers of partial-tile verdicts)
+        -- mbarriers, and under a sparse layout two buffers of partial-tile verdicts; with two
+        -- CTAs per SM, half of the SM's 228 KiB less the 1 KiB the driver reserves per CTA)
         local static = 256 + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
+        local limit = p.min_blocks == 2 and 233472 // 2 - 1024 or 232448
         p.stages = 4
-        while p.stages > 2 and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > 232448 - static do
+        while p.stages > 2 and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > limit - static do
           p.stages = p.stages - 1
+        end
+        if 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > limit - static then
+          error(string.format("cuda wgmma-ws: tile_q 64 runs two CTAs per SM, and two stages of %d-key tiles at "
+            .. "head_dim %d do not fit half the shared memory (use tile_k 64)", p.tile_k, D), 0)
         end
       end
       p.smem_bytes = 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2

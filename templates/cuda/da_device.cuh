@@ -19,6 +19,12 @@ typedef unsigned short da_u16;
 typedef unsigned int da_u32;
 typedef long long da_i64;
 typedef unsigned long long da_u64;
+struct alignas(16) da_u32x4 { /* 16 bytes: one vector load or store */
+  da_u32 x, y, z, w;
+};
+struct alignas(8) da_f32x2 { /* 8 bytes: one vector load or store */
+  float x, y;
+};
 
 #if defined(__CUDACC__)
 #define DA_HD __host__ __device__ __forceinline__
@@ -273,6 +279,7 @@ __device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
 }
 #define DA_CHECK_GLOBAL(p, bytes, write) ((void)0)
 #define DA_NOTE_SMEM_WRITE(p, bytes) ((void)0)
+#define DA_CHECK_ALIGNED(p, bytes) ((void)0)
 #else
 /* ---- plain C++ references of the documented PTX semantics (host only) ----------------
  * A warp's registers are modelled as arrays indexed by lane. smem is a byte array;
@@ -386,6 +393,12 @@ __device__ __forceinline__ void da_st_f16(void *p, da_i64 i, float x) {
 __device__ __forceinline__ void da_st_bf16(void *p, da_i64 i, float x) {
   DA_CHECK_GLOBAL((da_u16 *)p + i, 2, 1);
   ((da_u16 *)p)[i] = da_f32_to_bf16(x);
+}
+/* 16 bytes to global memory; p must be 16-byte aligned */
+__device__ __forceinline__ void da_st_v16(void *p, const da_u32x4 &v) {
+  DA_CHECK_GLOBAL(p, 16, 1);
+  DA_CHECK_ALIGNED(p, 16);
+  *(da_u32x4 *)p = v;
 }
 /* 8 halves global -> shared with 2-byte loads (any element-aligned source); zeros when
  * !valid. The fallback of da_cp_async16 for tensors that do not allow 16-byte accesses. */

@@ -41,10 +41,18 @@ struct da_cuda_args {
   da_i64 batch, seq_len;
   da_i64 q_stride[3], k_stride[3], v_stride[3], out_stride[3];
   const unsigned char *const *masks; /* device array of per-branch device masks */
-  float *ws;                         /* split: [B][H][N][HD + 1] */
+  float *ws;                         /* split: partial out [B][H][N][HD], then lse [B][H][N] */
   int branch;                        /* branch launches */
   int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
+  int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
 };
+
+/* The split workspace: each row's partial out (HD floats, 8-byte aligned rows: float2
+ * accesses), then every row's lse. row = (b * NUM_HEADS + h) * N + pos. */
+__device__ __forceinline__ float *da_ws_out(const da_cuda_args &A, da_i64 row) { return A.ws + row * HD; }
+__device__ __forceinline__ float *da_ws_lse(const da_cuda_args &A, da_i64 row) {
+  return A.ws + A.batch * NUM_HEADS * A.seq_len * HD + row;
+}
 
 /* The query tile of one CTA. */
 struct da_qtile {
@@ -135,6 +143,7 @@ __device__ int classify(
 {{ include_rendered("cuda/wgmma.inc.tpl") }}
 #define DA_CHUNK(rows, r, c) (da_sw128_off((rows), (r), (c)) >> 1) /* halves */
 #define ROWH HD /* halves per tile row (a stage of TK rows is TK * ROWH halves) */
+#define DA_BAR_OUT 9 /* named barriers 9, 10: a warpgroup's own, before its rows of out replace its Q rows */
 
 /* The descriptors of k16 step kk: of the Q tile (the warpgroup's 64 rows at qa, K-major,
  * head dims 16kk..16kk+15), of a K tile at ka (K-major, same dims) and of a V tile at va
@@ -575,7 +584,7 @@ __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da
  * at the warpgroup's barrier in tile_blocks). */
 #define NCWG (NCT / 128)  /* consumer warpgroups */
 #define DA_BAR_TURN 2     /* named barriers 2, 3: the consumer warpgroups' turns (1: DA_SYNC_COMPUTE, 4 to 6:
-                             classify's reductions, 7 and 8: tile_blocks) */
+                             classify's reductions, 7 and 8: tile_blocks, 9 and 10: DA_BAR_OUT) */
 #define DA_WS_ARGS , P, bars
 struct da_pipe { /* the next tile's stage and the parity of that stage's current use */
   int st;
@@ -909,15 +918,70 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
 {% end %}
 }
 
+/* Mode 0's out and lse. Each warp puts its rows of out (normalized, converted) into its
+ * own rows of the Q tile, in the tile's layout (DA_CHUNK: the 128-byte swizzle on wgmma,
+ * padded rows on mma.sync; conflict-free either way), then copies them to out a 16-byte
+ * chunk per lane: each 8 lanes a whole 128-byte row, where the fragments' own stores were
+ * 2-byte ones scattered over 8 rows (16 times the store instructions, and the stores'
+ * register reads held up the next rows' math). The Q rows are free: on mma.sync a warp
+ * reads only its own; on wgmma its warpgroup's last S = Q K^T has completed, for every
+ * warp of it once the warpgroup's barrier is passed. */
+__device__ __forceinline__ void tile_store_out(const da_state &S, const float (&lsum)[MT][2], da_u16 *Qs,
+                                               const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
+  const int lane = da_ct() & 31, warp = da_ct() >> 5;
+{% if p.wgmma then %}
+  da_named_sync(DA_BAR_OUT + (da_ct() >> 7), 128);
+{% end %}
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
+      const float l = lsum[mt][hr], inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+      for (int dt = 0; dt < NT_O; dt++) {
+        da_u16 *at = Qs + DA_CHUNK(TQ, row, dt) + 2 * (lane & 3);
+        *(da_u32 *)at = DA_PACK(S.o[mt][dt][2 * hr] * inv / OUT_DIVISOR, S.o[mt][dt][2 * hr + 1] * inv / OUT_DIVISOR);
+        DA_NOTE_SMEM_WRITE(at, 4);
+      }
+      if (A.lse && (lane & 3) == 0 && row < T.nq)
+        A.lse[(b * NUM_HEADS + h) * A.seq_len + T.pos0 + (da_i64)row * T.pstep] =
+            l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
+    }
+  __syncwarp();
+  constexpr int CPR = HD / 8; /* 16-byte chunks per row */
+  const da_i64 ob = b * A.out_stride[0] + h * A.out_stride[2];
+#pragma unroll
+  for (int i = lane; i < WROWS * CPR; i += 32) {
+    const int row = warp * WROWS + i / CPR, c = i % CPR;
+    if (row >= T.nq) break; /* rows grow with i */
+    const da_u32x4 v = *(const da_u32x4 *)(Qs + DA_CHUNK(TQ, row, c));
+    da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)row * T.pstep) * A.out_stride[1] + c * 8;
+    if (A.out16) {
+      da_st_v16(dst, v);
+    } else { /* element-aligned out: 2-byte stores */
+      DA_CHECK_GLOBAL(dst, 16, 1);
+      const da_u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 8; e++) dst[e] = (da_u16)(w[e >> 1] >> (16 * (e & 1)));
+    }
+  }
+}
+
 /* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace, mode 2
  * writes it (the first branch of a split plan, SPLIT_FIRST). */
-__device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
+__device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
+                         int mode) {
   const int lane = da_ct() & 31, warp = da_ct() >> 5;
   float lsum[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) lsum[mt][hr] = da_warp_sum4(S.l[mt][hr]); /* whole warp, before rows diverge */
+  if (mode == 0) {
+    tile_store_out(S, lsum, Qs, A, b, h, T);
+    return;
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -928,38 +992,31 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
     float lse = l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
     if (row >= T.nq) continue; /* the row's 4 lanes skip together */
     da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
-    if (mode == 0) {
-      da_i64 ob = b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2];
+    if (mode == 2) {
+      const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
+      float *row_ws = da_ws_out(A, wrow);
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
         int col = dt * 8 + 2 * (lane & 3);
-        ST(A.out, ob + col, S.o[mt][dt][2 * hr] * inv / OUT_DIVISOR);
-        ST(A.out, ob + col + 1, S.o[mt][dt][2 * hr + 1] * inv / OUT_DIVISOR);
+        *(da_f32x2 *)(row_ws + col) = da_f32x2{S.o[mt][dt][2 * hr] * inv, S.o[mt][dt][2 * hr + 1] * inv};
       }
-      if (A.lse && (lane & 3) == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
-    } else if (mode == 2) {
-      float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
-#pragma unroll
-      for (int dt = 0; dt < NT_O; dt++) {
-        int col = dt * 8 + 2 * (lane & 3);
-        row_ws[col] = S.o[mt][dt][2 * hr] * inv;
-        row_ws[col + 1] = S.o[mt][dt][2 * hr + 1] * inv;
-      }
-      if ((lane & 3) == 0) row_ws[HD] = lse;
+      if ((lane & 3) == 0) *da_ws_lse(A, wrow) = lse;
     } else {
-      float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
-      float old = row_ws[HD];
+      const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
+      float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
+      float old = *row_lse;
       float mx = fmaxf(old, lse);
       float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
       float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
         int col = dt * 8 + 2 * (lane & 3);
-        row_ws[col] = (row_ws[col] * wa + S.o[mt][dt][2 * hr] * inv * wb) * norm;
-        row_ws[col + 1] = (row_ws[col + 1] * wa + S.o[mt][dt][2 * hr + 1] * inv * wb) * norm;
+        const da_f32x2 w = *(const da_f32x2 *)(row_ws + col);
+        *(da_f32x2 *)(row_ws + col) = da_f32x2{(w.x * wa + S.o[mt][dt][2 * hr] * inv * wb) * norm,
+                                               (w.y * wa + S.o[mt][dt][2 * hr + 1] * inv * wb) * norm};
       }
       __syncwarp(0xfu << (lane & 28)); /* the row's 4 lanes have read the old lse */
-      if ((lane & 3) == 0 && mx != -INFINITY) row_ws[HD] = mx + __logf(wa + wb);
+      if ((lane & 3) == 0 && mx != -INFINITY) *row_lse = mx + __logf(wa + wb);
     }
   }
 }
@@ -1053,7 +1110,8 @@ __device__ void tile_begin(da_state &S, float *Qs, const da_cuda_args &A, da_i64
   S.l = 0.f;
 }
 
-__device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
+__device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
+  (void)Qs;
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
   if (row >= T.nq) return;
   da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
@@ -1067,15 +1125,17 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
     }
     if (A.lse && sub == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
   } else if (mode == 2) {
-    float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
+    const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
+    float *row_ws = da_ws_out(A, wrow);
     for (int x = 0; x < DPT; x++) {
       int d = sub + TPR * x;
       if (d < HD) row_ws[d] = S.o[x] * inv;
     }
-    if (sub == 0) row_ws[HD] = lse;
+    if (sub == 0) *da_ws_lse(A, wrow) = lse;
   } else {
-    float *row_ws = A.ws + ((b * NUM_HEADS + h) * A.seq_len + pos) * (HD + 1);
-    float old = row_ws[HD];
+    const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
+    float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
+    float old = *row_lse;
     float mx = fmaxf(old, lse);
     float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
     float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
@@ -1085,7 +1145,7 @@ __device__ void tile_end(da_state &S, const da_cuda_args &A, da_i64 b, da_i64 h,
     }
     /* the row's TPR lanes (rows past nq returned together) have read the old lse */
     __syncwarp(TPR == 32 ? 0xffffffffu : ((1u << TPR) - 1u) << ((threadIdx.x & 31) & ~(TPR - 1)));
-    if (sub == 0 && mx != -INFINITY) row_ws[HD] = mx + __logf(wa + wb);
+    if (sub == 0 && mx != -INFINITY) *row_lse = mx + __logf(wa + wb);
   }
 }
 
@@ -1130,12 +1190,12 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
   each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
     attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq DA_WS_ARGS);
   });
-  tile_end(S, A, b, h, T, mode);
+  tile_end(S, Qs, A, b, h, T, mode);
 }
 
 {% if p.strategy == "fused" then %}
 /* grid (ceil(N / WIN_G) * TILES_PER_WINDOW, H, B) */
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(const da_cuda_args A) {
+extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_fused(const da_cuda_args A) {
   DA_SMEM_DECL
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
   /* causal: a window's tiles in reverse (residue classes last to first, each class's
@@ -1162,7 +1222,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_fused(con
 }
 {% else %}
 /* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(const da_cuda_args A) {
+extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(const da_cuda_args A) {
   DA_SMEM_DECL
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
   const int br = A.branch;
@@ -1184,36 +1244,56 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) {{ p.name }}_branch(co
            [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
 }
 {% end %}
+{% if p.strategy ~= "fused" then %}
+
+/* The row kernels (_init, _finish, _clear): grid (ceil(N * RCH / 256), H, B) of 256
+ * threads, a thread per 8 head dims of one row: no division by a runtime value (the old
+ * grid-stride form spent most of its time in 64-bit divisions by seq_len) */
+#define RCH ((HD + 7) / 8) /* threads per row */
+__device__ __forceinline__ bool da_row_chunk(const da_cuda_args &A, da_i64 &row, da_i64 &pos, int &d0, int &d1) {
+  const da_i64 t = blockIdx.x * (da_i64)blockDim.x + threadIdx.x;
+  pos = t / RCH;
+  d0 = (int)(t % RCH) * 8;
+  d1 = min(d0 + 8, HD);
+  row = (blockIdx.z * (da_i64)NUM_HEADS + blockIdx.y) * A.seq_len + pos; /* [B][H][N] */
+  return pos < A.seq_len;
+}
+__device__ __forceinline__ da_i64 da_out_row(const da_cuda_args &A, da_i64 pos) {
+  return blockIdx.z * A.out_stride[0] + pos * A.out_stride[1] + blockIdx.y * A.out_stride[2];
+}
+{% end %}
 {% if p.strategy == "split" then %}
 
-/* workspace rows: acc = 0, lse = -inf.  grid-stride over B * H * N rows */
+/* workspace rows: acc = 0, lse = -inf */
 extern "C" __global__ void {{ p.name }}_init(const da_cuda_args A) {
-  const da_i64 rows = A.batch * NUM_HEADS * A.seq_len;
-  for (da_i64 i = blockIdx.x * (da_i64)blockDim.x + threadIdx.x; i < rows * (HD + 1); i += (da_i64)gridDim.x * blockDim.x)
-    A.ws[i] = (i % (HD + 1)) == HD ? -INFINITY : 0.f;
+  da_i64 row, pos;
+  int d0, d1;
+  if (!da_row_chunk(A, row, pos, d0, d1)) return;
+  float *ws = da_ws_out(A, row);
+  for (int d = d0; d < d1; d++) ws[d] = 0.f;
+  if (d0 == 0) *da_ws_lse(A, row) = -INFINITY;
 }
 
 /* out = merged workspace (grouped divisor applied), lse = merged lse */
 extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
-  const da_i64 rows = A.batch * NUM_HEADS * A.seq_len;
-  for (da_i64 i = blockIdx.x * (da_i64)blockDim.x + threadIdx.x; i < rows * HD; i += (da_i64)gridDim.x * blockDim.x) {
-    da_i64 row = i / HD, d = i % HD, pos = row % A.seq_len, bh = row / A.seq_len;
-    da_i64 b = bh / NUM_HEADS, h = bh % NUM_HEADS;
-    const float *ws = A.ws + row * (HD + 1);
-    ST(A.out, b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2] + d, ws[d] / OUT_DIVISOR);
-    if (d == 0 && A.lse) A.lse[row] = ws[HD];
-  }
+  da_i64 row, pos;
+  int d0, d1;
+  if (!da_row_chunk(A, row, pos, d0, d1)) return;
+  const float *ws = da_ws_out(A, row);
+  const da_i64 o = da_out_row(A, pos);
+  for (int d = d0; d < d1; d++) ST(A.out, o + d, ws[d] / OUT_DIVISOR);
+  if (d0 == 0 && A.lse) A.lse[row] = *da_ws_lse(A, row);
 }
 {% elseif p.strategy == "single" then %}
 
-/* every position: out = 0, lse = -inf; the branch launches then write covered ones */
+/* out = 0, lse = -inf; the branch launches then write the rows they cover. Launched only
+ * where some row is left uncovered (p.clear_rows: a branch with r > 1) */
 extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
-  const da_i64 rows = A.batch * NUM_HEADS * A.seq_len;
-  for (da_i64 i = blockIdx.x * (da_i64)blockDim.x + threadIdx.x; i < rows * HD; i += (da_i64)gridDim.x * blockDim.x) {
-    da_i64 row = i / HD, d = i % HD, pos = row % A.seq_len, bh = row / A.seq_len;
-    da_i64 b = bh / NUM_HEADS, h = bh % NUM_HEADS;
-    ST(A.out, b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2] + d, 0.f);
-    if (d == 0 && A.lse) A.lse[row] = -INFINITY;
-  }
+  da_i64 row, pos;
+  int d0, d1;
+  if (!da_row_chunk(A, row, pos, d0, d1)) return;
+  const da_i64 o = da_out_row(A, pos);
+  for (int d = d0; d < d1; d++) ST(A.out, o + d, 0.f);
+  if (d0 == 0 && A.lse) A.lse[row] = -INFINITY;
 }
 {% end %}

@@ -195,8 +195,12 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
 {% end %}
 {% else %}
   (void)ws;
+{% if p.clear_rows then %}
   for (int x = 0; x < HD; x++) o[x] = 0.0f;
   for (int64_t p = 0; p < N; p++) store_row(A, b, h, p, o, -INFINITY); /* positions no branch covers */
+{% else %}
+  /* every head's branch has r = 1: the branch writes every row */
+{% end %}
 {% end %}
   for (int kk = 0; kk < HEAD_NBR[h]; kk++) {
 {% if p.strategy == "split" and p.split_first >= 0 then %}

@@ -109,5 +109,6 @@ static inline da_u32 da_pack_bf16x2(float lo, float hi) {
 }
 #define DA_CHECK_GLOBAL(p, bytes, write) da_emu_check_global((p), (bytes), (write))
 #define DA_NOTE_SMEM_WRITE(p, bytes) da_emu_smem_write((p), (bytes))
+#define DA_CHECK_ALIGNED(p, bytes) da_emu_check_aligned((p), (bytes))
 
 #endif

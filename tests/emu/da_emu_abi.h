@@ -25,6 +25,8 @@ void da_emu_cp_async16(void *smem, const void *gmem, int valid);
 void da_emu_cp_async_commit(void);
 void da_emu_cp_async_wait(int n);
 void da_emu_check_global(const void *p, size_t bytes, int write);
+/* a vector access of `bytes` bytes at p: p must be aligned to them */
+void da_emu_check_aligned(const void *p, size_t bytes);
 unsigned da_emu_smem_offset(const void *p);
 void da_emu_wgmma(float *d, int n, int bf16, unsigned long long desc_a, const unsigned *a_regs,
                   unsigned long long desc_b, int b_mn_major, int scale_d);

@@ -817,6 +817,10 @@ void da_emu_check_global(const void *p, size_t bytes, int write) {
   if (write && !r->writable) fail("store to read-only buffer at %p", p);
 }
 
+void da_emu_check_aligned(const void *p, size_t bytes) {
+  if ((uintptr_t)p % bytes) fail("%zu-byte vector access at %p, not %zu-byte aligned", bytes, p, bytes);
+}
+
 void da_emu_register_buffer(const void *p, size_t bytes, int writable) {
   ranges.push_back({(const unsigned char *)p, bytes, writable});
 }
