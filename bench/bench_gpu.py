@@ -170,8 +170,13 @@ def main():
                          "TILE_QxTILE_K[:wgmma|:wgmma-overlap|:wgmma-ws] (0: planner's choice for that field; "
                          ":wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
                          "during the softmax, :wgmma-ws warp-specialized; a trailing @base renders it from "
-                         "--base-templates instead, for an A/B of template changes in one process); one that "
+                         "--base-templates instead, for an A/B of template changes in one process, @lib plans it "
+                         "with --base-lib); one that "
                          "the planner or the device refuses is recorded as such")
+    ap.add_argument("--base-lib", default=os.environ.get("DILATTN_BASE_LIB", ""),
+                    help="libdilattn.so of a baseline commit for the @lib variants: the same variant planned, "
+                         "rendered and compiled by that library in this process (bench/gpu_carry.sh builds "
+                         "$DILATTN_BASE's into build-gpu/base/lib): an A/B of library changes, runtime included")
     ap.add_argument("--base-templates", default=os.environ.get("DILATTN_BASE_TEMPLATES", ""),
                     help="templates/ of a baseline commit for the @base variants (bench/gpu_carry.sh puts "
                          "those of $DILATTN_BASE into build-gpu/base/templates)")
@@ -181,6 +186,7 @@ def main():
     commit = os.environ.get("DILATTN_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lib = Dilattn(os.path.abspath(args.lib))
+    base_lib = Dilattn(os.path.abspath(args.base_lib)) if args.base_lib else None
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     rows = []
     for name in args.configs.split(","):
@@ -234,11 +240,16 @@ def main():
                 saved = os.environ.get("DILATTN_TEMPLATE_DIR")
                 try:
                     mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4}[path]
-                    if tag:  # @base: rendered from the baseline's templates (an A/B in one process)
+                    use = lib
+                    if tag == "lib":  # @lib: the baseline's library (an A/B in one process)
+                        if not base_lib:
+                            raise ValueError("@lib: needs --base-lib or $DILATTN_BASE_LIB")
+                        use = base_lib
+                    elif tag:  # @base: rendered from the baseline's templates (an A/B in one process)
                         if tag != "base" or not args.base_templates:
-                            raise ValueError(f"@{tag}: only @base, with --base-templates or $DILATTN_BASE_TEMPLATES")
+                            raise ValueError(f"@{tag}: @base with --base-templates, or @lib with --base-lib")
                         os.environ["DILATTN_TEMPLATE_DIR"] = args.base_templates
-                    vplan = lib.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=mma)
+                    vplan = use.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=mma)
                 except Exception as e:  # noqa: BLE001 - recorded, not fatal
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue
@@ -263,7 +274,7 @@ def main():
             del q, k, v, out, lse, ref_out, ref_lse
             torch.cuda.empty_cache()
     result = dict(device=dev, commit=commit, torch=torch.__version__, cuda=torch.version.cuda, rows=rows,
-                  base_templates=args.base_templates or None,
+                  base_templates=args.base_templates or None, base_lib=args.base_lib or None,
                   base_commit=os.environ.get("DILATTN_BASE_COMMIT") or None)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -4,7 +4,8 @@
 # build-gpu/ with the CLI, libdilattn.so and the two libraries copied beside it, the GPU
 # tests and the golden cases, and the templates of a baseline commit (DILATTN_BASE, default
 # a533c25: the last before the issue-slot changes of bench/results/issue-slots.md) in
-# build-gpu/base/templates, for bench_gpu.py's @base variants (an A/B in one process).
+# build-gpu/base/templates, for bench_gpu.py's @base variants (an A/B in one process), and
+# that commit's libdilattn.so in build-gpu/base/lib for its @lib variants.
 # Everything in it is linked statically or found by $ORIGIN.
 # Then, through the device tool: carry ["build-gpu"], and run
 #   DILATTN_BUILD=build-gpu DILATTN_COMMIT=<short hash> bash bench/gpu_session.sh PHASE
@@ -21,4 +22,16 @@ cp -r ../shared/golden build-gpu/golden && chmod -R u+w build-gpu/golden
 base=${DILATTN_BASE:-a533c25}
 mkdir -p build-gpu/base && git archive "$base" templates | tar -x -C build-gpu/base
 git rev-parse --short "$base" > build-gpu/base/commit
+# and the baseline's whole library (bench_gpu.py --base-lib: the @lib variants), built here
+# from a clean export of that commit; DILATTN_BASE_LIB=0 skips it
+if [ "${DILATTN_BASE_LIB:-1}" != 0 ]; then
+  src=$(mktemp -d)
+  git archive "$base" | tar -x -C "$src"
+  cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$src/build" -j2 --target dilattn_shared >/dev/null
+  mkdir -p build-gpu/base/lib
+  cp "$src/build/libdilattn.so" build-gpu/base/lib/
+  cp -L "$src/build/libjansson.so.4" "$src/build/liblua5.4.so.0" build-gpu/base/lib/ 2>/dev/null || true
+  rm -rf "$src"
+fi
 echo "build-gpu: $(du -sh build-gpu | cut -f1) at $(git rev-parse --short HEAD), base templates $(cat build-gpu/base/commit)"
