@@ -492,6 +492,23 @@ int main(int argc, char **argv) {
       bs_check(ctx, &s, 1, 300 + 17 * i, 950 + (uint64_t)i, what, run_emu, &o);
     }
   }
+  if (all || !strcmp(which, "tiles")) { /* key tiles of 48, 80 and 112 keys: 6, 10 and 14 n8 score tiles,
+                                            not a power of two (the row maximum's tree), with a
+                                            large scale */
+    static const int tks[3] = {48, 80, 112};
+    for (int i = 0; i < 3; i++) {
+      da_spec s;
+      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 32, 128, 256);
+      s.causal = i != 1;
+      /* scores tens of units apart in log2: a row maximum that missed a score tile lets P
+       * overflow (a wrong maximum is otherwise invisible: the softmax is shift-invariant) */
+      s.has_scale = 1, s.scale = 6.0;
+      da_plan_options o = {64, tks[i], 0, 0, 0};
+      char what[80];
+      snprintf(what, sizeof what, "D = 32, 64 x %d tiles", tks[i]);
+      bs_check(ctx, &s, 1, 290 + 31 * i, 970 + (uint64_t)i, what, run_emu, &o);
+    }
+  }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (!strcmp(which, "wgmma-random")) bs_random(ctx, first, count, 400, run_emu_wgmma, NULL); /* replay on the wgmma path */
   if (!strcmp(which, "wgmma-ws-random")) { /* the same on the warp-specialized variant, two consumer warpgroups */

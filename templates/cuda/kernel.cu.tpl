@@ -400,6 +400,19 @@ static_assert(DA_MAX_SLACK < 16.0f, "P = exp2(s - m) must stay below fp16's larg
  * maximum). With corr_out the output is left alone (a wgmma may still accumulate into it)
  * and its rescale goes there: apply it (softmax_rescale_o) where this returns true.
  * Warp-uniform. */
+/* t[0] = the maximum of t[0 .. N-1], as a balanced tree (any N; t is clobbered) */
+template <int N> struct da_tree_max {
+  static __device__ __forceinline__ void run(float *t) {
+    constexpr int H = (N + 1) / 2;
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) t[i] = fmaxf(t[i], t[i + H]);
+    da_tree_max<H>::run(t);
+  }
+};
+template <> struct da_tree_max<1> {
+  static __device__ __forceinline__ void run(float *) {}
+};
+
 __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL,
                                             float (&m_use)[MT][2], float (*corr_out)[2] = nullptr) {
@@ -423,10 +436,13 @@ __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4]
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) { /* the thread's two rows of each m16 tile */
-    float m = -INFINITY;
+    /* a balanced tree over the row's scores, not one chain of NT_S dependent FMNMX: the
+     * exps wait for this maximum, and the warp has little else to issue meanwhile */
+    float t[NT_S];
 #pragma unroll
-    for (int nt = 0; nt < NT_S; nt++) m = fmaxf(m, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
-    mx[mt][hr] = da_warp_max4(m){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
+    for (int nt = 0; nt < NT_S; nt++) t[nt] = fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]);
+    da_tree_max<NT_S>::run(t);
+    mx[mt][hr] = da_warp_max4(t[0]){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
     /* a difference, not S.m + slack: at |S.m| >= 2^27 the sum rounds by 16, so a tile 16
      * above the kept maximum would keep it and P = 2^16 overflow fp16. Finite - (-inf) =
      * inf: the first key seen grows; -inf - (-inf) = NaN: a row with no key yet keeps. */
