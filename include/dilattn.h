@@ -237,7 +237,8 @@ DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int6
                          const void *q, const void *k, const void *v, void *out, float *lse);
 
 /* Run the plan. Returns DA_OK, DA_ERR_INVALID_ARGUMENT (NULL pointer, bad shape or
- * stride, workspace too small, on CUDA a pointer not aligned to its element size),
+ * stride, workspace too small, on CUDA a pointer not aligned to its element size or a
+ * workspace not 16-byte aligned: cudaMalloc's and the pool's always are),
  * DA_ERR_NO_MEMORY, DA_ERR_DEVICE. On the host backend the call is synchronous and may be
  * made from several threads on one plan at once. On the CUDA backend, q, k and v that
  * are 16-byte aligned with strides that are multiples of 8 elements are loaded with

@@ -280,6 +280,9 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
     if (args->workspace) {
       DA_RETURN_IF(args->workspace_bytes < need, DA_ERR_INVALID_ARGUMENT,
                    "workspace: %zu bytes given, %zu needed", args->workspace_bytes, need);
+      /* the kernels access it in 8-byte vectors: a misaligned one would fault the context */
+      DA_RETURN_IF((uintptr_t)args->workspace % 16, DA_ERR_INVALID_ARGUMENT,
+                   "workspace: %p is not 16-byte aligned", args->workspace);
       a.ws = args->workspace;
     } else {
       DA_TRY(da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)); /* stream-ordered pool */

@@ -117,6 +117,27 @@ static void test_unaligned(da_context *ctx, const da_plan_options *wg) {
   }
   da__cuda_free(dev, buf);
   da_plan_destroy(plan);
+  /* a split plan's caller-given workspace must be 16-byte aligned (8-byte vector accesses) */
+  s.num_branches = 2, s.segment_lengths[1] = 128, s.dilation_rates[1] = 4;
+  plan = NULL, buf = NULL;
+  size_t need = 0;
+  const da_plan_options split = {0, 0, 1 << 20, 0, 0}; /* no fused tile holds that many queries: split */
+  if (da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &plan) == DA_OK &&
+      da_plan_workspace_size(plan, 1, 128, &need) == DA_OK &&
+      need > 0 && da__cuda_malloc(ctx, dev, 3 * 128 * 64 * 2 + need + 64, &buf) == DA_OK) {
+    da_args a;
+    char *q = buf, *ws = q + 3 * 128 * 64 * 2;
+    da_args_init(&a, &s, 1, 128, q, q + 128 * 64 * 2, q, q + 2 * 128 * 64 * 2, NULL);
+    a.workspace = ws + 8, a.workspace_bytes = need;
+    TU_CHECK(da_plan_execute(plan, &a) == DA_ERR_INVALID_ARGUMENT, "workspace 8 bytes past 16-byte alignment accepted");
+    a.workspace = ws;
+    TU_CHECK(da_plan_execute(plan, &a) == DA_OK && da__cuda_sync(ctx, dev, NULL) == DA_OK, "aligned workspace: %s",
+             da_context_last_error(ctx));
+  } else {
+    TU_CHECK(0, "split plan with a workspace: %s", da_context_last_error(ctx));
+  }
+  da__cuda_free(dev, buf);
+  da_plan_destroy(plan);
 }
 
 /* Long sequence: run on the device, check a prefix and the tail against the reference
