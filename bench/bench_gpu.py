@@ -150,6 +150,15 @@ def kernel_times(fn, reps=5):
         return dict(error=str(e))
 
 
+def _commit_beside(path):
+    """The commit gpu_carry.sh wrote beside a baseline library (base/lib/commit), or None."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), "commit")) as f:
+            return f.read().strip() or None
+    except (OSError, TypeError):
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libdilattn.so")
@@ -275,7 +284,8 @@ def main():
             torch.cuda.empty_cache()
     result = dict(device=dev, commit=commit, torch=torch.__version__, cuda=torch.version.cuda, rows=rows,
                   base_templates=args.base_templates or None, base_lib=args.base_lib or None,
-                  base_commit=os.environ.get("DILATTN_BASE_COMMIT") or None)
+                  base_commit=os.environ.get("DILATTN_BASE_COMMIT") or None,
+                  base_lib_commit=_commit_beside(args.base_lib))
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         json.dump(result, open(args.out, "w"), indent=1)

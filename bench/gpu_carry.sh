@@ -22,16 +22,18 @@ cp -r ../shared/golden build-gpu/golden && chmod -R u+w build-gpu/golden
 base=${DILATTN_BASE:-a533c25}
 mkdir -p build-gpu/base && git archive "$base" templates | tar -x -C build-gpu/base
 git rev-parse --short "$base" > build-gpu/base/commit
-# and the baseline's whole library (bench_gpu.py --base-lib: the @lib variants), built here
-# from a clean export of that commit; DILATTN_BASE_LIB=0 skips it
-if [ "${DILATTN_BASE_LIB:-1}" != 0 ]; then
+# and a baseline's whole library (bench_gpu.py --base-lib: the @lib variants), built here
+# from a clean export of commit $DILATTN_BASE_LIB (default: $DILATTN_BASE; 0 skips it)
+libbase=${DILATTN_BASE_LIB:-$base}
+if [ "$libbase" != 0 ]; then
   src=$(mktemp -d)
-  git archive "$base" | tar -x -C "$src"
+  git archive "$libbase" | tar -x -C "$src"
   cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$src/build" -j2 --target dilattn_shared >/dev/null
   mkdir -p build-gpu/base/lib
   cp "$src/build/libdilattn.so" build-gpu/base/lib/
   cp -L "$src/build/libjansson.so.4" "$src/build/liblua5.4.so.0" build-gpu/base/lib/ 2>/dev/null || true
+  git rev-parse --short "$libbase" > build-gpu/base/lib/commit
   rm -rf "$src"
 fi
 echo "build-gpu: $(du -sh build-gpu | cut -f1) at $(git rev-parse --short HEAD), base templates $(cat build-gpu/base/commit)"

@@ -15,6 +15,7 @@
 #   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
 #   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
 #                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
+#   bash bench/gpu_session.sh ab-lib     # that A/B alone (BENCH_TILES: its variants)
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
 #   bash bench/gpu_session.sh bench      # bench_gpu.py: full and causal, tile variants
@@ -57,7 +58,10 @@ if [ "$phase" = check ]; then
   run timeout 150 $B/tests/test_gpu "$golden" small
   run timeout 120 $B/tests/test_gpu "$golden" wgmma-ws
   run timeout 150 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"
+fi
+if [ "$phase" = check ] || [ "$phase" = ab-lib ]; then
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
+  export DILATTN_BASE_TEMPLATES=$B/base/templates
   ab=${BENCH_TILES:-0x0@lib,64x0:wgmma-ws,128x64,128x64@lib}
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs dense2048,longnet2,longnet5 \
     --tiles $ab --reps 10 --out "$out/check_full.json"
