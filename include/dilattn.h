@@ -271,13 +271,17 @@ typedef struct {
                             this many queries (gcd(w)/lcm(r)); 0 = default (16) */
   int64_t seq_len_hint;  /* expected N: picks the tuning database's nearest shape bucket
                             (0 = 65536) when the three tunables above are 0 */
-  int cuda_mma;          /* CUDA tensor-core instruction: 0 = default (mma.sync), 1 = mma.sync,
+  int cuda_mma;          /* CUDA tensor-core instruction: 0 = default (the tuning database's
+                            choice, else 4 on sm_90 devices where it serves the spec, else
+                            mma.sync; DILATTN_CUDA_MMA overrides), 1 = mma.sync,
                             2 = wgmma (float16/bfloat16, head_dim 64 or 128; sm_90 devices
                             only, compiled for sm_90a), 3 = wgmma with the next key tile's
                             scores issued before this tile's softmax (same conditions;
                             experimental), 4 = wgmma warp-specialized: a producer warpgroup
-                            loads K / V, two consumer warpgroups take turns on the tensor
-                            cores (same conditions; experimental). Ignored by the host backend. */
+                            loads K / V, the consumer warpgroups (tile_q 64: one, two CTAs
+                            per SM; 128, the default: two; 192: three, not under a sparse
+                            layout) take turns on the tensor cores (same conditions).
+                            Ignored by the host backend. */
 } da_plan_options;
 
 /* da_plan_create with tunables (opts may be NULL). When opts is NULL or its tunables are

@@ -183,6 +183,12 @@ da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) 
   return o;
 }
 
+da_plan_options bs_ws192_options(const da_spec *s, const da_plan_options *base) {
+  da_plan_options o = bs_wgmma_options(s, base);
+  if (o.tile_q == 192 && s->sparsity.layout != DA_LAYOUT_NONE && s->sparsity.layout != DA_LAYOUT_DENSE) o.tile_q = 0;
+  return o;
+}
+
 void bs_wgmma(da_context *ctx, const char *golden, const char *label, int mma, int first, const int counts[4],
               int64_t max_n, bs_runner run) {
   da_plan_options shapes[4] = {{0, 0, 0, 0, mma}, {0, 64, 0, 0, mma}, {64, 0, 0, 0, mma}, {128, 0, 0, 0, mma}};

@@ -25,6 +25,9 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
  * 128): base's tunables (all 0 when NULL) with base's cuda_mma if it names a wgmma
  * variant that serves s (2, 3, 4), else 2; elsewhere all 0 (the planner's defaults). */
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
+/* bs_wgmma_options, with tile_q 192 (the warp-specialized kernel's three consumer
+ * warpgroups) dropped to the planner's choice under a sparse layout, where it is refused. */
+da_plan_options bs_ws192_options(const da_spec *s, const da_plan_options *base);
 
 /* The wgmma path (cuda_mma = mma) through run, whose user is a da_plan_options that run
  * maps with bs_wgmma_options: every golden case, then random specs from first under four

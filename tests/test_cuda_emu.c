@@ -70,6 +70,14 @@ static da_status run_emu_wgmma(void *user, da_context *ctx, const da_spec *s, in
   return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
 }
 
+/* run_emu on the warp-specialized kernel with three consumer warpgroups (user: tile_q 192,
+ * cuda_mma 4) where the planner offers it (bs_ws192_options), else as run_emu_wgmma. */
+static da_status run_emu_ws192(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                               const void *k, const void *v, void *out, float *lse) {
+  da_plan_options o = bs_ws192_options(s, user);
+  return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
+}
+
 static void wide_spec(da_spec *s, da_dtype t, int heads, int d, int64_t w0, int64_t w1) {
   da_spec_init(s);
   s->num_branches = 2;
@@ -411,6 +419,18 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
     s.causal = i % 3 == 0;
     da_plan_options o = {128, 0, 0, 0, mma};
     bs_check(ctx, &s, 1, 1100, 800 + (uint64_t)i, "wgmma, 128-row tiles", run_emu, &o);
+  }
+  if (mma == 4) { /* three consumer warpgroups (tile_q 192): the turn goes round three */
+    da_plan_options o192 = {192, 0, 0, 0, 4};
+    bs_golden(ctx, golden, "cuda-emu wgmma-ws 192", run_emu_ws192, &o192);
+    bs_random(ctx, 230, 8, 400, run_emu_ws192, &o192);
+    bs_ramp(ctx, run_emu_ws192, &o192);
+    for (int i = 0; i < 4; i++) { /* full 192-row tiles (segments of 768 and 1536) and ragged ones */
+      da_spec s;
+      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 768, 1536);
+      s.causal = i % 3 == 0;
+      bs_check(ctx, &s, 1, i < 2 ? 1536 : 1000, 820 + (uint64_t)i, "wgmma-ws, 192-row tiles", run_emu, &o192);
+    }
   }
   for (int i = 0; i < 2; i++) { /* D = 128 with 32-key tiles (a tuner candidate), both dtypes */
     da_spec s;

@@ -127,6 +127,12 @@ static void build_matrix(int n) {
       if ((k + 1) % 2 == 0) j->opts.tile_q = 64;
       if (((k + 1) / 2) % 2) j->opts.tile_k = 64;
     }
+    /* every fourth: three consumer warpgroups (tile_q 192; not under a sparse layout) */
+    if (k % 4 == 1 && njobs < MAX_SPECS && (s->sparsity.layout == DA_LAYOUT_NONE || s->sparsity.layout == DA_LAYOUT_DENSE)) {
+      job_t *j = clone_job(i);
+      j->opts.cuda_mma = 4;
+      j->opts.tile_q = 192;
+    }
   }
   /* dilated-sparse layouts with several strides on the fused LongNet 2-branch tiling: the
    * warp-specialized producer evaluates the predicate in its key walk, on few registers */
@@ -304,6 +310,30 @@ int main(int argc, char **argv) {
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_80", "wgmma", arch) == DA_ERR_UNSUPPORTED, "wgmma accepted for sm_80");
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_90", "wgmma", arch) == DA_OK && !strcmp(arch, "sm_90a"), "wgmma on sm_90: %s", arch);
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_90", "mma", arch) == DA_OK && !strcmp(arch, "sm_90"), "mma on sm_90: %s", arch);
+  /* tile shapes the planner refuses, with a message that says why */
+  {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = 2, s.segment_lengths[0] = 2048, s.segment_lengths[1] = 4096;
+    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+    s.num_heads = s.num_kv_heads = 8, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16;
+    static const struct {
+      int tq, tk, mma, d, sparse;
+      const char *msg;
+    } refused[] = {{192, 0, 4, 64, 1, "sparse layout"}, {192, 0, 2, 64, 0, "tile_q must be"},
+                   {192, 0, 1, 64, 0, "tile_q must be"}, {64, 128, 4, 128, 0, "two CTAs per SM"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+      da_spec t = s;
+      t.head_dim = refused[i].d;
+      if (refused[i].sparse) t.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, t.sparsity.block = 64, t.sparsity.window = 1;
+      da_plan_options o = {refused[i].tq, refused[i].tk, 0, 0, refused[i].mma};
+      da__rendered r;
+      da_status st = da__render_ex(ctx, &t, DA_TARGET_CUDA, &o, &r);
+      if (st == DA_OK) da__rendered_free(&r);
+      TU_CHECK(st == DA_ERR_GENERATOR && strstr(da_context_last_error(ctx), refused[i].msg),
+               "refused shape %zu: status %d, %s", i, (int)st, da_context_last_error(ctx));
+    }
+  }
   TU_CHECK(njobs >= 200 || n < 200, "matrix has %d specs", njobs);
   TU_CHECK((strategies[0] && strategies[1] && strategies[2] && paths[0] && paths[1] && paths[2]) || n < 50,
            "matrix misses a strategy or path");

@@ -93,6 +93,13 @@ static da_status runner_wgmma(void *user, da_context *ctx, const da_spec *s, int
   return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, 0);
 }
 
+/* the warp-specialized kernel with three consumer warpgroups (tile_q 192) where offered */
+static da_status runner_ws192(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                              const void *k, const void *v, void *out, float *lse) {
+  da_plan_options o = bs_ws192_options(s, user);
+  return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, 0);
+}
+
 /* q, k, v and out one element past 16-byte alignment: the tensor-core path falls back to
  * plain loads and stores; a pointer not aligned to its element is refused. */
 static da_status runner_shifted(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
@@ -286,6 +293,12 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, runner_wgmma);
   bs_ramp(ctx, runner_wgmma, &wg); /* running maxima that grow: both rescale paths */
   test_unaligned(ctx, &wg);
+  if (mma == 4) { /* three consumer warpgroups (tile_q 192) */
+    da_plan_options o192 = {192, 0, 0, 0, 4};
+    bs_golden(ctx, golden, "cuda wgmma-ws 192", runner_ws192, &o192);
+    bs_random(ctx, 230, small ? 3 : 12, 1000, runner_ws192, &o192);
+    bs_ramp(ctx, runner_ws192, &o192);
+  }
   if (!small) test_long(ctx, 1 << 20, 8, 64, mma, what);
 }
 

@@ -262,9 +262,13 @@ function M.plan_cuda(p, opts)
         p.tile_q = split_tq
       end
     end
-    if p.tile_q ~= 64 and p.tile_q ~= 128 then
-      error(wg and "cuda wgmma path: tile_q must be 64 or 128 (one or two warpgroups of 64 rows)"
-        or "cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
+    if p.tile_q == 192 and p.wg_ws and p.sparse then
+      error("cuda wgmma-ws: tile_q 192 (three consumer warpgroups) is not available under a sparse layout "
+        .. "(its reductions' named barriers and registers)", 0)
+    end
+    if p.tile_q ~= 64 and p.tile_q ~= 128 and not (p.tile_q == 192 and p.wg_ws) then
+      error(wg and "cuda wgmma path: tile_q must be 64 or 128 (one or two warpgroups of 64 rows; 192, three, "
+        .. "with wgmma-ws)" or "cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
     end
     if wg then p.threads = p.tile_q * 2 + (p.wg_ws and 128 or 0) end -- a warpgroup (128 threads) per 64 rows
     -- two consumer warpgroups and the producer: 168 registers each at launch (384 threads);
@@ -282,8 +286,16 @@ function M.plan_cuda(p, opts)
     -- fill) and epilogue then overlap the other's key loop, which a CTA alone per SM leaves
     -- idle (about a quarter of a consumer warp's time at N = 65536 on dense 2048-token
     -- segments, ncu source counters on an H200, bench/results/gpu-h200-094e085.md)
+    -- Three consumer warpgroups (tile_q 192, FlashAttention-3's shape at D <= 64; not under
+    -- a sparse layout): 512 threads at 128 registers, 32 for the producer and 160 for each
+    -- consumer (ptxas, sm_90a: 24 + 160 spilled 80 to 112 bytes in the producer, 40 + 152 96
+    -- to 120 in the consumers), 128-key tiles at D = 64 but causal (48 bytes spilled there),
+    -- 64 otherwise; a third warp per scheduler to issue a softmax while the others wait,
+    -- and a CTA's fixed costs spread over half as many rows again.
     p.min_blocks = 1
-    if p.wg_ws and p.tile_q == 128 then
+    if p.wg_ws and p.tile_q == 192 then
+      p.setmaxnreg = {32, 160, launch = 128}
+    elseif p.wg_ws and p.tile_q == 128 then
       p.setmaxnreg = p.sparse and {88, 208, launch = 168} or {40, 232, launch = 168}
     elseif p.wg_ws and not p.sparse then
       p.min_blocks = 2
@@ -312,7 +324,8 @@ function M.plan_cuda(p, opts)
       -- at D = 128 too (three stages there: 225 KiB of shared memory); not under a sparse
       -- layout (208 registers, see setmaxnreg below)
       p.tile_k = opts.tile_k or
-        (((D <= 64 or (p.wg_ws and not p.sparse and p.min_blocks == 1)) and not p.wg_overlap) and 128 or 64)
+        (((D <= 64 or (p.wg_ws and not p.sparse and p.min_blocks == 1 and p.tile_q == 128)) and not p.wg_overlap
+          and not (p.tile_q == 192 and (p.causal or D > 64))) and 128 or 64)
     elseif p.tile_q == 128 then
       -- not under a sparse layout above D = 32: the layout's predicate and verdicts leave no
       -- room (255 registers and 140 to 308 bytes spilled at D = 48 / 64 with 8 to 12

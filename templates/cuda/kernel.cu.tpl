@@ -599,8 +599,9 @@ __device__ __forceinline__ da_key_walk da_keys(int br, const da_cuda_args &A, da
  * while another of its warpgroup still reads this one's, but not the one after, which waits
  * at the warpgroup's barrier in tile_blocks). */
 #define NCWG (NCT / 128)  /* consumer warpgroups */
-#define DA_BAR_TURN 2     /* named barriers 2, 3: the consumer warpgroups' turns (1: DA_SYNC_COMPUTE, 4 to 6:
-                             classify's reductions, 7 and 8: tile_blocks, 9 and 10: DA_BAR_OUT) */
+#define DA_BAR_TURN 2     /* named barriers 2 to 1 + NCWG: the consumer warpgroups' turns (1: DA_SYNC_COMPUTE,
+                             4 to 6: classify's reductions, 7 and 8: tile_blocks, both sparse only,
+                             where NCWG <= 2; 9 to 8 + NCWG: DA_BAR_OUT) */
 #define DA_WS_ARGS , P, bars
 struct da_pipe { /* the next tile's stage and the parity of that stage's current use */
   int st;
@@ -612,11 +613,14 @@ struct da_pipe { /* the next tile's stage and the parity of that stage's current
 __device__ __forceinline__ void da_pipe_next(da_pipe &P) {
   if (++P.st == STAGES) P.st = 0, P.ph ^= 1;
 }
+/* The turn goes round: warpgroup w waits on barrier DA_BAR_TURN + w, then hands over to
+ * w + 1 (mod NCWG); each barrier holds the two warpgroups that meet there (256 threads). */
 __device__ __forceinline__ void da_turn_begin() {
-  if (NCWG == 2) da_named_sync(DA_BAR_TURN + (da_ct() >> 7), NCT);
+  if (NCWG > 1) da_named_sync(DA_BAR_TURN + (da_ct() >> 7), 256);
 }
 __device__ __forceinline__ void da_turn_end() {
-  if (NCWG == 2) da_named_arrive(DA_BAR_TURN + ((da_ct() >> 7) ^ 1), NCT);
+  const int wg = da_ct() >> 7; /* (wg + 1) % NCWG as ptxas takes it best: % cost a sparse kernel a spill */
+  if (NCWG > 1) da_named_arrive(DA_BAR_TURN + (NCWG == 2 ? wg ^ 1 : wg + 1 == NCWG ? 0 : wg + 1), 256);
 }
 
 /* bars: the full barriers of K and of V, then the empty ones, STAGES each */
@@ -908,10 +912,10 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   (void)lane, (void)warp;
 {% end %}
 {% if p.wg_ws then %}
-  /* consumer warpgroup 0 takes the first turn: warpgroup 1 hands it over (an arrive by
+  /* consumer warpgroup 0 takes the first turn: the last one hands it over (an arrive by
    * warpgroup 0 itself before its own sync would be two barrier instructions of one warp
    * in one phase, which the ISA warns against) */
-  if (NCWG == 2 && da_ct() >= 128) da_named_arrive(DA_BAR_TURN, NCT);
+  if (NCWG > 1 && da_ct() >> 7 == NCWG - 1) da_named_arrive(DA_BAR_TURN, 256);
 {% end %}
   DA_SYNC_COMPUTE();
 #pragma unroll
