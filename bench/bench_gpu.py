@@ -174,7 +174,7 @@ def main():
     ap.add_argument("--profile", action="store_true",
                     help="also record each dilattn variant's kernels and their device time per call (torch.profiler)")
     ap.add_argument("--tiles", default="64x0,128x0,128x32,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,"
-                                       "0x0:wgmma-ws,128x64:wgmma-ws,192x0:wgmma-ws",
+                                       "0x0:wgmma-ws,128x64:wgmma-ws,192x0:wgmma-ws,0x0:wgmma-ws-p2",
                     help="extra dilattn variants timed beside the default: "
                          "TILE_QxTILE_K[:wgmma|:wgmma-overlap|:wgmma-ws] (0: planner's choice for that field; "
                          ":wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
@@ -248,7 +248,7 @@ def main():
                 tq, tk = (int(x) for x in shape.split("x"))
                 saved = os.environ.get("DILATTN_TEMPLATE_DIR")
                 try:
-                    mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4}[path]
+                    mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4, "wgmma-ws-p2": 5}[path]
                     use = lib
                     if tag == "lib":  # @lib: the baseline's library (an A/B in one process)
                         if not base_lib:

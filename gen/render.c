@@ -118,10 +118,10 @@ static int push_render_fn(lua_State *L) {
   return 1;
 }
 
-static const char *const MMA_NAMES[5] = {"", "sync", "wgmma", "wgmma-overlap", "wgmma-ws"};
-const char *da__cuda_mma_name(int cuda_mma) { return cuda_mma >= 1 && cuda_mma <= 4 ? MMA_NAMES[cuda_mma] : "sync"; }
+static const char *const MMA_NAMES[6] = {"", "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2"};
+const char *da__cuda_mma_name(int cuda_mma) { return cuda_mma >= 1 && cuda_mma <= 5 ? MMA_NAMES[cuda_mma] : "sync"; }
 int da__cuda_mma_parse(const char *name) {
-  for (int i = 1; i <= 4; i++)
+  for (int i = 1; i <= 5; i++)
     if (name && !strcmp(name, MMA_NAMES[i])) return i;
   return 0;
 }
@@ -135,9 +135,9 @@ static int check_opts(const da_context *ctx, const da__render_opts *o) {
   DA_RETURN_IF(o->tile_q < 0 || o->tile_q > 256, DA_ERR_INVALID_ARGUMENT, "tile_q: %d is out of range (1 to 256)", o->tile_q);
   DA_RETURN_IF(o->tile_k < 0 || o->tile_k > 1024, DA_ERR_INVALID_ARGUMENT, "tile_k: %d is out of range (1 to 1024)", o->tile_k);
   DA_RETURN_IF(o->fused_min_queries < 0, DA_ERR_INVALID_ARGUMENT, "fused_min_queries: %d is negative", o->fused_min_queries);
-  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 4, DA_ERR_INVALID_ARGUMENT,
-               "cuda_mma: %d is not 0 (default), 1 (mma.sync), 2 (wgmma), 3 (wgmma, overlapped) or 4 (wgmma, "
-               "warp-specialized)",
+  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 5, DA_ERR_INVALID_ARGUMENT,
+               "cuda_mma: %d is not 0 (default), 1 (mma.sync), 2 (wgmma), 3 (wgmma, overlapped), 4 (wgmma, "
+               "warp-specialized) or 5 (warp-specialized, P double-buffered)",
                o->cuda_mma);
   return DA_OK;
 }

@@ -37,7 +37,7 @@ DA_HIDDEN void da__rendered_free(da__rendered *r);
  * 128 (the planner's rule, gen/lua/planner.lua plan_cuda). */
 DA_HIDDEN int da__wgmma_serves(const da_spec *spec);
 /* The names of da_plan_options.cuda_mma 1..4 (gen --mma, DILATTN_CUDA_MMA, the planner's
- * opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws". parse: 0 for any other text. */
+ * opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2" (1..5). parse: 0 for any other text. */
 DA_HIDDEN const char *da__cuda_mma_name(int cuda_mma);
 DA_HIDDEN int da__cuda_mma_parse(const char *name);
 

@@ -280,8 +280,10 @@ typedef struct {
                             experimental), 4 = wgmma warp-specialized: a producer warpgroup
                             loads K / V, the consumer warpgroups (tile_q 64: one, two CTAs
                             per SM; 128, the default: two; 192: three, not under a sparse
-                            layout) take turns on the tensor cores (same conditions).
-                            Ignored by the host backend. */
+                            layout) take turns on the tensor cores (same conditions);
+                            5 = 4 with P in two register sets, a tile's exps under the P V of
+                            the tile before (tile_q 128, not under a sparse layout;
+                            experimental). Ignored by the host backend. */
 } da_plan_options;
 
 /* da_plan_create with tunables (opts may be NULL). When opts is NULL or its tunables are

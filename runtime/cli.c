@@ -57,8 +57,8 @@ static int fail(int code, const char *fmt, ...) {
 
 static int usage(void) {
   fputs("usage:\n"
-        "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [--mma sync|wgmma] [-o DIR] [--report]\n"
-        "               [--compile] [--bundle NAME]\n"
+        "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
+        "               [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2] [--compile] [--bundle NAME]\n"
         "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "               [--backend auto|host|cuda]\n"
         "  dilattn tune  CONFIG.json... --seq-len N [--batch B] [--backend auto|host|cuda] [-o RESULTS.csv]\n"
@@ -202,7 +202,8 @@ static int cmd_gen(int argc, char **argv) {
   da_plan_options gopts;
   memset(&gopts, 0, sizeof gopts);
   if (mma && !da__cuda_mma_parse(mma))
-    return fail(EXIT_INPUT, "--mma %s: expected sync (mma.sync, the default), wgmma, wgmma-overlap or wgmma-ws (sm_90 only)",
+    return fail(EXIT_INPUT,
+                "--mma %s: expected sync (mma.sync, the default), wgmma, wgmma-overlap, wgmma-ws or wgmma-ws-p2 (sm_90 only)",
                 mma);
   if (mma && !cuda) return fail(EXIT_INPUT, "--mma %s: only the cuda target has tensor-core paths", mma);
   gopts.cuda_mma = mma ? da__cuda_mma_parse(mma) : 0;

@@ -317,7 +317,7 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
  * (the plan memo keeps it). */
 #define DEFAULT_WGMMA 4
 
-/* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws: its variants): CUDA plans the wgmma
+/* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws, wgmma-ws-p2: its variants): CUDA plans the wgmma
  * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) take it unless opts
  * sets a tunable (tile sizes, strategy or instruction: a caller or the tuner that chose
  * them gets what it chose). Returns opts or *eff. Any other value than those, "sync", "auto"
@@ -333,13 +333,16 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   if (*auto_mma || !strcmp(env, "sync")) return DA_OK;
   const int mma = da__cuda_mma_parse(env); /* sync (1) returned above */
   DA_RETURN_IF(mma < 2, DA_ERR_INVALID_ARGUMENT,
-               "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws, sync or auto (the default)", env);
+               "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws, wgmma-ws-p2, sync or auto (the default)",
+               env);
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;
   if (!da__cuda_wgmma_device_serves(ctx, spec)) return DA_OK;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  eff->cuda_mma = mma;
+  /* wgmma-ws-p2 has no sparse form (planner.lua): those plans take wgmma-ws */
+  const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
+  eff->cuda_mma = mma == 5 && sparse ? 4 : mma;
   *res = eff;
   return DA_OK;
 }

@@ -275,16 +275,17 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
         n++;
       }
     }
-  /* ... and with three consumer warpgroups (tile_q 192), not under a sparse layout (the
-   * planner refuses it there) */
+  /* ... with three consumer warpgroups (tile_q 192), and with P double-buffered (cuda_mma
+   * 5), not under a sparse layout (the planner refuses both there) */
   if (cuda && da__cuda_wgmma_device_serves(ctx, &s) &&
       (s.sparsity.layout == DA_LAYOUT_NONE || s.sparsity.layout == DA_LAYOUT_DENSE))
-    for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
-      c[n].o.tile_q = 192;
-      c[n].o.fused_min_queries = multi ? fmins[f] : 0;
-      c[n].o.cuda_mma = 4;
-      n++;
-    }
+    for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++)
+      for (int v = 0; v < 2 && n < MAX_CAND; v++) { /* and the P double-buffered one (5), 128 rows */
+        c[n].o.tile_q = v ? 128 : 192;
+        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
+        c[n].o.cuda_mma = v ? 5 : 4;
+        n++;
+      }
   for (int i = 0; i < n; i++) {
     da__tune_record *r = &c[i].rec;
     snprintf(r->spec_hash, sizeof r->spec_hash, "%s", hash);

@@ -26,7 +26,8 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
  * variant that serves s (2, 3, 4), else 2; elsewhere all 0 (the planner's defaults). */
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
 /* bs_wgmma_options, with tile_q 192 (the warp-specialized kernel's three consumer
- * warpgroups) dropped to the planner's choice under a sparse layout, where it is refused. */
+ * warpgroups) dropped to the planner's choice, and cuda_mma 5 (wgmma-ws-p2) to 4 with it,
+ * under a sparse layout, where they are refused. */
 da_plan_options bs_ws192_options(const da_spec *s, const da_plan_options *base);
 
 /* The wgmma path (cuda_mma = mma) through run, whose user is a da_plan_options that run

@@ -102,7 +102,8 @@ def test_gen_wgmma(tmp):
         except (ValueError, KeyError, IndexError) as ex:
             check(False, f"gen --mma wgmma output: {ex}: {out}")
         # the variants: their own kernel names, sm_90a, no spill, no serialized wgmma
-        for mma, suffix, threads in (("wgmma-overlap", "_wgmmao", (128, 256)), ("wgmma-ws", "_wgmmaw", (256, 384))):
+        for mma, suffix, threads in (("wgmma-overlap", "_wgmmao", (128, 256)), ("wgmma-ws", "_wgmmaw", (256, 384)),
+                                     ("wgmma-ws-p2", "_wgmmaw2", (384,))):
             rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", mma, "--report", "-o", d)
             try:
                 rep = json.loads(out.strip().splitlines()[0])
@@ -277,7 +278,7 @@ def test_bad_inputs(tmp):
     # a CUDA environment variable with a value it does not take: refused on any backend
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "fast"})
     check(rc == 2 and "DILATTN_CUDA_MMA=fast" in err and not os.path.exists(out), f"DILATTN_CUDA_MMA=fast: {rc} {err}")
-    for val, mma in (("wgmma", 2), ("wgmma-overlap", 3), ("wgmma-ws", 4), ("auto", 4), ("sync", 1)):
+    for val, mma in (("wgmma", 2), ("wgmma-overlap", 3), ("wgmma-ws", 4), ("wgmma-ws-p2", 5), ("auto", 4), ("sync", 1)):
         rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": val})
         try:
             summary = json.loads(so)

@@ -420,6 +420,18 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
     da_plan_options o = {128, 0, 0, 0, mma};
     bs_check(ctx, &s, 1, 1100, 800 + (uint64_t)i, "wgmma, 128-row tiles", run_emu, &o);
   }
+  if (mma == 4) { /* P in two register sets (wgmma-ws-p2, cuda_mma 5): its exps under the P V before */
+    da_plan_options p2 = {128, 0, 0, 0, 5};
+    bs_golden(ctx, golden, "cuda-emu wgmma-ws-p2", run_emu_ws192, &p2);
+    bs_random(ctx, 240, 8, 400, run_emu_ws192, &p2);
+    bs_ramp(ctx, run_emu_ws192, &p2);
+    for (int i = 0; i < 4; i++) { /* full 128-row tiles, even and odd numbers of key tiles (the two sets) */
+      da_spec s;
+      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 512, 1024);
+      s.causal = i % 3 == 0;
+      bs_check(ctx, &s, 1, i < 2 ? 1024 : 1100, 840 + (uint64_t)i, "wgmma-ws-p2, 128-row tiles", run_emu, &p2);
+    }
+  }
   if (mma == 4) { /* three consumer warpgroups (tile_q 192): the turn goes round three */
     da_plan_options o192 = {192, 0, 0, 0, 4};
     bs_golden(ctx, golden, "cuda-emu wgmma-ws 192", run_emu_ws192, &o192);

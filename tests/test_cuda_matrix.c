@@ -127,11 +127,17 @@ static void build_matrix(int n) {
       if ((k + 1) % 2 == 0) j->opts.tile_q = 64;
       if (((k + 1) / 2) % 2) j->opts.tile_k = 64;
     }
-    /* every fourth: three consumer warpgroups (tile_q 192; not under a sparse layout) */
-    if (k % 4 == 1 && njobs < MAX_SPECS && (s->sparsity.layout == DA_LAYOUT_NONE || s->sparsity.layout == DA_LAYOUT_DENSE)) {
+    /* every fourth: three consumer warpgroups (tile_q 192), and another the P double-buffered
+     * variant (cuda_mma 5); neither under a sparse layout */
+    const int dense = s->sparsity.layout == DA_LAYOUT_NONE || s->sparsity.layout == DA_LAYOUT_DENSE;
+    if (k % 4 == 1 && njobs < MAX_SPECS && dense) {
       job_t *j = clone_job(i);
       j->opts.cuda_mma = 4;
       j->opts.tile_q = 192;
+    }
+    if (k % 4 == 3 && njobs < MAX_SPECS && dense) {
+      job_t *j = clone_job(i);
+      j->opts.cuda_mma = 5;
     }
   }
   /* dilated-sparse layouts with several strides on the fused LongNet 2-branch tiling: the
@@ -279,7 +285,7 @@ int main(int argc, char **argv) {
   pthread_t th[2];
   for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, NULL);
   for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
-  int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0, variants[5] = {0, 0, 0, 0, 0};
+  int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0, variants[6] = {0, 0, 0, 0, 0, 0};
   for (int i = 0; i < njobs; i++) {
     job_t *j = &jobs[i];
     for (int a = 0; a < 2; a++) {
@@ -298,9 +304,10 @@ int main(int argc, char **argv) {
     if (i % 6 == 0 && j->status[0] == 0) host_check(ctx, j);
   }
   printf("%d specs x 2 archs (wgmma: sm_90a only): fused %d, split %d, single %d; mma %d, wgmma %d (overlapped %d, "
-         "warp-specialized %d), simt %d; max registers %d\n",
-         njobs, strategies[0], strategies[1], strategies[2], paths[0], paths[2], variants[3], variants[4], paths[1], maxregs);
-  TU_CHECK(variants[3] && variants[4], "matrix misses a wgmma variant");
+         "warp-specialized %d, P double-buffered %d), simt %d; max registers %d\n",
+         njobs, strategies[0], strategies[1], strategies[2], paths[0], paths[2], variants[3], variants[4], variants[5],
+         paths[1], maxregs);
+  TU_CHECK(variants[3] && variants[4] && variants[5], "matrix misses a wgmma variant");
   /* the warp-specialized kernel's register pool: only the count its setmaxnreg split needs */
   TU_CHECK(da__cuda_check_regs(ctx, "k", 168, 168) == DA_OK && da__cuda_check_regs(ctx, "k", 0, 200) == DA_OK &&
                da__cuda_check_regs(ctx, "k", 168, 160) == DA_ERR_COMPILE &&
@@ -321,7 +328,8 @@ int main(int argc, char **argv) {
       int tq, tk, mma, d, sparse;
       const char *msg;
     } refused[] = {{192, 0, 4, 64, 1, "sparse layout"}, {192, 0, 2, 64, 0, "tile_q must be"},
-                   {192, 0, 1, 64, 0, "tile_q must be"}, {64, 128, 4, 128, 0, "two CTAs per SM"}};
+                   {192, 0, 1, 64, 0, "tile_q must be"}, {64, 128, 4, 128, 0, "two CTAs per SM"},
+                   {64, 0, 5, 64, 0, "wgmma-ws-p2"}, {0, 0, 5, 64, 1, "wgmma-ws-p2"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
       da_spec t = s;
       t.head_dim = refused[i].d;

@@ -11,7 +11,8 @@
  *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
  *            path (cuda_mma = 2) wherever it applies, tile shapes, N = 1M
  *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
- *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized)
+ *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized), then 192-row tiles and
+ *             cuda_mma = 5 (P double-buffered)
  * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
@@ -293,6 +294,12 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, runner_wgmma);
   bs_ramp(ctx, runner_wgmma, &wg); /* running maxima that grow: both rescale paths */
   test_unaligned(ctx, &wg);
+  if (mma == 4) { /* P in two register sets (wgmma-ws-p2, cuda_mma 5) */
+    da_plan_options p2 = {128, 0, 0, 0, 5};
+    bs_golden(ctx, golden, "cuda wgmma-ws-p2", runner_ws192, &p2);
+    bs_random(ctx, 240, small ? 3 : 12, 1000, runner_ws192, &p2);
+    bs_ramp(ctx, runner_ws192, &p2);
+  }
   if (mma == 4) { /* three consumer warpgroups (tile_q 192) */
     da_plan_options o192 = {192, 0, 0, 0, 4};
     bs_golden(ctx, golden, "cuda wgmma-ws 192", runner_ws192, &o192);

@@ -96,7 +96,7 @@ function M.render(spec, target, opts, spec_json, version, text, chunkname)
     tiles_per_window = p.tiles_per_window or 0,
     window_g = p.window_g,
     cuda_path = p.cuda_path or "",
-    cuda_mma = (p.wg_ws and 4) or (p.wg_overlap and 3) or (p.cuda_path == "wgmma" and 2) or (p.cuda_path == "mma" and 1) or 0,
+    cuda_mma = (p.wg_ws and (p.ws_pbuf2 and 5 or 4)) or (p.wg_overlap and 3) or (p.cuda_path == "wgmma" and 2) or (p.cuda_path == "mma" and 1) or 0,
     branch_w = {},
     branch_tiles = {},
   }

@@ -169,7 +169,9 @@ function M.plan(spec, target, opts)
   p.name = string.format("da_fwd_%s_w%s_r%s_h%d_%d_d%d_%s%s%s_%s", mode, table.concat(ws, "_"),
     table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
     layout_tag(sp), spec.spec_hash:sub(1, 12))
-  if p.wgmma then p.name = p.name .. (p.wg_overlap and "_wgmmao" or p.wg_ws and "_wgmmaw" or "_wgmma") end -- sources can share a folder
+  if p.wgmma then
+    p.name = p.name .. (p.wg_overlap and "_wgmmao" or p.ws_pbuf2 and "_wgmmaw2" or p.wg_ws and "_wgmmaw" or "_wgmma")
+  end -- sources can share a folder
   return p
 end
 
@@ -216,16 +218,21 @@ end
 -- The grid is (query tiles, heads, batch); the runtime sizes x from N with the facts here.
 function M.plan_cuda(p, opts)
   local D = p.D
-  local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap" or opts.mma == "wgmma-ws"
+  local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap" or opts.mma == "wgmma-ws" or opts.mma == "wgmma-ws-p2"
   if opts.mma and not wg and opts.mma ~= "sync" then
-    error("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\" or \"wgmma-ws\"", 0)
+    error("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\", \"wgmma-ws\" or \"wgmma-ws-p2\"", 0)
   end
   -- wgmma-overlap: the next key tile's S = Q K^T in flight during this tile's softmax
   -- (two score register sets, three K / V stages)
   p.wg_overlap = opts.mma == "wgmma-overlap"
   -- wgmma-ws: warp-specialized (a producer warpgroup loads, the consumer warpgroups take
   -- turns on the tensor cores); the key walk runs on both sides without a CTA barrier
-  p.wg_ws = opts.mma == "wgmma-ws"
+  p.wg_ws = opts.mma == "wgmma-ws" or opts.mma == "wgmma-ws-p2"
+  -- wgmma-ws-p2: the same with P in two register sets, so a tile's exps run while the P V
+  -- of the tile before still reads the other (FlashAttention-3 computes them under that
+  -- P V too); 64 more registers of P, which the two- and three-warpgroup consumers at 216
+  -- and 160 registers do not have: 128-row tiles only, not under a sparse layout
+  p.ws_pbuf2 = opts.mma == "wgmma-ws-p2"
   p.stages = (p.wg_overlap or p.wg_ws) and 3 or 2
   if wg and (p.dtype_name == "float32" or (D ~= 64 and D ~= 128)) then
     error("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128", 0)
@@ -261,6 +268,9 @@ function M.plan_cuda(p, opts)
         p.strategy = "split"
         p.tile_q = split_tq
       end
+    end
+    if p.ws_pbuf2 and (p.tile_q ~= 128 or p.sparse) then
+      error("cuda wgmma-ws-p2: needs tile_q 128 and no sparse layout (its second register set of P)", 0)
     end
     if p.tile_q == 192 and p.wg_ws and p.sparse then
       error("cuda wgmma-ws: tile_q 192 (three consumer warpgroups) is not available under a sparse layout "

@@ -692,6 +692,57 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   softmax_exp_pack(S, s, m_use, pa);
   da_pipe pv = P; /* the stage and parity of the tile whose P V is pending */
   da_pipe_next(P);
+{% if p.ws_pbuf2 then %}
+  /* P in two register sets: this tile's P is computed while the tile before's P V still
+   * reads the other (FlashAttention-3 computes its exps under that P V too); the step runs
+   * with its arguments exchanged, as the overlapped loop does with its scores */
+  da_u32 pb[TK / 16][4];
+  auto step = [&](da_u32 (&pc)[TK / 16][4], da_u32 (&pn)[TK / 16][4]) -> bool {
+    if ((c = W.next(c + TK, &cls)) >= kend) return false;
+    da_mbar_wait(FULL_K(P.st), P.ph);
+    da_mbar_wait(FULL_V(pv.st), pv.ph);
+    da_fence_proxy_async();
+    da_turn_begin();
+    da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
+    da_wg_pv_issue(&S.o[0][0][0], pc, da_smem_addr(Vs + pv.st * TK * ROWH));
+    da_turn_end();
+    float corr[MT][2];
+    da_wgmma_wait<1>(); /* this tile's scores; the P V may still run */
+    da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
+    da_mbar_arrive(EMPTY_K(P.st)); /* K goes back to the producer now */
+    wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
+    const bool rescale = softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use, corr);
+    softmax_exp_pack(S, s, m_use, pn); /* under the P V */
+    da_wgmma_wait<0>();
+    da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+    da_mbar_arrive(EMPTY_V(pv.st)); /* V, once its P V is done */
+    if (rescale) softmax_rescale_o(S, corr);
+    pv = P;
+    da_pipe_next(P);
+    return true;
+  };
+  /* the last tile's P V, from the set its P is in */
+  auto last = [&](const da_u32 (&pc)[TK / 16][4]) {
+    da_mbar_wait(FULL_V(pv.st), pv.ph);
+    da_fence_proxy_async();
+    da_turn_begin();
+    da_wg_pv_issue(&S.o[0][0][0], pc, da_smem_addr(Vs + pv.st * TK * ROWH));
+    da_turn_end();
+    da_wgmma_wait<0>();
+    da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
+    da_mbar_arrive(EMPTY_V(pv.st));
+  };
+  for (;;) {
+    if (!step(pa, pb)) {
+      last(pa);
+      return;
+    }
+    if (!step(pb, pa)) {
+      last(pb);
+      return;
+    }
+  }
+{% else %}
   while ((c = W.next(c + TK, &cls)) < kend) {
     da_mbar_wait(FULL_K(P.st), P.ph);
     da_mbar_wait(FULL_V(pv.st), pv.ph);
@@ -726,6 +777,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   da_wgmma_wait<0>();
   da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
   da_mbar_arrive(EMPTY_V(pv.st));
+{% end %}
 }
 {% elseif p.wg_overlap then %}
 /* wgmma, overlapped: tile j+1's S = Q K^T is issued before tile j's softmax, so the
