@@ -183,7 +183,7 @@ da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) 
   return o;
 }
 
-da_plan_options bs_ws192_options(const da_spec *s, const da_plan_options *base) {
+da_plan_options bs_ws_options(const da_spec *s, const da_plan_options *base) {
   da_plan_options o = bs_wgmma_options(s, base);
   if (s->sparsity.layout != DA_LAYOUT_NONE && s->sparsity.layout != DA_LAYOUT_DENSE) {
     if (o.tile_q == 192) o.tile_q = 0;

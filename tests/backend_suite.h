@@ -28,7 +28,7 @@ da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
 /* bs_wgmma_options, with tile_q 192 (the warp-specialized kernel's three consumer
  * warpgroups) dropped to the planner's choice, and cuda_mma 5 (wgmma-ws-p2) to 4 with it,
  * under a sparse layout, where they are refused. */
-da_plan_options bs_ws192_options(const da_spec *s, const da_plan_options *base);
+da_plan_options bs_ws_options(const da_spec *s, const da_plan_options *base);
 
 /* The wgmma path (cuda_mma = mma) through run, whose user is a da_plan_options that run
  * maps with bs_wgmma_options: every golden case, then random specs from first under four

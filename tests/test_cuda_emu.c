@@ -70,11 +70,11 @@ static da_status run_emu_wgmma(void *user, da_context *ctx, const da_spec *s, in
   return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
 }
 
-/* run_emu on the warp-specialized kernel with three consumer warpgroups (user: tile_q 192,
- * cuda_mma 4) where the planner offers it (bs_ws192_options), else as run_emu_wgmma. */
-static da_status run_emu_ws192(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+/* run_emu on a warp-specialized variant the planner offers only without a sparse layout
+ * (user: tile_q 192 with cuda_mma 4, or cuda_mma 5; bs_ws_options), else as run_emu_wgmma. */
+static da_status run_emu_ws(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                                const void *k, const void *v, void *out, float *lse) {
-  da_plan_options o = bs_ws192_options(s, user);
+  da_plan_options o = bs_ws_options(s, user);
   return run_emu(&o, ctx, s, B, N, q, k, v, out, lse);
 }
 
@@ -420,28 +420,29 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
     da_plan_options o = {128, 0, 0, 0, mma};
     bs_check(ctx, &s, 1, 1100, 800 + (uint64_t)i, "wgmma, 128-row tiles", run_emu, &o);
   }
-  if (mma == 4) { /* P in two register sets (wgmma-ws-p2, cuda_mma 5): its exps under the P V before */
-    da_plan_options p2 = {128, 0, 0, 0, 5};
-    bs_golden(ctx, golden, "cuda-emu wgmma-ws-p2", run_emu_ws192, &p2);
-    bs_random(ctx, 240, 8, 400, run_emu_ws192, &p2);
-    bs_ramp(ctx, run_emu_ws192, &p2);
-    for (int i = 0; i < 4; i++) { /* full 128-row tiles, even and odd numbers of key tiles (the two sets) */
+  /* the warp-specialized variants of non-default shape: P in two register sets
+   * (wgmma-ws-p2, its exps under the P V before; full tiles with even and odd numbers of
+   * key tiles exercise both sets) and three consumer warpgroups (tile_q 192, the turn goes
+   * round three; full 192-row tiles and ragged ones) */
+  static const struct {
+    da_plan_options o;
+    const char *name;
+    int first, w0, w1;
+    int64_t n[2];
+  } ws_variants[2] = {{{128, 0, 0, 0, 5}, "wgmma-ws-p2", 240, 512, 1024, {1024, 1100}},
+                      {{192, 0, 0, 0, 4}, "wgmma-ws 192", 230, 768, 1536, {1536, 1000}}};
+  for (int v = 0; v < 2 && mma == 4; v++) {
+    da_plan_options o = ws_variants[v].o;
+    char label[64];
+    snprintf(label, sizeof label, "cuda-emu %s", ws_variants[v].name);
+    bs_golden(ctx, golden, label, run_emu_ws, &o);
+    bs_random(ctx, ws_variants[v].first, 8, 400, run_emu_ws, &o);
+    bs_ramp(ctx, run_emu_ws, &o);
+    for (int i = 0; i < 4; i++) {
       da_spec s;
-      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 512, 1024);
+      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, ws_variants[v].w0, ws_variants[v].w1);
       s.causal = i % 3 == 0;
-      bs_check(ctx, &s, 1, i < 2 ? 1024 : 1100, 840 + (uint64_t)i, "wgmma-ws-p2, 128-row tiles", run_emu, &p2);
-    }
-  }
-  if (mma == 4) { /* three consumer warpgroups (tile_q 192): the turn goes round three */
-    da_plan_options o192 = {192, 0, 0, 0, 4};
-    bs_golden(ctx, golden, "cuda-emu wgmma-ws 192", run_emu_ws192, &o192);
-    bs_random(ctx, 230, 8, 400, run_emu_ws192, &o192);
-    bs_ramp(ctx, run_emu_ws192, &o192);
-    for (int i = 0; i < 4; i++) { /* full 192-row tiles (segments of 768 and 1536) and ragged ones */
-      da_spec s;
-      wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 768, 1536);
-      s.causal = i % 3 == 0;
-      bs_check(ctx, &s, 1, i < 2 ? 1536 : 1000, 820 + (uint64_t)i, "wgmma-ws, 192-row tiles", run_emu, &o192);
+      bs_check(ctx, &s, 1, ws_variants[v].n[i >= 2], (v ? 820 : 840) + (uint64_t)i, label, run_emu, &o);
     }
   }
   for (int i = 0; i < 2; i++) { /* D = 128 with 32-key tiles (a tuner candidate), both dtypes */

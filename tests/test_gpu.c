@@ -94,10 +94,11 @@ static da_status runner_wgmma(void *user, da_context *ctx, const da_spec *s, int
   return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, 0);
 }
 
-/* the warp-specialized kernel with three consumer warpgroups (tile_q 192) where offered */
-static da_status runner_ws192(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+/* a warp-specialized variant the planner offers only without a sparse layout (tile_q 192,
+ * cuda_mma 5) where offered (bs_ws_options) */
+static da_status runner_ws(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                               const void *k, const void *v, void *out, float *lse) {
-  da_plan_options o = bs_ws192_options(s, user);
+  da_plan_options o = bs_ws_options(s, user);
   return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, 0);
 }
 
@@ -294,17 +295,15 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, runner_wgmma);
   bs_ramp(ctx, runner_wgmma, &wg); /* running maxima that grow: both rescale paths */
   test_unaligned(ctx, &wg);
-  if (mma == 4) { /* P in two register sets (wgmma-ws-p2, cuda_mma 5) */
-    da_plan_options p2 = {128, 0, 0, 0, 5};
-    bs_golden(ctx, golden, "cuda wgmma-ws-p2", runner_ws192, &p2);
-    bs_random(ctx, 240, small ? 3 : 12, 1000, runner_ws192, &p2);
-    bs_ramp(ctx, runner_ws192, &p2);
-  }
-  if (mma == 4) { /* three consumer warpgroups (tile_q 192) */
-    da_plan_options o192 = {192, 0, 0, 0, 4};
-    bs_golden(ctx, golden, "cuda wgmma-ws 192", runner_ws192, &o192);
-    bs_random(ctx, 230, small ? 3 : 12, 1000, runner_ws192, &o192);
-    bs_ramp(ctx, runner_ws192, &o192);
+  /* P in two register sets (wgmma-ws-p2, cuda_mma 5) and three consumer warpgroups (tile_q 192) */
+  static const da_plan_options ws_variants[2] = {{128, 0, 0, 0, 5}, {192, 0, 0, 0, 4}};
+  for (int v = 0; v < 2 && mma == 4; v++) {
+    da_plan_options o = ws_variants[v];
+    char vlabel[64];
+    snprintf(vlabel, sizeof vlabel, "cuda %s", v ? "wgmma-ws 192" : "wgmma-ws-p2");
+    bs_golden(ctx, golden, vlabel, runner_ws, &o);
+    bs_random(ctx, v ? 230 : 240, small ? 3 : 12, 1000, runner_ws, &o);
+    bs_ramp(ctx, runner_ws, &o);
   }
   if (!small) test_long(ctx, 1 << 20, 8, 64, mma, what);
 }

@@ -333,9 +333,15 @@ function M.plan_cuda(p, opts)
       -- warp-specialized: the consumers hold 232 registers (setmaxnreg), room for 128 keys
       -- at D = 128 too (three stages there: 225 KiB of shared memory); not under a sparse
       -- layout (208 registers, see setmaxnreg below)
-      p.tile_k = opts.tile_k or
-        (((D <= 64 or (p.wg_ws and not p.sparse and p.min_blocks == 1 and p.tile_q == 128)) and not p.wg_overlap
-          and not (p.tile_q == 192 and (p.causal or D > 64))) and 128 or 64)
+      local k128
+      if p.wg_overlap then
+        k128 = false
+      elseif p.tile_q == 192 then -- the three-warpgroup consumers' 160 registers
+        k128 = D <= 64 and not p.causal
+      else
+        k128 = D <= 64 or (p.wg_ws and not p.sparse and p.tile_q == 128)
+      end
+      p.tile_k = opts.tile_k or (k128 and 128 or 64)
     elseif p.tile_q == 128 then
       -- not under a sparse layout above D = 32: the layout's predicate and verdicts leave no
       -- room (255 registers and 140 to 308 bytes spilled at D = 48 / 64 with 8 to 12

@@ -389,17 +389,6 @@ __device__ __forceinline__ void mask_partial(float (&s)[MT][NT_S][4], int wr0, i
 #define DA_MAX_SLACK 8.0f
 static_assert(DA_MAX_SLACK < 16.0f, "P = exp2(s - m) must stay below fp16's largest value (65504)");
 
-/* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
- * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
- * them, the output too; m_use gets what softmax_exp subtracts. wcls 0 (none of the warp's
- * rows sees a key of the tile) comes here only from the wgmma loops, whose mma take the
- * warp's rows along: the partial-tile mask masks every score (warp_tile_class's reasons are
- * its own), so P = 0 on the path every tile takes (P = 0 as a select, or on a branch of its
- * own, made ptxas zero every P register on every tile: 16 to 45 instructions). Where no
- * row's maximum grew by more than DA_MAX_SLACK nothing changes (m_use is the kept
- * maximum). With corr_out the output is left alone (a wgmma may still accumulate into it)
- * and its rescale goes there: apply it (softmax_rescale_o) where this returns true.
- * Warp-uniform. */
 /* t[0] = the maximum of t[0 .. N-1], as a balanced tree (any N; t is clobbered) */
 template <int N> struct da_tree_max {
   static __device__ __forceinline__ void run(float *t) {
@@ -413,6 +402,17 @@ template <> struct da_tree_max<1> {
   static __device__ __forceinline__ void run(float *) {}
 };
 
+/* Mask (wcls 2: partial tile) and the first half of the online softmax (base 2) of one key
+ * tile's scores s for this warp's rows: the new row maxima, S's max and sum rescaled to
+ * them, the output too; m_use gets what softmax_exp subtracts. wcls 0 (none of the warp's
+ * rows sees a key of the tile) comes here only from the wgmma loops, whose mma take the
+ * warp's rows along: the partial-tile mask masks every score (warp_tile_class's reasons are
+ * its own), so P = 0 on the path every tile takes (P = 0 as a select, or on a branch of its
+ * own, made ptxas zero every P register on every tile: 16 to 45 instructions). Where no
+ * row's maximum grew by more than DA_MAX_SLACK nothing changes (m_use is the kept
+ * maximum). With corr_out the output is left alone (a wgmma may still accumulate into it)
+ * and its rescale goes there: apply it (softmax_rescale_o) where this returns true.
+ * Warp-uniform. */
 __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4], int wcls, int wr0, int lane, da_i64 c0,
                                             da_i64 kend, da_i64 a0, da_i64 astride, int nq DA_SPARSE_ARGS_DECL,
                                             float (&m_use)[MT][2], float (*corr_out)[2] = nullptr) {
@@ -692,13 +692,11 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   softmax_exp_pack(S, s, m_use, pa);
   da_pipe pv = P; /* the stage and parity of the tile whose P V is pending */
   da_pipe_next(P);
-{% if p.ws_pbuf2 then %}
-  /* P in two register sets: this tile's P is computed while the tile before's P V still
-   * reads the other (FlashAttention-3 computes its exps under that P V too); the step runs
-   * with its arguments exchanged, as the overlapped loop does with its scores */
-  da_u32 pb[TK / 16][4];
-  auto step = [&](da_u32 (&pc)[TK / 16][4], da_u32 (&pn)[TK / 16][4]) -> bool {
-    if ((c = W.next(c + TK, &cls)) >= kend) return false;
+  /* tile c with P of the tile before in pc, its own P into pn. wgmma-ws-p2 (p.ws_pbuf2):
+   * pn is the other register set, so this tile's exps run while the P V before still reads
+   * pc (FlashAttention-3 computes them under that P V too); else pn is pc, written once
+   * that P V is done. */
+  auto step = [&](da_u32 (&pc)[TK / 16][4], da_u32 (&pn)[TK / 16][4]) {
     da_mbar_wait(FULL_K(P.st), P.ph);
     da_mbar_wait(FULL_V(pv.st), pv.ph);
     da_fence_proxy_async();
@@ -710,16 +708,27 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     da_wgmma_wait<1>(); /* this tile's scores; the P V may still run */
     da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
     da_mbar_arrive(EMPTY_K(P.st)); /* K goes back to the producer now */
-    wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
+{% if p.sparse then %}
+    /* this tile's own (captured, ptxas re-derived the verdict addresses: +66 instructions) */
+    unsigned char *blk_ok = blk_bufs[P.nv++ & 1];
+    da_idx kb_first;
+    int nkb;
+    tile_blocks(blk_ok, br, A, c, kend, a0, astride, nq, cls, &kb_first, &nkb);
+{% end %}
+    const int wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
     const bool rescale = softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use, corr);
+{% if p.ws_pbuf2 then %}
     softmax_exp_pack(S, s, m_use, pn); /* under the P V */
+{% end %}
     da_wgmma_wait<0>();
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
     da_mbar_arrive(EMPTY_V(pv.st)); /* V, once its P V is done */
     if (rescale) softmax_rescale_o(S, corr);
+{% if not p.ws_pbuf2 then %}
+    softmax_exp_pack(S, s, m_use, pn);
+{% end %}
     pv = P;
     da_pipe_next(P);
-    return true;
   };
   /* the last tile's P V, from the set its P is in */
   auto last = [&](const da_u32 (&pc)[TK / 16][4]) {
@@ -732,51 +741,17 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
     da_mbar_arrive(EMPTY_V(pv.st));
   };
-  for (;;) {
-    if (!step(pa, pb)) {
-      last(pa);
-      return;
-    }
-    if (!step(pb, pa)) {
-      last(pb);
-      return;
-    }
+{% if p.ws_pbuf2 then %}
+  da_u32 pb[TK / 16][4];
+  for (;;) { /* the sets alternate: the step runs with its arguments exchanged */
+    if ((c = W.next(c + TK, &cls)) >= kend) return last(pa);
+    step(pa, pb);
+    if ((c = W.next(c + TK, &cls)) >= kend) return last(pb);
+    step(pb, pa);
   }
 {% else %}
-  while ((c = W.next(c + TK, &cls)) < kend) {
-    da_mbar_wait(FULL_K(P.st), P.ph);
-    da_mbar_wait(FULL_V(pv.st), pv.ph);
-    da_fence_proxy_async();
-    da_turn_begin();
-    da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
-    da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pv.st * TK * ROWH));
-    da_turn_end();
-    float corr[MT][2];
-    da_wgmma_wait<1>(); /* this tile's scores; the P V may still run */
-    da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
-    da_mbar_arrive(EMPTY_K(P.st)); /* K goes back to the producer now */
-{% if p.sparse then %}
-    blk_ok = blk_bufs[P.nv++ & 1];
-    tile_blocks(blk_ok, br, A, c, kend, a0, astride, nq, cls, &kb_first, &nkb);
-{% end %}
-    wcls = warp_tile_class(cls, warp, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS);
-    const bool rescale = softmax_max(S, s, wcls, wr0, lane, c, kend, a0, astride, nq DA_SPARSE_ARGS, m_use, corr);
-    da_wgmma_wait<0>();
-    da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
-    da_mbar_arrive(EMPTY_V(pv.st)); /* V, once its P V is done */
-    if (rescale) softmax_rescale_o(S, corr);
-    softmax_exp_pack(S, s, m_use, pa);
-    pv = P;
-    da_pipe_next(P);
-  }
-  da_mbar_wait(FULL_V(pv.st), pv.ph);
-  da_fence_proxy_async();
-  da_turn_begin();
-  da_wg_pv_issue(&S.o[0][0][0], pa, da_smem_addr(Vs + pv.st * TK * ROWH));
-  da_turn_end();
-  da_wgmma_wait<0>();
-  da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
-  da_mbar_arrive(EMPTY_V(pv.st));
+  while ((c = W.next(c + TK, &cls)) < kend) step(pa, pa);
+  last(pa);
 {% end %}
 }
 {% elseif p.wg_overlap then %}
