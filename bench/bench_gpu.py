@@ -176,7 +176,8 @@ def main():
     ap.add_argument("--tiles", default="64x0,128x0,128x32,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,"
                                        "0x0:wgmma-ws,128x64:wgmma-ws,192x0:wgmma-ws,0x0:wgmma-ws-p2",
                     help="extra dilattn variants timed beside the default: "
-                         "TILE_QxTILE_K[:wgmma|:wgmma-overlap|:wgmma-ws] (0: planner's choice for that field; "
+                         "TILE_QxTILE_K[:wgmma|:wgmma-overlap|:wgmma-ws|:wgmma-ws-p2][/fused|/split] (0: planner's "
+                         "choice for that field; /fused, /split: that strategy where the spec allows it; "
                          ":wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
                          "during the softmax, :wgmma-ws warp-specialized; a trailing @base renders it from "
                          "--base-templates instead, for an A/B of template changes in one process, @lib plans it "
@@ -244,6 +245,7 @@ def main():
             profiled = [(row, run_ours)]  # profiled after every timing of the row (--profile)
             for spec_t in filter(None, args.tiles.split(",")):
                 variant, _, tag = spec_t.partition("@")
+                variant, _, strat = variant.partition("/")  # /fused or /split: that strategy
                 shape, _, path = variant.partition(":")
                 tq, tk = (int(x) for x in shape.split("x"))
                 saved = os.environ.get("DILATTN_TEMPLATE_DIR")
@@ -258,7 +260,8 @@ def main():
                         if tag != "base" or not args.base_templates:
                             raise ValueError(f"@{tag}: @base with --base-templates, or @lib with --base-lib")
                         os.environ["DILATTN_TEMPLATE_DIR"] = args.base_templates
-                    vplan = use.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, cuda_mma=mma)
+                    fmq = {"": 0, "fused": 1, "split": 1 << 30}[strat]  # da_plan_options.fused_min_queries
+                    vplan = use.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, fused_min_queries=fmq, cuda_mma=mma)
                 except Exception as e:  # noqa: BLE001 - recorded, not fatal
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue
@@ -272,7 +275,7 @@ def main():
                 torch.cuda.synchronize()
                 verr = (out.float() - ref_out.float()).abs().max().item()
                 t_v = time_cuda(run_v, args.reps)
-                row["tile_variants"][spec_t] = dict(kernel=vplan.kernel, valid=verr <= 1e-2 * v.abs().max().item(),
+                row["tile_variants"][spec_t] = dict(kernel=vplan.kernel, strategy=vplan.strategy, valid=verr <= 1e-2 * v.abs().max().item(),
                                                     max_err=verr, ms=t_v[0], tflops=flops / t_v[0] / 1e9)
                 if args.profile:
                     profiled.append((row["tile_variants"][spec_t], run_v))

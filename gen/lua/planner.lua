@@ -251,6 +251,10 @@ function M.plan_cuda(p, opts)
     local function default_tq(strategy)
       if not wg then return M.cuda_default_tile_q(p, strategy) end
       if p.lcm_r > 4096 then return 64 end
+      -- three consumer warpgroups at D = 64 without a causal mask: 1.03x to 1.17x the two
+      -- at N = 65536 on an H200 (dense 2048, LongNet 2- and 5-branch); causal (64-key tiles
+      -- there) 0.69x to 0.79x, D = 128 0.90x (bench/results/gpu-h200-ebf7fe1.md)
+      if p.wg_ws and D == 64 and not p.causal and not p.sparse and not p.ws_pbuf2 then return 192 end
       if p.wg_ws then return 128 end -- two consumer warpgroups: the variant's point
       return M.tile_fill(p, strategy or p.strategy, 128) >= 7 / 8 and 128 or 64
     end
