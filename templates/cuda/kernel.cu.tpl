@@ -365,6 +365,27 @@ __device__ __forceinline__ void softmax_rescale_o(da_state &S, const float (&cor
  * verdict) become -inf. */
 __device__ __forceinline__ void mask_partial(float (&s)[MT][NT_S][4], int wr0, int lane, da_i64 c0, da_i64 kend, da_i64 a0,
                                               da_i64 astride, int nq DA_SPARSE_ARGS_DECL) {
+{% if not p.sparse then %}
+  /* Without a layout a row sees the keys c0 + col with col <= lim (c < kend and, causal,
+   * c <= a; none past nq): one limit per fragment row, clamped to the tile, so each score
+   * is a compare with a constant (64-bit positions per score left ptxas 48 bytes short of
+   * the three-consumer kernel's 160 registers with 128-key causal tiles). */
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+      const int row = wr0 + mt * 16 + da_frag_c_row(lane, 2 * hf);
+      da_i64 last = kend - 1;
+      if (CAUSAL) last = min(last, a0 + (da_i64)row * astride);
+      const int lim = row < nq ? (int)max(min(last - c0, (da_i64)TK), (da_i64)-1) : -1;
+      const int rel = lim - da_frag_c_col(lane, 0); /* col = nt * 8 + e + da_frag_c_col(lane, 0) */
+#pragma unroll
+      for (int nt = 0; nt < NT_S; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          if (nt * 8 + e > rel) s[mt][nt][2 * hf + e] = -INFINITY;
+    }
+{% else %}
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -373,12 +394,10 @@ __device__ __forceinline__ void mask_partial(float (&s)[MT][NT_S][4], int wr0, i
       for (int j = 0; j < 4; j++) {
         int row = wr0 + mt * 16 + da_frag_c_row(lane, j);
         da_idx c = (da_idx)c0 + nt * 8 + da_frag_c_col(lane, j), a = (da_idx)a0 + (da_idx)row * (da_idx)astride;
-        bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a);
-{% if p.sparse then %}
-        ok = ok && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
-{% end %}
+        bool ok = row < nq && c < (da_idx)kend && (!CAUSAL || c <= a) && blk_ok[row * BLK_COLS + (c / BLOCK - kb_first)];
         if (!ok) s[mt][nt][j] = -INFINITY;
       }
+{% end %}
 }
 
 /* A row keeps its running maximum until a key tile raises it by more than this (base-2
