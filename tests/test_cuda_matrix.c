@@ -342,6 +342,34 @@ int main(int argc, char **argv) {
                "refused shape %zu: status %d, %s", i, (int)st, da_context_last_error(ctx));
     }
   }
+  /* the warp-specialized defaults measured on an H200 (bench/results/gpu-h200-ebf7fe1.md):
+   * three consumer warpgroups at D = 64 without a causal mask or a layout, and the fused
+   * strategy kept there unless split fills 10 points more of its rows */
+  {
+    static const struct {
+      int nb, d, causal, sparse, tq;
+      const char *strategy;
+    } defaults[] = {{1, 64, 0, 0, 192, "single"}, {2, 64, 0, 0, 192, "fused"}, {5, 64, 0, 0, 192, "fused"},
+                    {2, 64, 1, 0, 128, "fused"},  {5, 64, 1, 0, 128, "split"}, {2, 128, 0, 0, 128, "fused"},
+                    {2, 64, 0, 1, 128, "fused"}};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+      da_spec t;
+      da_spec_init(&t);
+      t.num_branches = defaults[i].nb;
+      static const int64_t sw[5] = {2048, 4096, 8192, 16384, 32768}, sr[5] = {1, 2, 4, 6, 12};
+      memcpy(t.segment_lengths, sw, sizeof sw), memcpy(t.dilation_rates, sr, sizeof sr);
+      t.num_heads = t.num_kv_heads = 8, t.head_dim = defaults[i].d, t.dtype = DA_DTYPE_FLOAT16;
+      t.causal = defaults[i].causal;
+      if (defaults[i].sparse) t.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, t.sparsity.block = 64, t.sparsity.window = 1;
+      da_plan_options o = {0, 0, 0, 0, 4};
+      da__rendered r;
+      da_status st = da__render_ex(ctx, &t, DA_TARGET_CUDA, &o, &r);
+      TU_CHECK(st == DA_OK && r.tile_q == defaults[i].tq && !strcmp(r.strategy, defaults[i].strategy),
+               "default %zu: status %d, tile_q %d (want %d), %s (want %s)", i, (int)st, st == DA_OK ? r.tile_q : 0,
+               defaults[i].tq, st == DA_OK ? r.strategy : "-", defaults[i].strategy);
+      if (st == DA_OK) da__rendered_free(&r);
+    }
+  }
   TU_CHECK(njobs >= 200 || n < 200, "matrix has %d specs", njobs);
   TU_CHECK((strategies[0] && strategies[1] && strategies[2] && paths[0] && paths[1] && paths[2]) || n < 50,
            "matrix misses a strategy or path");
