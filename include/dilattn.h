@@ -279,8 +279,10 @@ typedef struct {
                             scores issued before this tile's softmax (same conditions;
                             experimental), 4 = wgmma warp-specialized: a producer warpgroup
                             loads K / V, the consumer warpgroups (tile_q 64: one, two CTAs
-                            per SM; 128, the default: two; 192: three, not under a sparse
-                            layout) take turns on the tensor cores (same conditions);
+                            per SM; 128: two, the default with a causal mask, a sparse
+                            layout or head_dim 128; 192: three, the default otherwise, not
+                            under a sparse layout) take turns on the tensor cores (same
+                            conditions);
                             5 = 4 with P in two register sets, a tile's exps under the P V of
                             the tile before (tile_q 128, not under a sparse layout;
                             experimental). Ignored by the host backend. */
