@@ -174,7 +174,7 @@ def main():
     ap.add_argument("--profile", action="store_true",
                     help="also record each dilattn variant's kernels and their device time per call (torch.profiler)")
     ap.add_argument("--tiles", default="64x0,128x0,128x32,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,"
-                                       "0x0:wgmma-ws,128x64:wgmma-ws,192x0:wgmma-ws,0x0:wgmma-ws-p2",
+                                       "128x0:wgmma-ws,128x64:wgmma-ws,192x0:wgmma-ws,0x0:wgmma-ws-p2",
                     help="extra dilattn variants timed beside the default: "
                          "TILE_QxTILE_K[:wgmma|:wgmma-overlap|:wgmma-ws|:wgmma-ws-p2][/fused|/split] (0: planner's "
                          "choice for that field; /fused, /split: that strategy where the spec allows it; "
