@@ -368,8 +368,8 @@ __device__ __forceinline__ void mask_partial(float (&s)[MT][NT_S][4], int wr0, i
 {% if not p.sparse then %}
   /* Without a layout a row sees the keys c0 + col with col <= lim (c < kend and, causal,
    * c <= a; none past nq): one limit per fragment row, clamped to the tile, so each score
-   * is a compare with a constant (64-bit positions per score left ptxas 48 bytes short of
-   * the three-consumer kernel's 160 registers with 128-key causal tiles). */
+   * is a compare with a constant, not two 64-bit compares (the causal warp-specialized key
+   * loop: 736 -> 669 SASS instructions; 1.00x to 1.03x on an H200, within noise). */
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
