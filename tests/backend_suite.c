@@ -146,6 +146,31 @@ void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint
   free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
 }
 
+void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label) {
+  /* residue classes of gcd(w) / lcm(r) = 64 or 128 rows, one tile each, over more key tiles
+   * (5 to 10) than the kernel has stages, so the producer waits on the stages' releases */
+  static const struct {
+    int tq;
+    int64_t w0, w1, cls;
+  } shapes[3] = {{192, 1024, 2048, 64}, {192, 2048, 4096, 128}, {128, 1024, 2048, 64}};
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; i < 4; i++) {
+      da_spec s;
+      da_spec_init(&s);
+      s.num_branches = 2;
+      s.segment_lengths[0] = shapes[t].w0, s.segment_lengths[1] = shapes[t].w1;
+      s.dilation_rates[0] = 2, s.dilation_rates[1] = 16;
+      s.num_heads = s.num_kv_heads = 1;
+      s.head_dim = i < 2 ? 64 : 128;
+      s.dtype = i & 1 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+      s.causal = i % 3 == 0;
+      da_plan_options o = {shapes[t].tq, 0, 0, 0, 4};
+      char what[96];
+      snprintf(what, sizeof what, "%s, %d-row tiles of %lld-row classes", label, shapes[t].tq, (long long)shapes[t].cls);
+      bs_check(ctx, &s, 1, 2 * shapes[t].w1 + shapes[t].cls / 2 + 5, 860 + 4 * (uint64_t)t + (uint64_t)i, what, run, &o);
+    }
+}
+
 void bs_ramp(da_context *ctx, bs_runner run, void *user) {
   for (int i = 0; i < 4; i++) {
     da_spec s;

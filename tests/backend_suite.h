@@ -61,4 +61,12 @@ void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint
  * sums the dot products in float32.) */
 void bs_ramp(da_context *ctx, bs_runner run, void *user);
 
+/* The warp-specialized kernel (cuda_mma 4) on tiles that leave consumer warpgroups
+ * without a query row (residue classes of 64 and 128 rows in 192- and 128-row tiles, more
+ * key tiles than stages, a ragged tail window; both dtypes, head_dim 64 and 128, causal and
+ * not): where the planner
+ * lets those leave (p.ws_skip_idle), the turns and the stages' releases go round the rest.
+ * run applies bs_ws_options to its user, a da_plan_options. */
+void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label);
+
 #endif

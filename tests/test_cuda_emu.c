@@ -17,7 +17,7 @@
  * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128), with
  * one and two warpgroups per CTA and both key tiles; wgmma-overlap: the same with
  * cuda_mma = 3 (the next tile's scores in flight during the softmax).
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|all] [FIRST COUNT]
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|idle-wgs|all] [FIRST COUNT]
  *      (wgmma-random FIRST COUNT replays random specs on the wgmma path)
  * (ctest runs the golden cases and shards of the random specs). */
 #include <dlfcn.h>
@@ -431,6 +431,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
     int64_t n[2];
   } ws_variants[2] = {{{128, 0, 0, 0, 5}, "wgmma-ws-p2", 240, 512, 1024, {1024, 1100}},
                       {{192, 0, 0, 0, 4}, "wgmma-ws 192", 230, 768, 1536, {1536, 1000}}};
+  if (mma == 4) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws");
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v].o;
     char label[64];
@@ -495,6 +496,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "wgmma-overlap")) test_wgmma_suite(ctx, argv[2], 3); /* the same, overlapped */
   if (all || !strcmp(which, "wgmma-ws")) test_wgmma_suite(ctx, argv[2], 4);      /* the same, warp-specialized */
+  if (!strcmp(which, "idle-wgs")) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws"); /* that suite's idle-warpgroup part */
   if (all || !strcmp(which, "tiles")) { /* 32 query rows per warp (tile_q 128), 32-key tiles */
     da_plan_options dflt = {0, 0, 0, 0, 0}, k64 = {0, 64, 0, 0, 0};
     bs_random(ctx, 100, 10, 400, run_emu_tq128, &dflt);

@@ -347,6 +347,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   test_unaligned(ctx, &wg);
   /* P in two register sets (wgmma-ws-p2, cuda_mma 5) and three consumer warpgroups (tile_q 192) */
   static const da_plan_options ws_variants[2] = {{128, 0, 0, 0, 5}, {192, 0, 0, 0, 4}};
+  if (mma == 4) bs_idle_wgs(ctx, runner_ws, "cuda wgmma-ws");
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v];
     char vlabel[64];

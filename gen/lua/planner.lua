@@ -193,6 +193,30 @@ function M.tile_fill(p, strategy, tq)
   return padded > 0 and rows / padded or 1
 end
 
+-- Fraction of the consumer warpgroups (64 rows each, tq / 64 a tile) that the tiles of tq
+-- rows a strategy forms leave without a query row (same tiles as tile_fill's).
+function M.idle_share(p, strategy, tq)
+  local wgs, idle = tq // 64, 0
+  local function tiles(count, n)
+    local full, rest = count // tq, count % tq
+    local last = rest > 0 and wgs - (rest + 63) // 64 or 0
+    return n * (full + (rest > 0 and 1 or 0)) * wgs, n * last
+  end
+  local slots = 0
+  if strategy == "fused" then
+    for c = 0, p.lcm_r - 1 do
+      local a, b = tiles((p.window_g - c + p.lcm_r - 1) // p.lcm_r, 1)
+      slots, idle = slots + a, idle + b
+    end
+  else
+    for _, br in ipairs(p.branches) do
+      local a, b = tiles(br.lmax, 1)
+      slots, idle = slots + a, idle + b
+    end
+  end
+  return slots > 0 and idle / slots or 0
+end
+
 -- Default CUDA query tile of the mma path: 128 rows (32 per warp) for D <= 64 when the
 -- tiles the strategy forms lose at most 1/8 of their rows to padding, else 64. With 16
 -- rows per warp each ldmatrix of K or V (512 bytes of shared memory, ~4 cycles of an SM's
@@ -320,6 +344,11 @@ function M.plan_cuda(p, opts)
       p.min_blocks = 2
       p.setmaxnreg = {40, 216, launch = 128}
     end
+    -- idle consumer warpgroups leave their tiles (kernel.cu.tpl DA_KEPT_WGS) where the full
+    -- windows' tiles leave at least 1 in 20 of them idle (LongNet 2-branch in 192-row tiles:
+    -- 1 in 9); elsewhere the key loop keeps its constant hand-over (7 to 25 SASS instructions
+    -- a tile fewer). Not under a sparse layout: its reductions and verdicts stay as they are.
+    p.ws_skip_idle = p.wg_ws and p.tile_q > 64 and not p.sparse and M.idle_share(p, p.lcm_r > 4096 and "split" or p.strategy, p.tile_q) >= 0.05
     if p.setmaxnreg then
       -- the consumers' setmaxnreg.inc waits until the pool (threads x launch) has their registers
       assert(128 * p.setmaxnreg[1] + (p.threads - 128) * p.setmaxnreg[2] <= p.threads * p.setmaxnreg.launch)

@@ -632,14 +632,34 @@ struct da_pipe { /* the next tile's stage and the parity of that stage's current
 __device__ __forceinline__ void da_pipe_next(da_pipe &P) {
   if (++P.st == STAGES) P.st = 0, P.ph ^= 1;
 }
-/* The turn goes round: warpgroup w waits on barrier DA_BAR_TURN + w, then hands over to
- * w + 1 (mod NCWG); each barrier holds the two warpgroups that meet there (256 threads). */
-__device__ __forceinline__ void da_turn_begin() {
-  if (NCWG > 1) da_named_sync(DA_BAR_TURN + (da_ct() >> 7), 256);
+/* The consumer warpgroups a tile of nq query rows keeps. Where the planner expects many
+ * tiles with a warpgroup none of whose rows is a query (p.ws_skip_idle: the last tile of
+ * each residue class or segment; 1024 rows in 192-row tiles leave two of three idle), those
+ * help load Q, then leave (run_tile), so the rest have the tensor cores to themselves: the
+ * turns go round the kept ones and the empty barriers count only their threads. Elsewhere
+ * every warpgroup stays (an idle one computes rows nobody stores): the hand-over from nq
+ * costs the key loop 7 to 25 SASS instructions a tile. */
+{% if p.ws_skip_idle then %}
+#define DA_KEPT_WGS(nq) min(NCWG, ((nq) + 63) >> 6)
+{% else %}
+#define DA_KEPT_WGS(nq) NCWG
+{% end %}
+/* The turn goes round the kept warpgroups: warpgroup w waits on barrier DA_BAR_TURN + w,
+ * then hands over to the next (w + 1, the last kept one to 0); each barrier holds the two
+ * warpgroups that meet there (256 threads); one warpgroup alone takes no turns. */
+__device__ __forceinline__ void da_turn_begin(int nq) {
+  (void)nq;
+  if (NCWG > 1 && DA_KEPT_WGS(nq) > 1) da_named_sync(DA_BAR_TURN + (da_ct() >> 7), 256);
 }
-__device__ __forceinline__ void da_turn_end() {
-  const int wg = da_ct() >> 7; /* (wg + 1) % NCWG as ptxas takes it best: % cost a sparse kernel a spill */
+__device__ __forceinline__ void da_turn_end(int nq) {
+  const int wg = da_ct() >> 7;
+{% if p.ws_skip_idle then %}
+  const int kept = DA_KEPT_WGS(nq);
+  if (NCWG > 1 && kept > 1) da_named_arrive(DA_BAR_TURN + (wg + 1 >= kept ? 0 : wg + 1), 256);
+{% else %}
+  (void)nq; /* (wg + 1) % NCWG as ptxas takes it best: % cost a sparse kernel a spill */
   if (NCWG > 1) da_named_arrive(DA_BAR_TURN + (NCWG == 2 ? wg ^ 1 : wg + 1 == NCWG ? 0 : wg + 1), 256);
+{% end %}
 }
 
 /* bars: the full barriers of K and of V, then the empty ones, STAGES each */
@@ -696,9 +716,9 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
    * retires: it serializes them, C7514) */
   da_mbar_wait(FULL_K(P.st), P.ph); /* K of tile c has landed */
   da_fence_proxy_async();           /* ... and wgmma (the async proxy) sees it */
-  da_turn_begin();
+  da_turn_begin(nq);
   da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
-  da_turn_end();
+  da_turn_end(nq);
   da_wgmma_wait<0>();
   da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
   da_mbar_arrive(EMPTY_K(P.st));
@@ -719,10 +739,10 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
     da_mbar_wait(FULL_K(P.st), P.ph);
     da_mbar_wait(FULL_V(pv.st), pv.ph);
     da_fence_proxy_async();
-    da_turn_begin();
+    da_turn_begin(nq);
     da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
     da_wg_pv_issue(&S.o[0][0][0], pc, da_smem_addr(Vs + pv.st * TK * ROWH));
-    da_turn_end();
+    da_turn_end(nq);
     float corr[MT][2];
     da_wgmma_wait<1>(); /* this tile's scores; the P V may still run */
     da_wgmma_fence_operand<NT_S * 4>(&s[0][0][0]);
@@ -753,9 +773,9 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   auto last = [&](const da_u32 (&pc)[TK / 16][4]) {
     da_mbar_wait(FULL_V(pv.st), pv.ph);
     da_fence_proxy_async();
-    da_turn_begin();
+    da_turn_begin(nq);
     da_wg_pv_issue(&S.o[0][0][0], pc, da_smem_addr(Vs + pv.st * TK * ROWH));
-    da_turn_end();
+    da_turn_end(nq);
     da_wgmma_wait<0>();
     da_wgmma_fence_operand<NT_O * 4>(&S.o[0][0][0]);
     da_mbar_arrive(EMPTY_V(pv.st));
@@ -961,7 +981,7 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   /* consumer warpgroup 0 takes the first turn: the last one hands it over (an arrive by
    * warpgroup 0 itself before its own sync would be two barrier instructions of one warp
    * in one phase, which the ISA warns against) */
-  if (NCWG > 1 && da_ct() >> 7 == NCWG - 1) da_named_arrive(DA_BAR_TURN, 256);
+  if (NCWG > 1 && DA_KEPT_WGS(T.nq) > 1 && da_ct() >> 7 == DA_KEPT_WGS(T.nq) - 1) da_named_arrive(DA_BAR_TURN, 256);
 {% end %}
   DA_SYNC_COMPUTE();
 #pragma unroll
@@ -1233,7 +1253,7 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
 {% if p.wg_ws then %}
   __shared__ da_u64 bars[4 * STAGES]; /* full K, full V: the producer's arrivals; empty K, empty V: the consumers' */
   if (threadIdx.x == 0)
-    for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : NCT);
+    for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : DA_KEPT_WGS(T.nq) * 128);
   __syncthreads(); /* the last CTA barrier: producer and consumers go their own ways */
   da_pipe P = {0, 0, 0};
   if (threadIdx.x < DA_PRODUCERS) {
@@ -1253,6 +1273,9 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
 {% end %}
   da_state S;
   tile_begin(S, Qs, A, b, h, T);
+{% if p.ws_skip_idle then %}
+  if (da_ct() >> 7 >= DA_KEPT_WGS(T.nq)) return; /* none of its rows is a query (DA_KEPT_WGS) */
+{% end %}
   each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
     attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq DA_WS_ARGS);
   });
