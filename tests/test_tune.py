@@ -49,6 +49,13 @@ try:
     check(sum(r["best"] == "best" for r in rows) == 1, "exactly one best candidate")
     check({r["strategy"] for r in rows if r["status"] == "ok"} >= {"fused", "split"}, "both strategies swept")
     check(all(float(r["median_ms"]) > 0 for r in rows if r["status"] == "ok"), "timings recorded")
+    # a candidate that renders the default's kernel (host: 32 x 64, the default's tiles) is
+    # not timed again: it carries that kernel's timing and says so
+    same = [r for r in rows if r["label"].startswith("the kernel of candidate ")]
+    check(any(r["tile_q"] == "32" and r["tile_k"] == "64" for r in same), f"32 x 64 timed again: {same}")
+    for r in same:
+        j = int(r["label"].split()[4].rstrip(","))
+        check(rows[j]["median_ms"] == r["median_ms"] and rows[j]["strategy"] == r["strategy"], f"{r} against {rows[j]}")
     check(open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", "plot is a PNG")
     lines = open(db).read().splitlines()
     check(json.loads(lines[0]).get("dilattn_tuning_db") == 1, "database header")
