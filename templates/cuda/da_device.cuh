@@ -25,6 +25,9 @@ struct alignas(16) da_u32x4 { /* 16 bytes: one vector load or store */
 struct alignas(8) da_f32x2 { /* 8 bytes: one vector load or store */
   float x, y;
 };
+struct alignas(16) da_f32x4 { /* 16 bytes of floats: one vector load */
+  float x, y, z, w;
+};
 
 #if defined(__CUDACC__)
 #define DA_HD __host__ __device__ __forceinline__
@@ -393,6 +396,12 @@ __device__ __forceinline__ void da_st_f16(void *p, da_i64 i, float x) {
 __device__ __forceinline__ void da_st_bf16(void *p, da_i64 i, float x) {
   DA_CHECK_GLOBAL((da_u16 *)p + i, 2, 1);
   ((da_u16 *)p)[i] = da_f32_to_bf16(x);
+}
+/* 16 bytes from global memory; p must be 16-byte aligned */
+__device__ __forceinline__ da_f32x4 da_ld_f32x4(const float *p) {
+  DA_CHECK_GLOBAL(p, 16, 0);
+  DA_CHECK_ALIGNED(p, 16);
+  return *(const da_f32x4 *)p;
 }
 /* 16 bytes to global memory; p must be 16-byte aligned */
 __device__ __forceinline__ void da_st_v16(void *p, const da_u32x4 &v) {
