@@ -409,6 +409,13 @@ __device__ __forceinline__ void da_st_v16(void *p, const da_u32x4 &v) {
   DA_CHECK_ALIGNED(p, 16);
   *(da_u32x4 *)p = v;
 }
+/* 16 bytes (8 halves) to global memory with 2-byte stores: p need only be element-aligned */
+__device__ __forceinline__ void da_st_v16_halves(da_u16 *p, const da_u32x4 &v) {
+  DA_CHECK_GLOBAL(p, 16, 1);
+  const da_u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 8; e++) p[e] = (da_u16)(w[e >> 1] >> (16 * (e & 1)));
+}
 /* 8 halves global -> shared with 2-byte loads (any element-aligned source); zeros when
  * !valid. The fallback of da_cp_async16 for tensors that do not allow 16-byte accesses. */
 __device__ __forceinline__ void da_copy16_sync(void *smem, const void *gmem, bool valid) {

@@ -1043,14 +1043,8 @@ __device__ __forceinline__ void tile_store_out(const da_state &S, const float (&
     if (row >= T.nq) break; /* rows grow with i */
     const da_u32x4 v = *(const da_u32x4 *)(Qs + DA_CHUNK(TQ, row, c));
     da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)row * T.pstep) * A.out_stride[1] + c * 8;
-    if (A.out16) {
-      da_st_v16(dst, v);
-    } else { /* element-aligned out: 2-byte stores */
-      DA_CHECK_GLOBAL(dst, 16, 1);
-      const da_u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int e = 0; e < 8; e++) dst[e] = (da_u16)(w[e >> 1] >> (16 * (e & 1)));
-    }
+    if (A.out16) da_st_v16(dst, v);
+    else da_st_v16_halves(dst, v); /* element-aligned out */
   }
 }
 
@@ -1379,14 +1373,8 @@ extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
   const da_u32x4 v = {DA_PACK(w0.x / OUT_DIVISOR, w0.y / OUT_DIVISOR), DA_PACK(w0.z / OUT_DIVISOR, w0.w / OUT_DIVISOR),
                       DA_PACK(w1.x / OUT_DIVISOR, w1.y / OUT_DIVISOR), DA_PACK(w1.z / OUT_DIVISOR, w1.w / OUT_DIVISOR)};
   da_u16 *dst = (da_u16 *)A.out + o + d0;
-  if (A.out16) {
-    da_st_v16(dst, v);
-  } else {
-    DA_CHECK_GLOBAL(dst, 16, 1);
-    const da_u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 8; e++) dst[e] = (da_u16)(w[e >> 1] >> (16 * (e & 1)));
-  }
+  if (A.out16) da_st_v16(dst, v);
+  else da_st_v16_halves(dst, v);
 {% else %}
   for (int d = d0; d < d1; d++) ST(A.out, o + d, ws[d] / OUT_DIVISOR);
 {% end %}
