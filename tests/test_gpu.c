@@ -239,9 +239,11 @@ static void test_long(da_context *ctx, int64_t N, int H, int D, int cuda_mma, co
     r = da_plan_execute(plan, &a);
     if (r == DA_OK) r = da__cuda_sync(ctx, dev, NULL);
     TU_CHECK(r == DA_OK, "%s: execute: %s", what, da_context_last_error(ctx));
-    if (r == DA_OK) r = da__cuda_memcpy_dtoh(ctx, dev, out, dout, bytes);
-    if (r == DA_OK) r = da__cuda_memcpy_dtoh(ctx, dev, lse, dlse, (size_t)H * (size_t)N * 4);
-    TU_CHECK(r == DA_OK, "%s: copy back: %s", what, da_context_last_error(ctx));
+    if (r == DA_OK) {
+      r = da__cuda_memcpy_dtoh(ctx, dev, out, dout, bytes);
+      if (r == DA_OK) r = da__cuda_memcpy_dtoh(ctx, dev, lse, dlse, (size_t)H * (size_t)N * 4);
+      TU_CHECK(r == DA_OK, "%s: copy back: %s", what, da_context_last_error(ctx));
+    }
     if (r == DA_OK) {
       long_window jobs[2];
       pthread_t th[2];
