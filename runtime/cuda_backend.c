@@ -24,6 +24,7 @@ struct da__cuda_plan {
   int heads, head_dim, elem_size;
   da__cuda_kernel k[DA_CUDA_K_COUNT];
   void *dmasks;     /* device: pointer table followed by the masks */
+  int pdl;          /* launches after a sequence's first are programmatic dependent ones */
 };
 
 da_status da__cuda_backend_available(const da_context *ctx) {
@@ -153,6 +154,11 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   p->heads = spec->num_heads;
   p->head_dim = spec->head_dim;
   p->elem_size = spec->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+  /* programmatic dependent launches: for plans of several launches, on sm_90 or later, and
+   * only for kernels whose source waits for the launch before them (a kernel without
+   * griddepcontrol.wait launched so would race it; compiled for an older arch it has none) */
+  p->pdl = strcmp(r->strategy, "fused") && da__cuda_pdl(dev) && atoi(arch + 3) >= 90 &&
+           r->source && strstr(r->source, "griddepcontrol.wait") != NULL;
   da_status st = DA_OK;
   for (int i = 0; i < DA_CUDA_K_COUNT && st == DA_OK; i++) {
     const char *suffix = da__cuda_kernel_suffix(r->strategy, i);
@@ -250,13 +256,21 @@ typedef struct {
   const da_context *ctx;
   da__cuda_plan *p;
   void *stream;
+  int launches; /* so far in this sequence */
 } driver_launch;
 
+/* Every launch of a sequence but the first is a programmatic dependent one where the plan
+ * allows (p->pdl): it may start while the launch before it finishes, running up to its
+ * griddepcontrol.wait (kernel.cu.tpl da_grid_wait), so one branch's key loops overlap the
+ * last wave of the branch before. The first waits for everything before it on the stream,
+ * an earlier execution's _finish reading the same workspace say. */
 static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
                                   unsigned smem, da__cuda_args *a) {
   driver_launch *d = user;
   void *params[] = {a};
-  return da__cuda_launch(d->ctx, d->p->dev, &d->p->k[which], gx, gy, gz, threads, 1, 1, smem, d->stream, params);
+  const int dependent = d->p->pdl && d->launches++ > 0;
+  return da__cuda_launch_ex(d->ctx, d->p->dev, &d->p->k[which], gx, gy, gz, threads, 1, 1, smem, d->stream, params,
+                            dependent);
 }
 
 da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args) {
@@ -289,7 +303,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
       a.ws = owned;
     }
   }
-  driver_launch d = {ctx, p, stream};
+  driver_launch d = {ctx, p, stream, 0};
   da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, &a, launch_on_driver, &d);
   if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
     da_status s2 = da__cuda_sync(ctx, p->dev, stream);

@@ -68,6 +68,9 @@ struct da__cuda {
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, CUstream, void **, void **);
+  /* programmatic dependent launch (CUDA 12+; optional) */
+  CUresult (*LaunchKernelEx)(const da__cu_launch_config *, CUfunction, void **, void **);
+  int cc_major;
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);                  /* cuMemAlloc_v2 */
   CUresult (*MemFree)(CUdeviceptr);                             /* cuMemFree_v2 */
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);    /* cuMemcpyHtoD_v2 */
@@ -187,6 +190,7 @@ static void cuda_init(void) {
     load_sym(c->dl, "cuMemFreeAsync", &c->MemFreeAsync, unused, sizeof unused);
     load_sym(c->dl, "cuDeviceGetDefaultMemPool", &c->DeviceGetDefaultMemPool, unused, sizeof unused);
     load_sym(c->dl, "cuMemPoolSetAttribute", &c->MemPoolSetAttribute, unused, sizeof unused);
+    load_sym(c->dl, "cuLaunchKernelEx", &c->LaunchKernelEx, unused, sizeof unused);
   }
   if (!ok) {
     g_status = DA_ERR_UNSUPPORTED;
@@ -219,6 +223,7 @@ static void cuda_init(void) {
                             c->device) != CUDA_SUCCESS)
     c->smem_optin = DA__DEFAULT_DYN_SMEM;
   snprintf(c->arch, sizeof c->arch, "sm_%d%d", major, minor);
+  c->cc_major = major;
   if (c->DeviceGetName(c->name, (int)sizeof c->name, c->device) != CUDA_SUCCESS)
     snprintf(c->name, sizeof c->name, "CUDA device 0");
   c->name[sizeof c->name - 1] = '\0';
@@ -341,6 +346,37 @@ da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da__cuda_ker
   return da__set_error(ctx, DA_ERR_DEVICE,
                        "CUDA: cuLaunchKernel(grid %ux%ux%u, block %ux%ux%u, %u bytes smem) failed: "
                        "%d (%s: %s)", gx, gy, gz, bx, by, bz, dyn_smem, r, name, text);
+}
+
+int da__cuda_pdl(const da__cuda *c) {
+  const char *env = getenv("DILATTN_PDL");
+  return c && c->LaunchKernelEx && c->cc_major >= 9 && !(env && !strcmp(env, "0"));
+}
+
+da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k, unsigned gx,
+                             unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned dyn_smem,
+                             void *stream, void **params, int dependent) {
+  if (!dependent || !c || !c->LaunchKernelEx)
+    return da__cuda_launch(ctx, c, k, gx, gy, gz, bx, by, bz, dyn_smem, stream, params);
+  DA_RETURN_IF(!k || !k->function, DA_ERR_INVALID_ARGUMENT, "cuda: launch of no kernel");
+  DA_RETURN_IF(!gx || !gy || !gz || !bx || !by || !bz, DA_ERR_INVALID_ARGUMENT,
+               "cuda: empty launch grid %ux%ux%u block %ux%ux%u", gx, gy, gz, bx, by, bz);
+  da__cu_launch_attribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = DA__CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmatic_stream_serialization_allowed = 1;
+  const da__cu_launch_config cfg = {gx, gy, gz, bx, by, bz, dyn_smem, stream, &attr, 1};
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUresult r = c->LaunchKernelEx(&cfg, k->function, params, NULL);
+  leave(c, pushed);
+  if (r == CUDA_SUCCESS) return DA_OK;
+  const char *name, *text;
+  error_text(c, r, &name, &text);
+  return da__set_error(ctx, DA_ERR_DEVICE,
+                       "CUDA: cuLaunchKernelEx(grid %ux%ux%u, block %ux%ux%u, %u bytes smem, programmatic "
+                       "stream serialization; DILATTN_PDL=0 turns it off) failed: %d (%s: %s)",
+                       gx, gy, gz, bx, by, bz, dyn_smem, r, name, text);
 }
 
 da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void **dptr) {

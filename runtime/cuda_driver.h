@@ -43,6 +43,35 @@ DA_HIDDEN da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da
                                     unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                     unsigned by, unsigned bz, unsigned dyn_smem, void *stream,
                                     void **params);
+/* The same, as a programmatic dependent launch when dependent (cuLaunchKernelEx with
+ * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): the kernel may start while the
+ * one before it on the stream finishes, and must run griddepcontrol.wait before it touches
+ * what that one writes (or reads and it writes). Only where da__cuda_pdl says so. */
+DA_HIDDEN da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k,
+                                       unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                       unsigned bz, unsigned dyn_smem, void *stream, void **params, int dependent);
+/* Whether programmatic dependent launches are available: an sm_90 or later device whose
+ * driver has cuLaunchKernelEx, unless DILATTN_PDL=0. */
+DA_HIDDEN int da__cuda_pdl(const da__cuda *c);
+
+/* cuda.h's CUlaunchAttribute and CUlaunchConfig (64-bit ABI), mirrored: cuda.h is never
+ * included here (test_cuda_abi compares the two where the toolkit is installed). */
+#define DA__CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+typedef struct {
+  int id;
+  char pad[4];
+  union {
+    char pad[64];
+    unsigned long long align;
+    int programmatic_stream_serialization_allowed;
+  } value;
+} da__cu_launch_attribute;
+typedef struct {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem_bytes;
+  void *stream;
+  da__cu_launch_attribute *attrs;
+  unsigned num_attrs;
+} da__cu_launch_config;
 
 /* Device memory; the device pointer (CUdeviceptr) is carried as void*. 0 bytes gives
  * NULL and DA_OK; freeing NULL does nothing. */

@@ -13,7 +13,7 @@
  *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
  *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized), then 192-row tiles and
  *             cuda_mma = 5 (P double-buffered)
- * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <math.h>
@@ -363,6 +363,58 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   if (!small) test_long(ctx, 1 << 20, 8, 64, mma, what);
 }
 
+/* Programmatic dependent launches (split and single plans on sm_90 and later): the plan
+ * with them gives the same bits as the same plan with DILATTN_PDL=0, over back-to-back
+ * executions sharing one workspace on one stream (a launch touching memory before its
+ * griddepcontrol.wait would race the launch before it). Both plans in one context: the
+ * switch is read when a plan is created. */
+static void test_pdl(da_context *ctx) {
+  static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 5;
+  memcpy(s.segment_lengths, w, sizeof w), memcpy(s.dilation_rates, r, sizeof r);
+  s.num_heads = s.num_kv_heads = 2, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = 1;
+  const int64_t N = 2 * 32768 + 1000, n = N * 2 * 64, reps = 20;
+  printf("pdl: %s\n", da__cuda_pdl(dev) ? "programmatic dependent launches available" : "not available here");
+  const char *was = getenv("DILATTN_PDL");
+  char saved[16] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  da_plan *on = NULL, *off = NULL;
+  da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &on);
+  setenv("DILATTN_PDL", "0", 1);
+  if (st == DA_OK) st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &off);
+  if (was) setenv("DILATTN_PDL", saved, 1);
+  else unsetenv("DILATTN_PDL");
+  TU_CHECK(st == DA_OK && !strcmp(da_plan_strategy(on), "split"), "pdl: plans: %s", da_context_last_error(ctx));
+  uint16_t *hq = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * (reps + 1));
+  void *dq = NULL, *dout = NULL, *dlse = NULL;
+  if (st == DA_OK && hq && ho) {
+    uint64_t seed = 11;
+    for (int64_t i = 0; i < n; i++) tu_store(DA_DTYPE_FLOAT16, hq, i, 2 * tu_uniform(&seed) - 1);
+    st = da__cuda_malloc(ctx, dev, (size_t)n * 2, &dq);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2 * (reps + 1), &dout);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)(2 * N) * 4, &dlse);
+    if (st == DA_OK) st = da__cuda_memcpy_htod(ctx, dev, dq, hq, (size_t)n * 2);
+    /* the reference run without, then reps runs with, one after the other on the stream */
+    for (int i = 0; i <= reps && st == DA_OK; i++) {
+      da_args a;
+      da_args_init(&a, &s, 1, N, dq, dq, dq, (char *)dout + (size_t)i * (size_t)n * 2, dlse);
+      st = da_plan_execute(i ? on : off, &a);
+    }
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * (reps + 1));
+    TU_CHECK(st == DA_OK, "pdl: runs: %s", da_context_last_error(ctx));
+    int differ = 0;
+    for (int i = 1; i <= reps && st == DA_OK; i++) differ += memcmp(ho, ho + (size_t)i * (size_t)n, (size_t)n * 2) != 0;
+    TU_CHECK(st == DA_OK && differ == 0, "pdl: %d of %lld runs differ from the run without", differ, (long long)reps);
+    if (st == DA_OK) printf("pdl: %lld runs of a split plan, bitwise the same as without\n", (long long)reps);
+  }
+  da__cuda_free(dev, dq), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
+  free(hq), free(ho);
+  da_plan_destroy(on), da_plan_destroy(off);
+}
+
 int main(int argc, char **argv) {
   const char *golden = argc > 1 ? argv[1] : "../shared/golden";
   const char *which = argc > 2 ? argv[2] : "all";
@@ -385,6 +437,7 @@ int main(int argc, char **argv) {
     bs_ramp(ctx, runner, NULL); /* running maxima that grow: both rescale paths */
   }
   if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, NULL);
+  if (all || small || !strcmp(which, "pdl")) test_pdl(ctx);
   if ((all || small || !strcmp(which, "sync")) && da__cuda_wgmma_arch(da__cuda_arch(dev))) {
     /* the default above was the wgmma path: mma.sync too */
     bs_golden(ctx, golden, "cuda sync", runner_sync, NULL);

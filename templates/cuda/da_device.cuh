@@ -397,6 +397,22 @@ __device__ __forceinline__ void da_st_bf16(void *p, da_i64 i, float x) {
   DA_CHECK_GLOBAL((da_u16 *)p + i, 2, 1);
   ((da_u16 *)p)[i] = da_f32_to_bf16(x);
 }
+/* Programmatic dependent launch (sm_90 and later; nothing elsewhere, and in the emulator,
+ * which runs the launches one after the other): launch_dependents lets the next launch of
+ * the stream start once every CTA of this one has called it; wait blocks until the launch
+ * before this one has finished and its memory is visible. A kernel the runtime launches
+ * as a dependent one (cuda_backend.c launch_on_driver) must wait before it touches global
+ * memory that launch writes, or reads where this one writes. */
+__device__ __forceinline__ void da_grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void da_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 /* 16 bytes from global memory; p must be 16-byte aligned */
 __device__ __forceinline__ da_f32x4 da_ld_f32x4(const float *p) {
   DA_CHECK_GLOBAL(p, 16, 0);

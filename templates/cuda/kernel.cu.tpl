@@ -1273,6 +1273,9 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
   each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
     attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq DA_WS_ARGS);
   });
+{% if p.strategy ~= "fused" then %}
+  da_grid_wait(); /* the launch before (a dependent one): out, lse and the workspace are written after it */
+{% end %}
   tile_end(S, Qs, A, b, h, T, mode);
 }
 
@@ -1307,6 +1310,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 /* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
 extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(const da_cuda_args A) {
   DA_SMEM_DECL
+  da_grid_launch_dependents(); /* the next launch may start its CTAs as this one's last wave runs */
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
   const int br = A.branch;
   int k = 0;
@@ -1351,6 +1355,8 @@ __device__ __forceinline__ da_i64 da_out_row(const da_cuda_args &A, da_i64 pos) 
 extern "C" __global__ void {{ p.name }}_init(const da_cuda_args A) {
   da_i64 row, pos;
   int d0, d1;
+  da_grid_launch_dependents();
+  da_grid_wait(); /* a dependent launch: the launch before writes the rows */
   if (!da_row_chunk(A, row, pos, d0, d1)) return;
   float *ws = da_ws_out(A, row);
   for (int d = d0; d < d1; d++) ws[d] = 0.f;
@@ -1361,6 +1367,8 @@ extern "C" __global__ void {{ p.name }}_init(const da_cuda_args A) {
 extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
   da_i64 row, pos;
   int d0, d1;
+  da_grid_launch_dependents();
+  da_grid_wait(); /* a dependent launch: the launch before writes the rows */
   if (!da_row_chunk(A, row, pos, d0, d1)) return;
   const float *ws = da_ws_out(A, row);
   const da_i64 o = da_out_row(A, pos);
@@ -1387,6 +1395,8 @@ extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
 extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
   da_i64 row, pos;
   int d0, d1;
+  da_grid_launch_dependents();
+  da_grid_wait(); /* a dependent launch: the launch before writes the rows */
   if (!da_row_chunk(A, row, pos, d0, d1)) return;
   const da_i64 o = da_out_row(A, pos);
   for (int d = d0; d < d1; d++) ST(A.out, o + d, 0.f);
