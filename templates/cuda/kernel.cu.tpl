@@ -1310,19 +1310,23 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 /* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
 extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(const da_cuda_args A) {
   DA_SMEM_DECL
-  da_grid_launch_dependents(); /* the next launch may start its CTAs as this one's last wave runs */
+  /* the next launch may start its CTAs as this one's last wave runs. Every CTA waits for
+   * the launch before (da_grid_wait) before it exits, those without a tile too, so this
+   * launch completes only after that one has: a wait in the next launch then covers the
+   * whole chain */
+  da_grid_launch_dependents();
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
   const int br = A.branch;
   int k = 0;
   while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
-  if (k == HEAD_NBR[h]) return; /* this head does not use the branch (grouped mode) */
+  if (k == HEAD_NBR[h]) return da_grid_wait(); /* this head does not use the branch (grouped mode) */
   const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
   const da_i64 tps = BR_TILES_PER_SEG[br], seg = blockIdx.x / tps;
   const da_i64 a0 = (CAUSAL ? tps - 1 - blockIdx.x % tps : blockIdx.x % tps) * (da_i64)TQ; /* causal: heaviest first */
   const da_i64 s0 = seg * w;
-  if (s0 >= A.seq_len) return;
+  if (s0 >= A.seq_len) return da_grid_wait();
   const da_i64 L = da_class_len(br, s0, off, A.seq_len);
-  if (a0 >= L) return;
+  if (a0 >= L) return da_grid_wait();
   da_qtile T;
   T.nq = (int)min((da_i64)TQ, L - a0);
   T.pos0 = s0 + off + a0 * r;
