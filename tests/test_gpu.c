@@ -381,9 +381,10 @@ static void test_pdl(da_context *ctx) {
   char saved[16] = "";
   if (was) snprintf(saved, sizeof saved, "%s", was);
   da_plan *on = NULL, *off = NULL;
-  da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &on);
+  const da_plan_options split = {0, 0, 1 << 30, 0, 0}; /* split on every device (fused_min_queries) */
+  da_status st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &on);
   setenv("DILATTN_PDL", "0", 1);
-  if (st == DA_OK) st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &off);
+  if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &off);
   if (was) setenv("DILATTN_PDL", saved, 1);
   else unsetenv("DILATTN_PDL");
   TU_CHECK(st == DA_OK && !strcmp(da_plan_strategy(on), "split"), "pdl: plans: %s", da_context_last_error(ctx));
