@@ -368,7 +368,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
  * executions sharing one workspace on one stream (a launch touching memory before its
  * griddepcontrol.wait would race the launch before it). Both plans in one context: the
  * switch is read when a plan is created. */
-static void test_pdl(da_context *ctx) {
+static void test_pdl(da_context *ctx, int mma) {
   static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
   da_spec s;
   da_spec_init(&s);
@@ -376,12 +376,12 @@ static void test_pdl(da_context *ctx) {
   memcpy(s.segment_lengths, w, sizeof w), memcpy(s.dilation_rates, r, sizeof r);
   s.num_heads = s.num_kv_heads = 2, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = 1;
   const int64_t N = 2 * 32768 + 1000, n = N * 2 * 64, reps = 20;
-  printf("pdl: %s\n", da__cuda_pdl(dev) ? "programmatic dependent launches available" : "not available here");
+  printf("pdl (cuda_mma %d): %s\n", mma, da__cuda_pdl(dev) ? "programmatic dependent launches available" : "not available here");
   const char *was = getenv("DILATTN_PDL");
   char saved[16] = "";
   if (was) snprintf(saved, sizeof saved, "%s", was);
   da_plan *on = NULL, *off = NULL;
-  const da_plan_options split = {0, 0, 1 << 30, 0, 0}; /* split on every device (fused_min_queries) */
+  const da_plan_options split = {0, 0, 1 << 30, 0, mma}; /* split on every device (fused_min_queries) */
   da_status st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &on);
   setenv("DILATTN_PDL", "0", 1);
   if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &off);
@@ -409,7 +409,7 @@ static void test_pdl(da_context *ctx) {
     int differ = 0;
     for (int i = 1; i <= reps && st == DA_OK; i++) differ += memcmp(ho, ho + (size_t)i * (size_t)n, (size_t)n * 2) != 0;
     TU_CHECK(st == DA_OK && differ == 0, "pdl: %d of %lld runs differ from the run without", differ, (long long)reps);
-    if (st == DA_OK) printf("pdl: %lld runs of a split plan, bitwise the same as without\n", (long long)reps);
+    if (st == DA_OK) printf("pdl: %lld runs of a split plan (cuda_mma %d), bitwise the same as without\n", (long long)reps, mma);
   }
   da__cuda_free(dev, dq), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
   free(hq), free(ho);
@@ -438,7 +438,10 @@ int main(int argc, char **argv) {
     bs_ramp(ctx, runner, NULL); /* running maxima that grow: both rescale paths */
   }
   if (all || small || !strcmp(which, "unaligned")) test_unaligned(ctx, NULL);
-  if (all || small || !strcmp(which, "pdl")) test_pdl(ctx);
+  if (all || small || !strcmp(which, "pdl")) { /* mma.sync, and the warp-specialized kernel where it runs */
+    test_pdl(ctx, 1);
+    if (da__cuda_wgmma_arch(da__cuda_arch(dev))) test_pdl(ctx, 4);
+  }
   if ((all || small || !strcmp(which, "sync")) && da__cuda_wgmma_arch(da__cuda_arch(dev))) {
     /* the default above was the wgmma path: mma.sync too */
     bs_golden(ctx, golden, "cuda sync", runner_sync, NULL);
