@@ -333,19 +333,7 @@ void da__cuda_unload(da__cuda *c, da__cuda_kernel *k) {
 da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k,
                           unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned dyn_smem, void *stream, void **params) {
-  DA_RETURN_IF(!c || !k || !k->function, DA_ERR_INVALID_ARGUMENT, "cuda: launch of no kernel");
-  DA_RETURN_IF(!gx || !gy || !gz || !bx || !by || !bz, DA_ERR_INVALID_ARGUMENT,
-               "cuda: empty launch grid %ux%ux%u block %ux%ux%u", gx, gy, gz, bx, by, bz);
-  int pushed;
-  DA_TRY(enter(ctx, c, &pushed));
-  CUresult r = c->LaunchKernel(k->function, gx, gy, gz, bx, by, bz, dyn_smem, stream, params, NULL);
-  leave(c, pushed);
-  if (r == CUDA_SUCCESS) return DA_OK;
-  const char *name, *text;
-  error_text(c, r, &name, &text);
-  return da__set_error(ctx, DA_ERR_DEVICE,
-                       "CUDA: cuLaunchKernel(grid %ux%ux%u, block %ux%ux%u, %u bytes smem) failed: "
-                       "%d (%s: %s)", gx, gy, gz, bx, by, bz, dyn_smem, r, name, text);
+  return da__cuda_launch_ex(ctx, c, k, gx, gy, gz, bx, by, bz, dyn_smem, stream, params, 0);
 }
 
 int da__cuda_pdl(const da__cuda *c) {
@@ -356,11 +344,10 @@ int da__cuda_pdl(const da__cuda *c) {
 da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k, unsigned gx,
                              unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned dyn_smem,
                              void *stream, void **params, int dependent) {
-  if (!dependent || !c || !c->LaunchKernelEx)
-    return da__cuda_launch(ctx, c, k, gx, gy, gz, bx, by, bz, dyn_smem, stream, params);
-  DA_RETURN_IF(!k || !k->function, DA_ERR_INVALID_ARGUMENT, "cuda: launch of no kernel");
+  DA_RETURN_IF(!c || !k || !k->function, DA_ERR_INVALID_ARGUMENT, "cuda: launch of no kernel");
   DA_RETURN_IF(!gx || !gy || !gz || !bx || !by || !bz, DA_ERR_INVALID_ARGUMENT,
                "cuda: empty launch grid %ux%ux%u block %ux%ux%u", gx, gy, gz, bx, by, bz);
+  dependent = dependent && c->LaunchKernelEx;
   da__cu_launch_attribute attr;
   memset(&attr, 0, sizeof attr);
   attr.id = DA__CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -368,15 +355,16 @@ da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_
   const da__cu_launch_config cfg = {gx, gy, gz, bx, by, bz, dyn_smem, stream, &attr, 1};
   int pushed;
   DA_TRY(enter(ctx, c, &pushed));
-  CUresult r = c->LaunchKernelEx(&cfg, k->function, params, NULL);
+  CUresult r = dependent ? c->LaunchKernelEx(&cfg, k->function, params, NULL)
+                         : c->LaunchKernel(k->function, gx, gy, gz, bx, by, bz, dyn_smem, stream, params, NULL);
   leave(c, pushed);
   if (r == CUDA_SUCCESS) return DA_OK;
   const char *name, *text;
   error_text(c, r, &name, &text);
-  return da__set_error(ctx, DA_ERR_DEVICE,
-                       "CUDA: cuLaunchKernelEx(grid %ux%ux%u, block %ux%ux%u, %u bytes smem, programmatic "
-                       "stream serialization; DILATTN_PDL=0 turns it off) failed: %d (%s: %s)",
-                       gx, gy, gz, bx, by, bz, dyn_smem, r, name, text);
+  return da__set_error(ctx, DA_ERR_DEVICE, "CUDA: %s(grid %ux%ux%u, block %ux%ux%u, %u bytes smem%s) failed: %d (%s: %s)",
+                       dependent ? "cuLaunchKernelEx" : "cuLaunchKernel", gx, gy, gz, bx, by, bz, dyn_smem,
+                       dependent ? ", programmatic stream serialization; DILATTN_PDL=0 turns it off" : "", r, name,
+                       text);
 }
 
 da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void **dptr) {
