@@ -186,7 +186,7 @@ def main():
                          ":wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
                          "during the softmax, :wgmma-ws warp-specialized; a trailing @base renders it from "
                          "--base-templates instead, for an A/B of template changes in one process, @lib plans it "
-                         "with --base-lib); one that "
+                         "with --base-lib, @nopdl without programmatic dependent launches); one that "
                          "the planner or the device refuses is recorded as such")
     ap.add_argument("--base-lib", default=os.environ.get("DILATTN_BASE_LIB", ""),
                     help="libdilattn.so of a baseline commit for the @lib variants: the same variant planned, "
@@ -253,7 +253,7 @@ def main():
                 variant, _, strat = variant.partition("/")  # /fused or /split: that strategy
                 shape, _, path = variant.partition(":")
                 tq, tk = (int(x) for x in shape.split("x"))
-                saved = os.environ.get("DILATTN_TEMPLATE_DIR")
+                saved = {name: os.environ.get(name) for name in ("DILATTN_TEMPLATE_DIR", "DILATTN_PDL")}
                 try:
                     mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4, "wgmma-ws-p2": 5}[path]
                     use = lib
@@ -261,9 +261,11 @@ def main():
                         if not base_lib:
                             raise ValueError("@lib: needs --base-lib or $DILATTN_BASE_LIB")
                         use = base_lib
+                    elif tag == "nopdl":  # @nopdl: without programmatic dependent launches (read at plan creation)
+                        os.environ["DILATTN_PDL"] = "0"
                     elif tag:  # @base: rendered from the baseline's templates (an A/B in one process)
                         if tag != "base" or not args.base_templates:
-                            raise ValueError(f"@{tag}: @base with --base-templates, or @lib with --base-lib")
+                            raise ValueError(f"@{tag}: @base with --base-templates, @lib with --base-lib, or @nopdl")
                         os.environ["DILATTN_TEMPLATE_DIR"] = args.base_templates
                     fmq = {"": 0, "fused": 1, "split": 1 << 30}[strat]  # da_plan_options.fused_min_queries
                     vplan = use.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, fused_min_queries=fmq, cuda_mma=mma)
@@ -271,10 +273,11 @@ def main():
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue
                 finally:
-                    if saved is None:
-                        os.environ.pop("DILATTN_TEMPLATE_DIR", None)
-                    else:
-                        os.environ["DILATTN_TEMPLATE_DIR"] = saved
+                    for name, value in saved.items():  # (not k, v: the key and value tensors)
+                        if value is None:
+                            os.environ.pop(name, None)
+                        else:
+                            os.environ[name] = value
                 run_v = lambda p=vplan: p.execute(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), B, N, stream=stream)
                 run_v()
                 torch.cuda.synchronize()
