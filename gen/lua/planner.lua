@@ -175,46 +175,32 @@ function M.plan(spec, target, opts)
   return p
 end
 
--- Fraction of the query rows that are real in the tiles of tq rows a strategy forms:
+-- The query rows of the tiles a strategy forms, and those rows padded to whole tiles of tq:
 -- fused tiles hold one residue class of a g-window, per-branch tiles one offset class of
 -- a segment.
-function M.tile_fill(p, strategy, tq)
+local function tile_rows(p, strategy, tq)
   local rows, padded = 0, 0
+  local function add(count) rows, padded = rows + count, padded + (count + tq - 1) // tq * tq end
   if strategy == "fused" then
-    for c = 0, p.lcm_r - 1 do
-      local count = (p.window_g - c + p.lcm_r - 1) // p.lcm_r
-      rows, padded = rows + count, padded + (count + tq - 1) // tq * tq
-    end
+    for c = 0, p.lcm_r - 1 do add((p.window_g - c + p.lcm_r - 1) // p.lcm_r) end
   else
-    for _, b in ipairs(p.branches) do
-      rows, padded = rows + b.lmax, padded + (b.lmax + tq - 1) // tq * tq
-    end
+    for _, b in ipairs(p.branches) do add(b.lmax) end
   end
+  return rows, padded
+end
+
+-- Fraction of the rows of those tiles that are real.
+function M.tile_fill(p, strategy, tq)
+  local rows, padded = tile_rows(p, strategy, tq)
   return padded > 0 and rows / padded or 1
 end
 
--- Fraction of the consumer warpgroups (64 rows each, tq / 64 a tile) that the tiles of tq
--- rows a strategy forms leave without a query row (same tiles as tile_fill's).
+-- Fraction of the consumer warpgroups (64 rows each, tq / 64 a tile) those tiles leave
+-- without a query row: the 64-row blocks of the tiles, less those a query reaches.
 function M.idle_share(p, strategy, tq)
-  local wgs, idle = tq // 64, 0
-  local function tiles(count, n)
-    local full, rest = count // tq, count % tq
-    local last = rest > 0 and wgs - (rest + 63) // 64 or 0
-    return n * (full + (rest > 0 and 1 or 0)) * wgs, n * last
-  end
-  local slots = 0
-  if strategy == "fused" then
-    for c = 0, p.lcm_r - 1 do
-      local a, b = tiles((p.window_g - c + p.lcm_r - 1) // p.lcm_r, 1)
-      slots, idle = slots + a, idle + b
-    end
-  else
-    for _, br in ipairs(p.branches) do
-      local a, b = tiles(br.lmax, 1)
-      slots, idle = slots + a, idle + b
-    end
-  end
-  return slots > 0 and idle / slots or 0
+  local _, padded = tile_rows(p, strategy, tq)
+  local _, used = tile_rows(p, strategy, 64)
+  return padded > 0 and (padded - used) / padded or 0
 end
 
 -- Default CUDA query tile of the mma path: 128 rows (32 per warp) for D <= 64 when the
