@@ -17,7 +17,8 @@ typedef struct {
   int tile_q, tile_k;
   /* CUDA target */
   char cuda_path[8];   /* mma | wgmma | simt */
-  int cuda_mma;        /* da_plan_options.cuda_mma the plan resolved to: 1 mma, 2 wgmma, 3 overlapped, 0 else */
+  int cuda_mma;        /* da_plan_options.cuda_mma the plan resolved to: 1 mma, 2 wgmma, 3 overlapped,
+                          4 warp-specialized, 5 that with P double-buffered, 0 else */
   int threads;         /* threads per CTA */
   int split_first;     /* split: the branch launched first, writing the workspace (no _init); -1: none */
   int clear_rows;      /* single: some row no branch covers, so _clear runs first; 0: the branches write all */
@@ -36,8 +37,8 @@ DA_HIDDEN void da__rendered_free(da__rendered *r);
 /* Whether the wgmma paths (cuda_mma 2, 3, 4) serve spec: float16 / bfloat16 at head_dim 64 or
  * 128 (the planner's rule, gen/lua/planner.lua plan_cuda). */
 DA_HIDDEN int da__wgmma_serves(const da_spec *spec);
-/* The names of da_plan_options.cuda_mma 1..4 (gen --mma, DILATTN_CUDA_MMA, the planner's
- * opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2" (1..5). parse: 0 for any other text. */
+/* The names of da_plan_options.cuda_mma 1..5 (gen --mma, DILATTN_CUDA_MMA, the planner's
+ * opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2". parse: 0 for any other text. */
 DA_HIDDEN const char *da__cuda_mma_name(int cuda_mma);
 DA_HIDDEN int da__cuda_mma_parse(const char *name);
 

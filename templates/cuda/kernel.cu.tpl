@@ -47,8 +47,12 @@ struct da_cuda_args {
   int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
 };
 
+/* A position's row of lse and of the split workspace, [B][H][N]. */
+__device__ __forceinline__ da_i64 da_bhn_row(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 pos) {
+  return (b * NUM_HEADS + h) * A.seq_len + pos;
+}
 /* The split workspace: each row's partial out (HD floats, 8-byte aligned rows: float2
- * accesses), then every row's lse. row = (b * NUM_HEADS + h) * N + pos. */
+ * accesses), then every row's lse (rows: da_bhn_row). */
 __device__ __forceinline__ float *da_ws_out(const da_cuda_args &A, da_i64 row) { return A.ws + row * HD; }
 __device__ __forceinline__ float *da_ws_lse(const da_cuda_args &A, da_i64 row) {
   return A.ws + A.batch * NUM_HEADS * A.seq_len * HD + row;
@@ -1031,7 +1035,7 @@ __device__ __forceinline__ void tile_store_out(const da_state &S, const float (&
         DA_NOTE_SMEM_WRITE(at, 4);
       }
       if (A.lse && (lane & 3) == 0 && row < T.nq)
-        A.lse[(b * NUM_HEADS + h) * A.seq_len + T.pos0 + (da_i64)row * T.pstep] =
+        A.lse[da_bhn_row(A, b, h, T.pos0 + (da_i64)row * T.pstep)] =
             l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
     }
   __syncwarp();
@@ -1071,9 +1075,8 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     float inv = l > 0.f ? 1.f / l : 0.f;
     float lse = l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
     if (row >= T.nq) continue; /* the row's 4 lanes skip together */
-    da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
+    const da_i64 wrow = da_bhn_row(A, b, h, T.pos0 + (da_i64)row * T.pstep);
     if (mode == 2) {
-      const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
       float *row_ws = da_ws_out(A, wrow);
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
@@ -1082,7 +1085,6 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
       }
       if ((lane & 3) == 0) *da_ws_lse(A, wrow) = lse;
     } else {
-      const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
       float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
       float old = *row_lse;
       float mx = fmaxf(old, lse);
@@ -1194,7 +1196,7 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
   (void)Qs;
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
   if (row >= T.nq) return;
-  da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
+  const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
   float inv = S.l > 0.f ? 1.f / S.l : 0.f;
   float lse = S.l > 0.f ? (S.m + log2f(S.l)) * LN2 : -INFINITY;
   if (mode == 0) {
@@ -1203,9 +1205,8 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
       int d = sub + TPR * x;
       if (d < HD) ST(A.out, ob + d, S.o[x] * inv / OUT_DIVISOR);
     }
-    if (A.lse && sub == 0) A.lse[(b * NUM_HEADS + h) * A.seq_len + pos] = lse;
+    if (A.lse && sub == 0) A.lse[wrow] = lse;
   } else if (mode == 2) {
-    const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
     float *row_ws = da_ws_out(A, wrow);
     for (int x = 0; x < DPT; x++) {
       int d = sub + TPR * x;
@@ -1213,7 +1214,6 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
     }
     if (sub == 0) *da_ws_lse(A, wrow) = lse;
   } else {
-    const da_i64 wrow = (b * NUM_HEADS + h) * A.seq_len + pos;
     float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
     float old = *row_lse;
     float mx = fmaxf(old, lse);
@@ -1341,12 +1341,17 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
  * threads, a thread per 8 head dims of one row: no division by a runtime value (the old
  * grid-stride form spent most of its time in 64-bit divisions by seq_len) */
 #define RCH ((HD + 7) / 8) /* threads per row */
+/* The row kernels' start: let the next launch start (da_grid_launch_dependents), wait for
+ * the one before (they are dependent launches: it writes the rows), then this thread's
+ * chunk; false past the sequence. */
 __device__ __forceinline__ bool da_row_chunk(const da_cuda_args &A, da_i64 &row, da_i64 &pos, int &d0, int &d1) {
+  da_grid_launch_dependents();
+  da_grid_wait();
   const da_i64 t = blockIdx.x * (da_i64)blockDim.x + threadIdx.x;
   pos = t / RCH;
   d0 = (int)(t % RCH) * 8;
   d1 = min(d0 + 8, HD);
-  row = (blockIdx.z * (da_i64)NUM_HEADS + blockIdx.y) * A.seq_len + pos; /* [B][H][N] */
+  row = da_bhn_row(A, blockIdx.z, blockIdx.y, pos);
   return pos < A.seq_len;
 }
 __device__ __forceinline__ da_i64 da_out_row(const da_cuda_args &A, da_i64 pos) {
@@ -1359,8 +1364,6 @@ __device__ __forceinline__ da_i64 da_out_row(const da_cuda_args &A, da_i64 pos) 
 extern "C" __global__ void {{ p.name }}_init(const da_cuda_args A) {
   da_i64 row, pos;
   int d0, d1;
-  da_grid_launch_dependents();
-  da_grid_wait(); /* a dependent launch: the launch before writes the rows */
   if (!da_row_chunk(A, row, pos, d0, d1)) return;
   float *ws = da_ws_out(A, row);
   for (int d = d0; d < d1; d++) ws[d] = 0.f;
@@ -1371,8 +1374,6 @@ extern "C" __global__ void {{ p.name }}_init(const da_cuda_args A) {
 extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
   da_i64 row, pos;
   int d0, d1;
-  da_grid_launch_dependents();
-  da_grid_wait(); /* a dependent launch: the launch before writes the rows */
   if (!da_row_chunk(A, row, pos, d0, d1)) return;
   const float *ws = da_ws_out(A, row);
   const da_i64 o = da_out_row(A, pos);
@@ -1399,8 +1400,6 @@ extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
 extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
   da_i64 row, pos;
   int d0, d1;
-  da_grid_launch_dependents();
-  da_grid_wait(); /* a dependent launch: the launch before writes the rows */
   if (!da_row_chunk(A, row, pos, d0, d1)) return;
   const da_i64 o = da_out_row(A, pos);
   for (int d = d0; d < d1; d++) ST(A.out, o + d, 0.f);
