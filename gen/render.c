@@ -187,7 +187,7 @@ static void copy_facts(lua_State *L, da__rendered *f) {
   f->cuda_mma = (int)fact_int(L, "cuda_mma");
   f->threads = (int)fact_int(L, "threads");
   f->launch_regs = (int)fact_int(L, "launch_regs");
-  f->split_first = (int)fact_int_or(L, "split_first", -1); /* absent: _init clears the workspace */
+  f->split_first = (int)fact_int_or(L, "split_first", -1); /* absent: branch order */
   f->clear_rows = (int)fact_int_or(L, "clear_rows", 1);     /* absent: _clear runs */
   f->smem_bytes = (int)fact_int(L, "smem_bytes");
   f->tiles_per_window = fact_int(L, "tiles_per_window");

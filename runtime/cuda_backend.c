@@ -3,9 +3,10 @@
  * module load, explicit masks copied to the device, and the launch sequence of each
  * strategy (DESIGN.md decision 4):
  *   fused:  <name>_fused                         grid (ceil(N/g) * tiles_per_window, H, B)
- *   split:  _init, _branch per branch, _finish   workspace: fp32 [B][H][N][D] then [B][H][N]
- *           (split_first >= 0: that branch first, writing the workspace; no _init)
- *   single: _clear (where some row no branch covers: clear_rows), _branch per branch
+ *   split:  _clear (where some row no branch covers: clear_rows), _branch per branch
+ *           (split_first >= 0 first); workspace fp32 [B][H][N][D] then [B][H][N]: each row's
+ *           covering launches merge into it, the last writes out and lse
+ *   single: _clear (likewise), _branch per branch
  * Everything is asynchronous on the caller's stream; the split workspace, when the caller
  * does not pass one, comes from the device's stream-ordered memory pool. */
 #include "runtime/cuda_backend.h"
@@ -185,10 +186,9 @@ void da__cuda_plan_destroy(da__cuda_plan *p) {
 }
 
 const char *da__cuda_kernel_suffix(const char *strategy, int which) {
-  static const char *const suffix[3][DA_CUDA_K_COUNT] = {
-      {"_fused", NULL, NULL}, {"_branch", "_init", "_finish"}, {"_branch", "_clear", NULL}};
+  static const char *const suffix[2][DA_CUDA_K_COUNT] = {{"_fused", NULL}, {"_branch", "_clear"}};
   if (which < 0 || which >= DA_CUDA_K_COUNT) return NULL;
-  return suffix[!strcmp(strategy, "fused") ? 0 : !strcmp(strategy, "split") ? 1 : 2][which];
+  return suffix[strcmp(strategy, "fused") != 0][which]; /* split and single: the same kernels */
 }
 
 size_t da__cuda_workspace_bytes(const da__rendered *r, int heads, int64_t batch, int64_t seq_len) {
@@ -206,7 +206,7 @@ static int aligned16(const void *ptr, const int64_t *stride) {
   return ((uintptr_t)ptr % 16) == 0 && stride[0] % 8 == 0 && stride[1] % 8 == 0 && stride[2] % 8 == 0;
 }
 
-/* The row kernels (_init, _clear, _finish): grid (ceil(N * ceil(D / 8) / 256), H, B) of 256
+/* The row kernel (_clear): grid (ceil(N * ceil(D / 8) / 256), H, B) of 256
  * threads, a thread per 8 head dims of a row (kernel.cu.tpl da_row_chunk). */
 static da_status launch_rows(const da_context *ctx, int heads, int head_dim, int which, da__cuda_args *a,
                              da__cuda_launch_fn launch, void *user) {
@@ -224,10 +224,10 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
     DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
     return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a);
   }
-  /* _init or _clear, unless the split plan's first branch writes the whole workspace (it
-   * goes first then), or the single plan's branches write every row */
-  const int split = !strcmp(r->strategy, "split"), first = split ? r->split_first : -1;
-  if (split ? first < 0 : r->clear_rows) DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
+  /* _clear, unless the branches write every row; a split plan's branch with r = 1 first
+   * (split_first: kernel.cu.tpl's tile_end knows the order from da_split_side) */
+  const int first = !strcmp(r->strategy, "split") ? r->split_first : -1;
+  if (r->clear_rows) DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
   for (int i = 0; i < r->num_branches; i++) {
     const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
     a->branch = br;
@@ -235,8 +235,6 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
     DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
     DA_TRY(launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a));
   }
-  if (da__cuda_kernel_suffix(r->strategy, DA_CUDA_K_AUX2))
-    DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX2, a, launch, user)); /* _finish */
   return DA_OK;
 }
 
@@ -263,7 +261,7 @@ typedef struct {
  * allows (p->pdl): it may start while the launch before it finishes, running up to its
  * griddepcontrol.wait (kernel.cu.tpl da_grid_wait), so one branch's key loops overlap the
  * last wave of the branch before. The first waits for everything before it on the stream,
- * an earlier execution's _finish reading the same workspace say. */
+ * an earlier execution's last branch launch reading the same workspace say. */
 static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
                                   unsigned smem, da__cuda_args *a) {
   driver_launch *d = user;

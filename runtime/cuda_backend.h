@@ -43,14 +43,14 @@ DA_HIDDEN void da__cuda_plan_destroy(da__cuda_plan *p);
 DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len);
 /* The kernels of a strategy and the order they run in (DESIGN.md decision 4):
  *   fused:  <name>_fused                 grid (ceil(N/g) * tiles_per_window, H, B)
- *   split:  _init, _branch per branch, _finish; with split_first >= 0 that branch goes
- *           first and writes the workspace, and there is no _init
- *   single: _clear (only where some row no branch covers: clear_rows), _branch per branch
+ *   split:  _clear (only where some row no branch covers: clear_rows), _branch per branch,
+ *           split_first >= 0 first; a row's last covering launch writes out and lse
+ *   single: _clear (likewise), _branch per branch
  * da__cuda_kernel_suffix names kernel slot `which` (DA_CUDA_K_*) of a strategy, NULL when
  * the strategy has none. da__cuda_launch_sequence calls launch once per launch, in order,
  * with a->branch set for branch launches; it stops at the first failure. The CUDA backend
  * launches through the driver; tests/emu launches the same sequence on the CPU. */
-enum { DA_CUDA_K_MAIN, DA_CUDA_K_AUX1, DA_CUDA_K_AUX2, DA_CUDA_K_COUNT };
+enum { DA_CUDA_K_MAIN, DA_CUDA_K_AUX1, DA_CUDA_K_COUNT };
 DA_HIDDEN const char *da__cuda_kernel_suffix(const char *strategy, int which);
 typedef da_status (*da__cuda_launch_fn)(void *user, int which, unsigned gx, unsigned gy, unsigned gz,
                                         unsigned threads, unsigned smem, da__cuda_args *a);

@@ -246,7 +246,8 @@ static void test_long_grid(da_context *ctx) {
  * instead of cp.async (vec16 = 0), stores out with 2-byte stores (out16 = 0), and must give
  * the same answer. */
 static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
-  /* variants 0, 1: the split strategy (out from _finish); 2: fused, 3: single (out from the
+  /* variants 0, 1: the split strategy (out from the epilogue of each row's last covering
+   * branch launch, rows picked by a ballot); 2: fused, 3: single (every row from the
    * attention kernel's epilogue) */
   for (int variant = 0; variant < 4; variant++) {
     da_spec s;

@@ -139,25 +139,37 @@ function M.plan(spec, target, opts)
   -- strategy keeps a running (out[D], lse) per position.
   p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
   if target == "cuda" then M.plan_cuda(p, opts) end
-  -- split: a branch every head uses with r = 1 covers every row, so processed first it
-  -- writes the workspace instead of merging into it, and nothing has to clear it (one write
-  -- and one read of the workspace fewer: a third of its traffic for LongNet 5-branch)
+  -- split: each branch launch merges its rows' partial (out, lse) into the fp32 workspace;
+  -- a row's first covering launch writes the workspace instead of merging, and its last
+  -- writes out and lse instead of the workspace (control.inc.tpl da_split_side): no pass
+  -- clears the workspace and none copies it to out. A branch every head uses with r = 1
+  -- covers every row, so it goes first (cuda_backend.c): its rows no other branch covers
+  -- (half of LongNet 5-branch's) go straight to out.
   p.split_first = -1
-  if p.strategy == "split" and p.mode ~= "grouped" then
+  if p.strategy == "split" then
+    assert(p.mode ~= "grouped") -- one branch per head: single
     for _, b in ipairs(p.branches) do
       if b.r == 1 then p.split_first = b.index break end
     end
+    -- launch order: split_first, then the others in branch order
+    for _, b in ipairs(p.branches) do
+      local k = b.index
+      b.split_rank = (k == p.split_first) and 0 or ((p.split_first >= 0 and k < p.split_first) and k + 1 or k)
+    end
   end
 
-  -- single: out = 0, lse = -inf where no branch of a row's head covers it. A head whose
-  -- branch has r = 1 covers every row, so where every head's does, the branch launches
-  -- write every row and nothing has to clear out first (a whole pass over out fewer)
+  -- split and single: out = 0, lse = -inf where no branch of a row's head covers it (a
+  -- _clear pass first). A branch with r = 1 covers every row of the heads that use it, so
+  -- where every head has one, the branch launches write every row and nothing has to clear
+  -- out first (a whole pass over out fewer)
   p.clear_rows = false
-  if p.strategy == "single" then
+  if p.strategy ~= "fused" then
     for _, list in ipairs(p.heads) do
+      local covered = false
       for _, e in ipairs(list) do
-        if r[e.branch + 1] > 1 then p.clear_rows = true end
+        if r[e.branch + 1] == 1 then covered = true end
       end
+      if not covered then p.clear_rows = true end
     end
   end
 

@@ -25,9 +25,6 @@ struct alignas(16) da_u32x4 { /* 16 bytes: one vector load or store */
 struct alignas(8) da_f32x2 { /* 8 bytes: one vector load or store */
   float x, y;
 };
-struct alignas(16) da_f32x4 { /* 16 bytes of floats: one vector load */
-  float x, y, z, w;
-};
 
 #if defined(__CUDACC__)
 #define DA_HD __host__ __device__ __forceinline__
@@ -412,12 +409,6 @@ __device__ __forceinline__ void da_grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-}
-/* 16 bytes from global memory; p must be 16-byte aligned */
-__device__ __forceinline__ da_f32x4 da_ld_f32x4(const float *p) {
-  DA_CHECK_GLOBAL(p, 16, 0);
-  DA_CHECK_ALIGNED(p, 16);
-  return *(const da_f32x4 *)p;
 }
 /* 16 bytes to global memory; p must be 16-byte aligned */
 __device__ __forceinline__ void da_st_v16(void *p, const da_u32x4 &v) {

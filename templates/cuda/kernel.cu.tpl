@@ -4,8 +4,10 @@
    cuda/da_device.cuh. Kernels in the module:
      <name>_fused                    (strategy fused)   one launch
      <name>_branch(branch)           (split, single)    one launch per branch
-     <name>_init / <name>_finish     (split)            workspace set-up and final write
-     <name>_clear                    (single)           positions no branch covers #}
+     <name>_clear                    (split, single)    positions no branch covers (clear_rows)
+   A split plan's branch launches merge each row's partial (out, lse) into an fp32
+   workspace; a row's last covering launch writes out and lse (control.inc.tpl
+   da_split_side), so no pass sets the workspace up or copies it out. #}
 {{ banner }}
 {{ include("cuda/da_device.cuh") }}
 
@@ -22,7 +24,6 @@
 #define BLOCK {{ p.block }}
 #define SCALE_LOG2 ((float)({{ f64(p.scale) }} * 1.4426950408889634)) /* scale * log2(e): softmax in base 2 */
 #define OUT_DIVISOR {{ p.out_divisor }}.0f
-#define SPLIT_FIRST {{ p.split_first or -1 }} /* split: the branch that writes the workspace first (-1: _init does) */
 #define LN2 0.69314718055994531f
 {{ dtype_c }}
 {% if p.strategy == "fused" then %}
@@ -1008,6 +1009,26 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
 {% end %}
 }
 
+/* Copy the warp's rows staged in the Q tile (those set in `rows`, bit i for the warp's row
+ * i; rows past nq never) to out, a 16-byte chunk per lane. */
+__device__ __forceinline__ void tile_copy_out(const da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h,
+                                              const da_qtile &T, da_u32 rows) {
+  const int lane = da_ct() & 31, warp = da_ct() >> 5;
+  __syncwarp();
+  constexpr int CPR = HD / 8; /* 16-byte chunks per row */
+  const da_i64 ob = b * A.out_stride[0] + h * A.out_stride[2];
+#pragma unroll
+  for (int i = lane; i < WROWS * CPR; i += 32) {
+    const int row = warp * WROWS + i / CPR, c = i % CPR;
+    if (row >= T.nq) break; /* rows grow with i */
+    if (!(rows >> (i / CPR) & 1u)) continue;
+    const da_u32x4 v = *(const da_u32x4 *)(Qs + DA_CHUNK(TQ, row, c));
+    da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)row * T.pstep) * A.out_stride[1] + c * 8;
+    if (A.out16) da_st_v16(dst, v);
+    else da_st_v16_halves(dst, v); /* element-aligned out */
+  }
+}
+
 /* Mode 0's out and lse. Each warp puts its rows of out (normalized, converted) into its
  * own rows of the Q tile, in the tile's layout (DA_CHUNK: the 128-byte swizzle on wgmma,
  * padded rows on mma.sync; conflict-free either way), then copies them to out a 16-byte
@@ -1038,22 +1059,13 @@ __device__ __forceinline__ void tile_store_out(const da_state &S, const float (&
         A.lse[da_bhn_row(A, b, h, T.pos0 + (da_i64)row * T.pstep)] =
             l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
     }
-  __syncwarp();
-  constexpr int CPR = HD / 8; /* 16-byte chunks per row */
-  const da_i64 ob = b * A.out_stride[0] + h * A.out_stride[2];
-#pragma unroll
-  for (int i = lane; i < WROWS * CPR; i += 32) {
-    const int row = warp * WROWS + i / CPR, c = i % CPR;
-    if (row >= T.nq) break; /* rows grow with i */
-    const da_u32x4 v = *(const da_u32x4 *)(Qs + DA_CHUNK(TQ, row, c));
-    da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)row * T.pstep) * A.out_stride[1] + c * 8;
-    if (A.out16) da_st_v16(dst, v);
-    else da_st_v16_halves(dst, v); /* element-aligned out */
-  }
+  tile_copy_out(Qs, A, b, h, T, ~0u);
 }
 
-/* Finish the tile: mode 0 writes out/lse, mode 1 merges into the split workspace, mode 2
- * writes it (the first branch of a split plan, SPLIT_FIRST). */
+/* Finish the tile: mode 0 writes out / lse; a split plan's branch launch passes 1 + its
+ * branch slot: each row then merges the partial of the earlier launches that cover it
+ * (da_split_side bit 0) and goes to the workspace when a later launch covers it too (bit
+ * 1), else, its last launch, to out / lse through the Q tile as mode 0's rows do. */
 __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
                          int mode) {
   const int lane = da_ct() & 31, warp = da_ct() >> 5;
@@ -1066,41 +1078,56 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     tile_store_out(S, lsum, Qs, A, b, h, T);
     return;
   }
+{% if p.strategy == "split" then %}
+{% if p.wgmma then %}
+  da_named_sync(DA_BAR_OUT + (da_ct() >> 7), 128); /* the warpgroup's Q rows are free (tile_store_out) */
+{% end %}
+  da_u32 out_rows = 0; /* the warp's rows that go to out */
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
-    int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
-    float l = lsum[mt][hr];
-    float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
+    const float l = lsum[mt][hr], inv = l > 0.f ? 1.f / l : 0.f;
     float lse = l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
-    if (row >= T.nq) continue; /* the row's 4 lanes skip together */
-    const da_i64 wrow = da_bhn_row(A, b, h, T.pos0 + (da_i64)row * T.pstep);
-    if (mode == 2) {
-      float *row_ws = da_ws_out(A, wrow);
+    float f[NT_O][2];
+#pragma unroll
+    for (int dt = 0; dt < NT_O; dt++) f[dt][0] = S.o[mt][dt][2 * hr] * inv, f[dt][1] = S.o[mt][dt][2 * hr + 1] * inv;
+    const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
+    /* the row's 4 lanes take the same branches */
+    const int side = row < T.nq ? da_split_side((int)h, mode - 1, pos) : 2;
+    float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
+    if (row < T.nq && (side & 1)) {
+      const float old = *row_lse, mx = fmaxf(old, lse);
+      const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
+      const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
-        int col = dt * 8 + 2 * (lane & 3);
-        *(da_f32x2 *)(row_ws + col) = da_f32x2{S.o[mt][dt][2 * hr] * inv, S.o[mt][dt][2 * hr + 1] * inv};
+        const da_f32x2 w = *(const da_f32x2 *)(row_ws + dt * 8 + 2 * (lane & 3));
+        f[dt][0] = (w.x * wa + f[dt][0] * wb) * norm, f[dt][1] = (w.y * wa + f[dt][1] * wb) * norm;
       }
-      if ((lane & 3) == 0) *da_ws_lse(A, wrow) = lse;
-    } else {
-      float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
-      float old = *row_lse;
-      float mx = fmaxf(old, lse);
-      float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
-      float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
-#pragma unroll
-      for (int dt = 0; dt < NT_O; dt++) {
-        int col = dt * 8 + 2 * (lane & 3);
-        const da_f32x2 w = *(const da_f32x2 *)(row_ws + col);
-        *(da_f32x2 *)(row_ws + col) = da_f32x2{(w.x * wa + S.o[mt][dt][2 * hr] * inv * wb) * norm,
-                                               (w.y * wa + S.o[mt][dt][2 * hr + 1] * inv * wb) * norm};
-      }
+      lse = mx == -INFINITY ? -INFINITY : mx + __logf(wa + wb);
       __syncwarp(0xfu << (lane & 28)); /* the row's 4 lanes have read the old lse */
-      if ((lane & 3) == 0 && mx != -INFINITY) *row_lse = mx + __logf(wa + wb);
     }
+    if (row < T.nq && (side & 2)) {
+#pragma unroll
+      for (int dt = 0; dt < NT_O; dt++) *(da_f32x2 *)(row_ws + dt * 8 + 2 * (lane & 3)) = da_f32x2{f[dt][0], f[dt][1]};
+      if ((lane & 3) == 0) *row_lse = lse;
+    }
+#pragma unroll
+    for (int dt = 0; dt < NT_O; dt++) { /* rows for the workspace too: the copy skips them */
+      da_u16 *at = Qs + DA_CHUNK(TQ, row, dt) + 2 * (lane & 3);
+      *(da_u32 *)at = DA_PACK(f[dt][0] / OUT_DIVISOR, f[dt][1] / OUT_DIVISOR);
+      DA_NOTE_SMEM_WRITE(at, 4);
+    }
+    if (A.lse && (lane & 3) == 0 && !(side & 2)) A.lse[wrow] = lse;
+    /* bit 4r of the ballot is row r of the 8 (4 lanes a row) */
+    const da_u32 v = __ballot_sync(0xffffffffu, !(side & 2));
+#pragma unroll
+    for (int r8 = 0; r8 < 8; r8++) out_rows |= (v >> (4 * r8) & 1u) << (mt * 16 + 8 * hr + r8);
   }
+  tile_copy_out(Qs, A, b, h, T, out_rows);
+{% end %}
 }
 
 {% if p.wgmma then %}
@@ -1199,34 +1226,43 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
   const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
   float inv = S.l > 0.f ? 1.f / S.l : 0.f;
   float lse = S.l > 0.f ? (S.m + log2f(S.l)) * LN2 : -INFINITY;
-  if (mode == 0) {
-    da_i64 ob = b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2];
-    for (int x = 0; x < DPT; x++) {
-      int d = sub + TPR * x;
-      if (d < HD) ST(A.out, ob + d, S.o[x] * inv / OUT_DIVISOR);
-    }
-    if (A.lse && sub == 0) A.lse[wrow] = lse;
-  } else if (mode == 2) {
-    float *row_ws = da_ws_out(A, wrow);
-    for (int x = 0; x < DPT; x++) {
-      int d = sub + TPR * x;
-      if (d < HD) row_ws[d] = S.o[x] * inv;
-    }
-    if (sub == 0) *da_ws_lse(A, wrow) = lse;
-  } else {
+  float f[DPT];
+  for (int x = 0; x < DPT; x++) f[x] = S.o[x] * inv;
+{% if p.strategy == "split" then %}
+  if (mode > 0) { /* a split plan's branch launch (tile_end of the tensor-core paths) */
+    const int side = da_split_side((int)h, mode - 1, pos);
     float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
-    float old = *row_lse;
-    float mx = fmaxf(old, lse);
-    float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
-    float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
-    for (int x = 0; x < DPT; x++) {
-      int d = sub + TPR * x;
-      if (d < HD) row_ws[d] = (row_ws[d] * wa + S.o[x] * inv * wb) * norm;
+    if (side & 1) {
+      const float old = *row_lse, mx = fmaxf(old, lse);
+      const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
+      const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
+      for (int x = 0; x < DPT; x++) {
+        int d = sub + TPR * x;
+        if (d < HD) f[x] = (row_ws[d] * wa + f[x] * wb) * norm;
+      }
+      lse = mx == -INFINITY ? -INFINITY : mx + __logf(wa + wb);
+      /* the row's TPR lanes (rows past nq returned together) have read the old lse */
+      __syncwarp(TPR == 32 ? 0xffffffffu : ((1u << TPR) - 1u) << ((threadIdx.x & 31) & ~(TPR - 1)));
     }
-    /* the row's TPR lanes (rows past nq returned together) have read the old lse */
-    __syncwarp(TPR == 32 ? 0xffffffffu : ((1u << TPR) - 1u) << ((threadIdx.x & 31) & ~(TPR - 1)));
-    if (sub == 0 && mx != -INFINITY) *row_lse = mx + __logf(wa + wb);
+    if (side & 2) {
+      for (int x = 0; x < DPT; x++) {
+        int d = sub + TPR * x;
+        if (d < HD) row_ws[d] = f[x];
+      }
+      if (sub == 0) *row_lse = lse;
+      return;
+    }
   }
+{% end %}
+  da_i64 ob = b * A.out_stride[0] + pos * A.out_stride[1] + h * A.out_stride[2];
+  for (int x = 0; x < DPT; x++) {
+    int d = sub + TPR * x;
+    if (d < HD) ST(A.out, ob + d, f[x] / OUT_DIVISOR);
+  }
+  if (A.lse && sub == 0) A.lse[wrow] = lse;
+{% if p.strategy ~= "split" then %}
+  (void)mode;
+{% end %}
 }
 
 #define DA_SMEM_DECL                               \
@@ -1239,8 +1275,8 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
 #define DA_WS_ARGS
 #endif
 /* One query tile: the softmax state, then attend() for each (branch, s0, off, a0, astride)
- * `each` hands out, then the output (mode 0: out / lse, 1: merged into the split
- * workspace, 2: written to it, by the split plan's first branch). */
+ * `each` hands out, then the output (tile_end: mode 0 out / lse; a split plan's branch
+ * launch 1 + its branch slot, each row to the workspace or out). */
 template <class E, class F>
 __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 hkv,
                                          const da_qtile &T, int mode, F each) {
@@ -1331,17 +1367,17 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
   T.nq = (int)min((da_i64)TQ, L - a0);
   T.pos0 = s0 + off + a0 * r;
   T.pstep = r;
-  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, {{ p.strategy == "split" and "br == SPLIT_FIRST ? 2 : 1" or "0" }},
+  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, {{ p.strategy == "split" and "1 + k" or "0" }}, /* split: tile_end's rows by slot */
            [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
 }
 {% end %}
 {% if p.strategy ~= "fused" then %}
 
-/* The row kernels (_init, _finish, _clear): grid (ceil(N * RCH / 256), H, B) of 256
+/* The row kernel (_clear): grid (ceil(N * RCH / 256), H, B) of 256
  * threads, a thread per 8 head dims of one row: no division by a runtime value (the old
  * grid-stride form spent most of its time in 64-bit divisions by seq_len) */
 #define RCH ((HD + 7) / 8) /* threads per row */
-/* The row kernels' start: let the next launch start (da_grid_launch_dependents), wait for
+/* The row kernel's start: let the next launch start (da_grid_launch_dependents), wait for
  * the one before (they are dependent launches: it writes the rows), then this thread's
  * chunk; false past the sequence. */
 __device__ __forceinline__ bool da_row_chunk(const da_cuda_args &A, da_i64 &row, da_i64 &pos, int &d0, int &d1) {
@@ -1358,45 +1394,10 @@ __device__ __forceinline__ da_i64 da_out_row(const da_cuda_args &A, da_i64 pos) 
   return blockIdx.z * A.out_stride[0] + pos * A.out_stride[1] + blockIdx.y * A.out_stride[2];
 }
 {% end %}
-{% if p.strategy == "split" then %}
-
-/* workspace rows: acc = 0, lse = -inf */
-extern "C" __global__ void {{ p.name }}_init(const da_cuda_args A) {
-  da_i64 row, pos;
-  int d0, d1;
-  if (!da_row_chunk(A, row, pos, d0, d1)) return;
-  float *ws = da_ws_out(A, row);
-  for (int d = d0; d < d1; d++) ws[d] = 0.f;
-  if (d0 == 0) *da_ws_lse(A, row) = -INFINITY;
-}
-
-/* out = merged workspace (grouped divisor applied), lse = merged lse */
-extern "C" __global__ void {{ p.name }}_finish(const da_cuda_args A) {
-  da_i64 row, pos;
-  int d0, d1;
-  if (!da_row_chunk(A, row, pos, d0, d1)) return;
-  const float *ws = da_ws_out(A, row);
-  const da_i64 o = da_out_row(A, pos);
-{% if p.cuda_path == "mma" or p.cuda_path == "wgmma" then %}
-  /* HD % 16 == 0: 8 head dims a thread as two 16-byte loads of the workspace row (the
-   * workspace is 16-byte aligned, its rows HD floats) and one 16-byte store of out where
-   * out16 allows, else 2-byte ones (memory-bound: a third of the instructions) */
-  (void)d1;
-  const da_f32x4 w0 = da_ld_f32x4(ws + d0), w1 = da_ld_f32x4(ws + d0 + 4);
-  const da_u32x4 v = {DA_PACK(w0.x / OUT_DIVISOR, w0.y / OUT_DIVISOR), DA_PACK(w0.z / OUT_DIVISOR, w0.w / OUT_DIVISOR),
-                      DA_PACK(w1.x / OUT_DIVISOR, w1.y / OUT_DIVISOR), DA_PACK(w1.z / OUT_DIVISOR, w1.w / OUT_DIVISOR)};
-  da_u16 *dst = (da_u16 *)A.out + o + d0;
-  if (A.out16) da_st_v16(dst, v);
-  else da_st_v16_halves(dst, v);
-{% else %}
-  for (int d = d0; d < d1; d++) ST(A.out, o + d, ws[d] / OUT_DIVISOR);
-{% end %}
-  if (d0 == 0 && A.lse) A.lse[row] = *da_ws_lse(A, row);
-}
-{% elseif p.strategy == "single" then %}
+{% if p.strategy ~= "fused" then %}
 
 /* out = 0, lse = -inf; the branch launches then write the rows they cover. Launched only
- * where some row is left uncovered (p.clear_rows: a branch with r > 1) */
+ * where some row is left uncovered (p.clear_rows: a head without a branch of r = 1) */
 extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
   da_i64 row, pos;
   int d0, d1;

@@ -180,30 +180,22 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
   }
 }
 {% else %}
-/* {{ p.strategy == "split" and "Split: per-branch tiles; partial results merged exactly into ws ([N][HD+1] per head)." or "Single: each head has one branch; per-branch tiles write out directly." }} */
+/* {{ p.strategy == "split" and "Split: per-branch tiles; partial results merged exactly into ws ([N][HD+1] per head), a row's last covering launch writes out." or "Single: each head has one branch; per-branch tiles write out directly." }} */
 static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, float *ws) {
   const int64_t N = A->seq_len, hkv = h / HEADS_PER_KV;
   float o[HD], lse;
-{% if p.strategy == "split" then %}
-{% if p.split_first < 0 then %}
-  for (int64_t p = 0; p < N; p++) {
-    for (int x = 0; x < HD; x++) ws[p * (HD + 1) + x] = 0.0f;
-    ws[p * (HD + 1) + HD] = -INFINITY;
-  }
-{% else %}
-  /* branch {{ p.split_first }} (r = 1) covers every row: it goes first and writes ws */
-{% end %}
-{% else %}
+{% if p.strategy ~= "split" then %}
   (void)ws;
+{% end %}
 {% if p.clear_rows then %}
   for (int x = 0; x < HD; x++) o[x] = 0.0f;
   for (int64_t p = 0; p < N; p++) store_row(A, b, h, p, o, -INFINITY); /* positions no branch covers */
 {% else %}
-  /* every head's branch has r = 1: the branch writes every row */
-{% end %}
+  /* every head has a branch with r = 1: the branch launches write every row */
 {% end %}
   for (int kk = 0; kk < HEAD_NBR[h]; kk++) {
 {% if p.strategy == "split" and p.split_first >= 0 then %}
+    /* branch {{ p.split_first }} (r = 1) first, as the CUDA launches go */
     const int k = kk == 0 ? {{ p.split_first }} : kk <= {{ p.split_first }} ? kk - 1 : kk;
 {% else %}
     const int k = kk;
@@ -221,25 +213,26 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
         for (int j = 0; j < T->nq; j++) {
           tile_row_result(T, j, o, &lse);
 {% if p.strategy == "split" then %}
+          /* the earlier covering launches' merged partial, then the workspace again or,
+           * from the row's last covering launch, out and lse (da_split_side) */
+          const int side = da_split_side((int)h, k, T->pos[j]);
           float *row = ws + T->pos[j] * (HD + 1);
-{% if p.split_first >= 0 then %}
-          if (kk == 0) {
+          if (side & 1) {
+            da_merge_partial(row, row + HD, o, lse, HD);
+            for (int x = 0; x < HD; x++) o[x] = row[x];
+            lse = row[HD];
+          }
+          if (side & 2) {
             for (int x = 0; x < HD; x++) row[x] = o[x];
             row[HD] = lse;
             continue;
           }
 {% end %}
-          da_merge_partial(row, row + HD, o, lse, HD);
-{% else %}
           store_row(A, b, h, T->pos[j], o, lse);
-{% end %}
         }
       }
     }
   }
-{% if p.strategy == "split" then %}
-  for (int64_t p = 0; p < N; p++) store_row(A, b, h, p, ws + p * (HD + 1), ws[p * (HD + 1) + HD]);
-{% end %}
 }
 {% end %}
 

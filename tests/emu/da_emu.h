@@ -65,6 +65,7 @@ static inline int __syncthreads_and(int p) { return da_emu_syncthreads(2, p); }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { da_emu_syncwarp(mask); }
 static inline float __shfl_xor_sync(unsigned mask, float v, int m) { return da_emu_shfl_xor(mask, v, m); }
 static inline int __any_sync(unsigned mask, int pred) { return da_emu_vote_any(mask, pred); }
+static inline unsigned __ballot_sync(unsigned mask, int pred) { return da_emu_vote_ballot(mask, pred); }
 #define __expf expf /* after <math.h>, which declares its own __expf */
 #define __logf logf
 template <class A, class B> static inline typename std::common_type<A, B>::type min(A a, B b) {

@@ -19,6 +19,7 @@ int da_emu_syncthreads(int kind, int pred); /* kind 0 plain, 1 or, 2 and */
 void da_emu_syncwarp(unsigned mask);
 float da_emu_shfl_xor(unsigned mask, float v, int lane_mask);
 int da_emu_vote_any(unsigned mask, int pred);
+unsigned da_emu_vote_ballot(unsigned mask, int pred);
 void da_emu_ldmatrix_x4(unsigned r[4], const void *smem, int trans);
 void da_emu_mma(float d[4], const unsigned a[4], unsigned b0, unsigned b1, int bf16);
 void da_emu_cp_async16(void *smem, const void *gmem, int valid);

@@ -29,10 +29,10 @@ da_emu_thread *da_emu_cur;
 
 namespace {
 
-enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_ANY, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16,
+enum { OP_NONE, OP_SYNC, OP_SYNC_OR, OP_SYNC_AND, OP_SYNCWARP, OP_SHFL, OP_ANY, OP_BALLOT, OP_LDSM, OP_LDSM_T, OP_MMA, OP_MMA_BF16,
        OP_WG_FENCE, OP_WG_MMA, OP_WG_COMMIT, OP_WG_WAIT, OP_MBAR_WAIT, OP_NAMED };
 const char *const OP_NAME[] = {"none",        "__syncthreads",     "__syncthreads_or", "__syncthreads_and",
-                               "__syncwarp",  "__shfl_xor_sync",   "__any_sync",       "ldmatrix.x4",
+                               "__syncwarp",  "__shfl_xor_sync",   "__any_sync",       "__ballot_sync",    "ldmatrix.x4",
                                "ldmatrix.x4.trans", "mma.f16",     "mma.bf16",         "wgmma.fence",
                                "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group",
                                "mbarrier.try_wait", "bar.sync (named)"};
@@ -270,6 +270,14 @@ void complete_warp(int w) {
       if (b.who >> l & 1) any |= lanes[l].pred != 0;
     for (int l = 0; l < 32; l++)
       if (b.who >> l & 1) lanes[l].pred = any;
+    break;
+  }
+  case OP_BALLOT: {
+    unsigned bits = 0;
+    for (int l = 0; l < 32; l++)
+      if (b.who >> l & 1) bits |= (unsigned)(lanes[l].pred != 0) << l;
+    for (int l = 0; l < 32; l++)
+      if (b.who >> l & 1) lanes[l].pred = (int)bits;
     break;
   }
   case OP_LDSM:
@@ -667,6 +675,12 @@ int da_emu_vote_any(unsigned mask, int pred) {
   cur->pred = pred;
   warp_arrive(OP_ANY, mask);
   return cur->pred;
+}
+
+unsigned da_emu_vote_ballot(unsigned mask, int pred) {
+  cur->pred = pred;
+  warp_arrive(OP_BALLOT, mask);
+  return (unsigned)cur->pred;
 }
 
 void da_emu_ldmatrix_x4(da_u32 r[4], const void *p, int trans) {
