@@ -201,7 +201,7 @@ da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, 
                                     const char *source, const char *symbol,
                                     const da__host_module **mod) {
   host_job j = {c, source, symbol, key};
-  const da__kpayload *pl;
+  const da__kpayload *pl = NULL; /* set when get returns DA_OK (gcc cannot see it through DA_TRY) */
   DA_TRY(da__kernel_cache_get(ctx, c, key, produce_host, &j, &pl));
   *mod = &pl->host;
   return DA_OK;
