@@ -62,7 +62,9 @@ fi
 if [ "$phase" = check ] || [ "$phase" = ab-lib ]; then
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   export DILATTN_BASE_TEMPLATES=$B/base/templates
-  ab=${BENCH_TILES:-0x0@lib,0x0@nopdl,128x0:wgmma-ws,0x0:wgmma-ws-p2,64x0:wgmma-ws,128x64,128x64@lib}
+  # 0x0/split beside 0x0/split@lib: the split plan (its epilogue writes out, no _finish) against
+  # the baseline's, on the configs whose default is fused too
+  ab=${BENCH_TILES:-0x0@lib,0x0@nopdl,0x0/split,0x0/split@lib,128x0:wgmma-ws,0x0:wgmma-ws-p2,64x0:wgmma-ws,128x64,128x64@lib}
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs dense2048,longnet2,longnet5 \
     --tiles $ab --reps 10 --out "$out/check_full.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2,longnet5 --causal \
