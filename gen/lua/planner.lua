@@ -291,7 +291,9 @@ function M.plan_cuda(p, opts)
     -- With 192-row tiles the margin is 10 points: LongNet 2- and 5-branch (fused 0.89 of
     -- the rows, split 0.96 to 0.97) ran fused 1.10x to 1.14x and 0.99x to 1.05x faster than
     -- split over N = 16K to 1M on an H200 (bench/results/gpu-h200-ebf7fe1.md): the split's
-    -- workspace pass costs more than 8 points of padding there.
+    -- workspace pass costs more than 8 points of padding there. (Both margins were measured
+    -- while split plans still had _init / _finish passes; gpu_session.sh check times the
+    -- split plan now, 0x0/split against 0x0/split@lib.)
     if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries and p.lcm_r <= 4096 then
       local split_tq = default_tq("split")
       local margin = split_tq == 192 and 0.10 or 0.05
