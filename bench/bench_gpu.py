@@ -129,7 +129,7 @@ def time_cuda(fn, reps=10, warmup=3):
 def kernel_times(fn, reps=5):
     """The CUDA kernels fn launches, each with its launches and device time per call of fn
     (torch.profiler through CUPTI, which sees kernels launched through the driver API too):
-    where the time goes (the split strategy's _branch / _finish, say). One profiled warm-up
+    where the time goes (a split plan's _clear and _branch launches, say). One profiled warm-up
     step is dropped (CUPTI's start-up). Run it after the timings: a profiler session can
     slow what runs after it. An error is returned as such, not raised."""
     try:

@@ -312,6 +312,20 @@ da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
   memset(&r, 0, sizeof r);
   char *src = NULL;
   DA_TRY(run_generator(ctx, spec, target, opts, NULL, NULL, 0, 0, &src, &r.kernel_name, &r));
+  /* CUDA split plans launch no _init / _finish (cuda_backend.c): their branch launches must
+   * write out themselves (kernel.cu.tpl tile_end via da_split_side). Templates from before
+   * that (a DILATTN_TEMPLATE_DIR of an older version, a bench baseline) would leave out
+   * unwritten: refuse them rather than compute nothing. */
+  if (target == DA_TARGET_CUDA && !strcmp(r.strategy, "split") && !strstr(src, "da_split_side(")) {
+    free(src);
+    da_status st = da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                                 "%s: the CUDA templates predate split plans whose branch launches write out "
+                                 "(da_split_side); this runtime launches no _init / _finish for them (is "
+                                 "DILATTN_TEMPLATE_DIR an older version's?)",
+                                 r.kernel_name);
+    free(r.kernel_name);
+    return st;
+  }
   compute_key(src, target, r.key);
   r.source = stamp_key(src, r.key);
   free(src);

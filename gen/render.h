@@ -20,8 +20,8 @@ typedef struct {
   int cuda_mma;        /* da_plan_options.cuda_mma the plan resolved to: 1 mma, 2 wgmma, 3 overlapped,
                           4 warp-specialized, 5 that with P double-buffered, 0 else */
   int threads;         /* threads per CTA */
-  int split_first;     /* split: the branch launched first, writing the workspace (no _init); -1: none */
-  int clear_rows;      /* single: some row no branch covers, so _clear runs first; 0: the branches write all */
+  int split_first;     /* split: the branch launched first (r = 1, it covers every row); -1: none */
+  int clear_rows;      /* split, single: some row no branch covers, so _clear runs first; 0: the branches write all */
   int launch_regs;     /* registers per thread the kernel must be compiled with (its setmaxnreg split
                           adds up to the register file only then), 0: any */
   int smem_bytes;      /* dynamic shared memory per CTA */

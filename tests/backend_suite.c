@@ -148,11 +148,15 @@ void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint
 
 void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label) {
   /* residue classes of gcd(w) / lcm(r) = 64 or 128 rows, one tile each, over more key tiles
-   * (5 to 10) than the kernel has stages, so the producer waits on the stages' releases */
+   * (5 to 10) than the kernel has stages, so the producer waits on the stages' releases;
+   * then the same specs split (fused_min_queries): offset classes of w / r = 64 to 1024
+   * rows whose last tile keeps one or two warpgroups, and rows the two branches share merge
+   * in the epilogue of the later launch, which writes out (odd rows: _clear) */
   static const struct {
     int tq;
     int64_t w0, w1, cls;
   } shapes[3] = {{192, 1024, 2048, 64}, {192, 2048, 4096, 128}, {128, 1024, 2048, 64}};
+  for (int split = 0; split < 2; split++)
   for (int t = 0; t < 3; t++)
     for (int i = 0; i < 4; i++) {
       da_spec s;
@@ -164,10 +168,12 @@ void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label) {
       s.head_dim = i < 2 ? 64 : 128;
       s.dtype = i & 1 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
       s.causal = i % 3 == 0;
-      da_plan_options o = {shapes[t].tq, 0, 0, 0, 4};
+      da_plan_options o = {shapes[t].tq, 0, split ? 1 << 30 : 0, 0, 4};
       char what[96];
-      snprintf(what, sizeof what, "%s, %d-row tiles of %lld-row classes", label, shapes[t].tq, (long long)shapes[t].cls);
-      bs_check(ctx, &s, 1, 2 * shapes[t].w1 + shapes[t].cls / 2 + 5, 860 + 4 * (uint64_t)t + (uint64_t)i, what, run, &o);
+      snprintf(what, sizeof what, "%s, %d-row tiles of %lld-row classes%s", label, shapes[t].tq, (long long)shapes[t].cls,
+               split ? ", split" : "");
+      bs_check(ctx, &s, 1, 2 * shapes[t].w1 + shapes[t].cls / 2 + 5, 860 + 16 * (uint64_t)split + 4 * (uint64_t)t + (uint64_t)i,
+               what, run, &o);
     }
 }
 

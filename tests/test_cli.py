@@ -144,6 +144,31 @@ def test_gen_wgmma(tmp):
     check(rc == 0 and len(os.listdir(d2)) == 1, f"gen --mma wgmma-ws, sparse: exit {rc}: {err}")
 
 
+def test_old_templates(tmp):
+    """CUDA split plans launch no _init / _finish: templates whose branch launches do not
+    write out themselves (an older version's DILATTN_TEMPLATE_DIR) are refused, not run
+    with out left unwritten. Emulated here by renaming da_split_side in a copy."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates")
+    old = os.path.join(tmp, "old", "templates")
+    shutil.copytree(src, old)
+    for root, _, names in os.walk(old):
+        for name in names:
+            p = os.path.join(root, name)
+            text = open(p).read()
+            open(p, "w").write(text.replace("da_split_side(", "da_split_old("))
+    cfg = os.path.join(tmp, "split.json")
+    json.dump(dict(segment_lengths=[64, 128], dilation_rates=[1, 16], num_heads=2, num_kv_heads=2, head_dim=32,
+                   dtype="float16"), open(cfg, "w"))  # lcm 16 > g / 16 queries: split
+    d = os.path.join(tmp, "old-out")
+    os.mkdir(d)
+    rc, _, err = run("gen", cfg, "--target", "cuda", "-o", d, env={"DILATTN_TEMPLATE_DIR": old})
+    check(rc != 0 and "predate split plans" in err, f"gen with pre-epilogue templates: exit {rc}: {err}")
+    rc, _, err = run("gen", cfg, "--target", "cuda", "-o", d)
+    check(rc == 0, f"gen of the split config: exit {rc}: {err}")
+    rc, _, err = run("gen", cfg, "--target", "host", "-o", d, env={"DILATTN_TEMPLATE_DIR": old})
+    check(rc == 0, f"host target with those templates (its split is self-contained): exit {rc}: {err}")
+
+
 def test_run_golden(tmp):
     for case in sorted(os.listdir(GOLDEN)):
         d = os.path.join(GOLDEN, case)
@@ -303,6 +328,7 @@ def main():
         test_info()
         test_gen(tmp)
         test_gen_wgmma(tmp)
+        test_old_templates(tmp)
         test_run_golden(tmp)
         test_run_bf16(tmp)
         test_bad_inputs(tmp)

@@ -1229,7 +1229,7 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
   float f[DPT];
   for (int x = 0; x < DPT; x++) f[x] = S.o[x] * inv;
 {% if p.strategy == "split" then %}
-  if (mode > 0) { /* a split plan's branch launch (tile_end of the tensor-core paths) */
+  if (mode > 0) { /* a split plan's branch launch: 1 + its branch slot (as on the tensor-core paths) */
     const int side = da_split_side((int)h, mode - 1, pos);
     float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
     if (side & 1) {
