@@ -41,6 +41,14 @@ CONFIGS = {
 }
 
 
+def longnet_offset(policy, h, r, H):
+    """Offset of head h in a branch of rate r, LongNet mode (SEMANTICS.md "Modes")."""
+    if policy == "mod":
+        return h % r
+    hp = -(-H // r) * r
+    return h // (hp // r)
+
+
 def effective_flops(cfg, B, N):
     """4 * B * D * sum over heads and branches of attended (query, key) pairs."""
     H, D = cfg["num_heads"], cfg["head_dim"]
@@ -55,11 +63,8 @@ def effective_flops(cfg, B, N):
                 if g != i:
                     continue
                 o = g % r
-            elif cfg.get("offsets", "mod") == "mod":
-                o = h % r
             else:
-                hp = -(-H // r) * r
-                o = h // (hp // r)
+                o = longnet_offset(cfg.get("offsets", "mod"), h, r, H)
             for s0 in range(0, N, w):
                 seg = min(w, N - s0)
                 if o >= seg:

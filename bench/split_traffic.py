@@ -20,14 +20,11 @@ Run: python3 bench/split_traffic.py bench/configs/longnet5_causal.json [--seq-le
 """
 import argparse
 import json
+import os
 import sys
 
-
-def offset(policy, h, r, H):
-    if policy == "mod":
-        return h % r
-    hp = (H + r - 1) // r * r
-    return h // (hp // r)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gpu import longnet_offset  # noqa: E402
 
 
 def traffic(cfg, N, B):
@@ -39,7 +36,7 @@ def traffic(cfg, N, B):
     ws, out = 4 * (D + 1), esize * D + 4
     counts = {}
     for h in range(H):
-        offs = [offset(cfg.get("offsets", "mod"), h, r[j], H) for j in range(len(w))]
+        offs = [longnet_offset(cfg.get("offsets", "mod"), h, r[j], H) for j in range(len(w))]
         for pos in range(N):
             k = sum((pos % w[j]) % r[j] == offs[j] for j in range(len(w)))
             counts[k] = counts.get(k, 0) + 1

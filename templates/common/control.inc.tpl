@@ -119,8 +119,9 @@ DA_FN bool da_fused_branch(int h, int k, da_i64 gs, da_i64 first, da_i64 j0, int
  * split_first first, then branch order): bit 0 set when an earlier launch covers pos (the
  * workspace row holds their merged partial: merge into it), bit 1 when a later one does
  * (write the workspace row; else this launch is the row's last: write out and lse). */
+DA_CONST int SPLIT_RANK[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.split_rank) end) }} }; /* launch of slot k */
 DA_FN int da_split_side(int h, int k, da_i64 pos) {
-  const int first = {{ p.split_first }}, rk = k == first ? 0 : first >= 0 && k < first ? k + 1 : k; /* k's launch */
+  const int rk = SPLIT_RANK[k];
   int side = 0;
 {% for _, br in ipairs(p.branches) do %}
   if (k != {{ br.index }} && (da_i64)((da_u64)pos % {{ br.w }}u % {{ br.r }}u) == HEAD_OFF[h][{{ br.index }}])

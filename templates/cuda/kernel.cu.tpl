@@ -1029,6 +1029,27 @@ __device__ __forceinline__ void tile_copy_out(const da_u16 *Qs, const da_cuda_ar
   }
 }
 
+/* Row (mt, hr) of this lane's fragments, finished: its output normalized (the lane's two
+ * values of each n8 tile) into f, and its lse returned (-inf where it attended nothing). */
+__device__ __forceinline__ float tile_row_result(const da_state &S, const float (&lsum)[MT][2], int mt, int hr,
+                                                 float (&f)[NT_O][2]) {
+  const float l = lsum[mt][hr], inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+  for (int dt = 0; dt < NT_O; dt++) f[dt][0] = S.o[mt][dt][2 * hr] * inv, f[dt][1] = S.o[mt][dt][2 * hr + 1] * inv;
+  return l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
+}
+
+/* Those values, converted (grouped divisor applied), into the row's place in the Q tile,
+ * which tile_copy_out then copies to out. */
+__device__ __forceinline__ void tile_stage_row(da_u16 *Qs, int row, int lane, const float (&f)[NT_O][2]) {
+#pragma unroll
+  for (int dt = 0; dt < NT_O; dt++) {
+    da_u16 *at = Qs + DA_CHUNK(TQ, row, dt) + 2 * (lane & 3);
+    *(da_u32 *)at = DA_PACK(f[dt][0] / OUT_DIVISOR, f[dt][1] / OUT_DIVISOR);
+    DA_NOTE_SMEM_WRITE(at, 4);
+  }
+}
+
 /* Mode 0's out and lse. Each warp puts its rows of out (normalized, converted) into its
  * own rows of the Q tile, in the tile's layout (DA_CHUNK: the 128-byte swizzle on wgmma,
  * padded rows on mma.sync; conflict-free either way), then copies them to out a 16-byte
@@ -1048,16 +1069,10 @@ __device__ __forceinline__ void tile_store_out(const da_state &S, const float (&
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
       const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
-      const float l = lsum[mt][hr], inv = l > 0.f ? 1.f / l : 0.f;
-#pragma unroll
-      for (int dt = 0; dt < NT_O; dt++) {
-        da_u16 *at = Qs + DA_CHUNK(TQ, row, dt) + 2 * (lane & 3);
-        *(da_u32 *)at = DA_PACK(S.o[mt][dt][2 * hr] * inv / OUT_DIVISOR, S.o[mt][dt][2 * hr + 1] * inv / OUT_DIVISOR);
-        DA_NOTE_SMEM_WRITE(at, 4);
-      }
-      if (A.lse && (lane & 3) == 0 && row < T.nq)
-        A.lse[da_bhn_row(A, b, h, T.pos0 + (da_i64)row * T.pstep)] =
-            l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
+      float f[NT_O][2];
+      const float lse = tile_row_result(S, lsum, mt, hr, f);
+      tile_stage_row(Qs, row, lane, f);
+      if (A.lse && (lane & 3) == 0 && row < T.nq) A.lse[da_bhn_row(A, b, h, T.pos0 + (da_i64)row * T.pstep)] = lse;
     }
   tile_copy_out(Qs, A, b, h, T, ~0u);
 }
@@ -1088,11 +1103,8 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
-    const float l = lsum[mt][hr], inv = l > 0.f ? 1.f / l : 0.f;
-    float lse = l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
     float f[NT_O][2];
-#pragma unroll
-    for (int dt = 0; dt < NT_O; dt++) f[dt][0] = S.o[mt][dt][2 * hr] * inv, f[dt][1] = S.o[mt][dt][2 * hr + 1] * inv;
+    float lse = tile_row_result(S, lsum, mt, hr, f);
     const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
     /* the row's 4 lanes take the same branches */
     const int side = row < T.nq ? da_split_side((int)h, mode - 1, pos) : 2;
@@ -1114,12 +1126,7 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
       for (int dt = 0; dt < NT_O; dt++) *(da_f32x2 *)(row_ws + dt * 8 + 2 * (lane & 3)) = da_f32x2{f[dt][0], f[dt][1]};
       if ((lane & 3) == 0) *row_lse = lse;
     }
-#pragma unroll
-    for (int dt = 0; dt < NT_O; dt++) { /* rows for the workspace too: the copy skips them */
-      da_u16 *at = Qs + DA_CHUNK(TQ, row, dt) + 2 * (lane & 3);
-      *(da_u32 *)at = DA_PACK(f[dt][0] / OUT_DIVISOR, f[dt][1] / OUT_DIVISOR);
-      DA_NOTE_SMEM_WRITE(at, 4);
-    }
+    tile_stage_row(Qs, row, lane, f); /* rows for the workspace too: the copy skips them */
     if (A.lse && (lane & 3) == 0 && !(side & 2)) A.lse[wrow] = lse;
     /* bit 4r of the ballot is row r of the 8 (4 lanes a row) */
     const da_u32 v = __ballot_sync(0xffffffffu, !(side & 2));
