@@ -240,6 +240,10 @@ end
 -- The grid is (query tiles, heads, batch); the runtime sizes x from N with the facts here.
 function M.plan_cuda(p, opts)
   local D = p.D
+  -- the fused kernel keeps a residue class's first tile for each of the lcm_r classes in
+  -- constant memory (RES_TILE_START): past 4096 classes the plan runs split (every
+  -- decision below sees that strategy)
+  if p.strategy == "fused" and p.lcm_r > 4096 then p.strategy = "split" end
   local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap" or opts.mma == "wgmma-ws" or opts.mma == "wgmma-ws-p2"
   if opts.mma and not wg and opts.mma ~= "sync" then
     error("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\", \"wgmma-ws\" or \"wgmma-ws-p2\"", 0)
@@ -294,7 +298,7 @@ function M.plan_cuda(p, opts)
     -- workspace pass costs more than 8 points of padding there. (Both margins were measured
     -- while split plans still had _init / _finish passes; gpu_session.sh check times the
     -- split plan now, 0x0/split against 0x0/split@lib.)
-    if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries and p.lcm_r <= 4096 then
+    if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries then
       local split_tq = default_tq("split")
       local margin = split_tq == 192 and 0.10 or 0.05
       if M.tile_fill(p, "split", split_tq) - M.tile_fill(p, "fused", p.tile_q) > margin then
@@ -348,7 +352,7 @@ function M.plan_cuda(p, opts)
     -- windows' tiles leave at least 1 in 20 of them idle (LongNet 2-branch in 192-row tiles:
     -- 1 in 9); elsewhere the key loop keeps its constant hand-over (7 to 25 SASS instructions
     -- a tile fewer). Not under a sparse layout: its reductions and verdicts stay as they are.
-    p.ws_skip_idle = p.wg_ws and p.tile_q > 64 and not p.sparse and M.idle_share(p, p.lcm_r > 4096 and "split" or p.strategy, p.tile_q) >= 0.05
+    p.ws_skip_idle = p.wg_ws and p.tile_q > 64 and not p.sparse and M.idle_share(p, p.strategy, p.tile_q) >= 0.05
     if p.setmaxnreg then
       -- the consumers' setmaxnreg.inc waits until the pool (threads x launch) has their registers
       assert(128 * p.setmaxnreg[1] + (p.threads - 128) * p.setmaxnreg[2] <= p.threads * p.setmaxnreg.launch)
@@ -441,9 +445,6 @@ function M.plan_cuda(p, opts)
     p.smem_bytes = 2 * p.tile_k * D * 4 -- K and V tiles in fp32
   end
   -- fused grid: tiles of one g-window; residue c has ceil((g - c) / R) queries.
-  if p.strategy == "fused" then
-    if p.lcm_r > 4096 then p.strategy = "split" end
-  end
   if p.strategy == "fused" then
     local start, acc = {}, 0
     for c = 0, p.lcm_r - 1 do
