@@ -245,7 +245,20 @@ void da__lua_close(da__lua *S) {
 
 lua_State *da__lua_state(da__lua *S) { return S->L; }
 
+/* The planner's refusals (planner.lua refuse: a table { refused = message }) pass through
+ * as they are: the caller's options, not a fault to trace. Everything else gets the stack. */
+static const char *refusal(lua_State *L, int idx) {
+  if (!lua_istable(L, idx)) return NULL;
+  idx = lua_absindex(L, idx);
+  lua_pushliteral(L, "refused");
+  lua_rawget(L, idx); /* raw: a template's table with metamethods runs none of them here */
+  const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+  lua_pop(L, 1); /* the string stays alive in the table */
+  return msg;
+}
+
 static int msghandler(lua_State *L) {
+  if (refusal(L, 1)) return 1;
   const char *msg = lua_tostring(L, 1);
   if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   luaL_traceback(L, L, msg, 1);
@@ -266,6 +279,12 @@ da_status da__lua_pcall(da__lua *S, int nargs, int nresults, const char *what) {
   lua_sethook(L, NULL, 0, 0);
   lua_remove(L, base); /* handler */
   if (rc == LUA_OK) return DA_OK;
+  const char *refused = rc == LUA_ERRRUN ? refusal(L, -1) : NULL;
+  if (refused) {
+    da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "%s: %s", what, refused);
+    lua_pop(L, 1);
+    return DA_ERR_INVALID_ARGUMENT;
+  }
   const char *msg = lua_tostring(L, -1);
   da_status st = (rc == LUA_ERRMEM || S->oom) ? DA_ERR_NO_MEMORY : DA_ERR_GENERATOR;
   if (rc == LUA_ERRMEM || !msg) msg = "not enough memory";

@@ -142,6 +142,11 @@ def test_gen_wgmma(tmp):
     json.dump(dict(base, sparsity=dict(layout="local_window", block=8, window=1)), open(cfg, "w"))
     rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "-o", d2)
     check(rc == 0 and len(os.listdir(d2)) == 1, f"gen --mma wgmma-ws, sparse: exit {rc}: {err}")
+    # ... but not its P double-buffered form: the planner refuses, as bad input (exit 2),
+    # with its reason and no Lua traceback
+    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws-p2", "-o", d2)
+    check(rc == 2 and "no sparse layout" in err and "traceback" not in err and len(os.listdir(d2)) == 1,
+          f"gen --mma wgmma-ws-p2, sparse: exit {rc}: {err}")
 
 
 def test_old_templates(tmp):

@@ -117,6 +117,13 @@ static void test_templates(void) {
   expect_error(ctx, "1\n2\n3\n4\n{% if then %}\n", DA_ERR_GENERATOR, "t.tpl:5:");
   expect_error(ctx, "ok\n{{ nil }}\n", DA_ERR_GENERATOR, "t.tpl:2");
   expect_error(ctx, "{{ 1.5 }}", DA_ERR_GENERATOR, "explicit format");
+  expect_error(ctx, "{{ p.nope.deeper }}", DA_ERR_GENERATOR, "stack traceback"); /* a fault: where it came from */
+  /* a refusal (planner.lua refuse) is the caller's input: its message alone; a table with
+   * a metamethod that raises runs none of it while the error is read */
+  expect_error(ctx, "{% error({ refused = 'tile_q 7: no' }) %}", DA_ERR_INVALID_ARGUMENT, "generator: tile_q 7: no");
+  TU_CHECK(!strstr(da_context_last_error(ctx), "traceback"), "refusal with a traceback: %s", da_context_last_error(ctx));
+  expect_error(ctx, "{% error(setmetatable({}, { __index = function() error('boom') end })) %}", DA_ERR_GENERATOR,
+               "table value");
   expect_error(ctx, "a\n{% for i=1,2 do \n", DA_ERR_GENERATOR, "t.tpl:");
   expect_error(ctx, "a\nb {{ p.D ", DA_ERR_GENERATOR, "t.tpl:2: unclosed");
   /* sandbox escapes */

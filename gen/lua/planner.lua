@@ -7,6 +7,11 @@
 -- "wgmma": the CUDA tensor-core instruction; default mma.sync).
 local M = {}
 
+-- A plan the options cannot have (a tile shape, instruction or layout the kernels do not
+-- serve): the caller's choice, not a generator fault. The error object is a table, so
+-- the sandbox reports it without a traceback and as DA_ERR_INVALID_ARGUMENT (lua_sandbox.c).
+local function refuse(msg) error({ refused = msg }) end
+
 local function gcd(a, b)
   while b ~= 0 do a, b = b, a % b end
   return a
@@ -246,7 +251,7 @@ function M.plan_cuda(p, opts)
   if p.strategy == "fused" and p.lcm_r > 4096 then p.strategy = "split" end
   local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap" or opts.mma == "wgmma-ws" or opts.mma == "wgmma-ws-p2"
   if opts.mma and not wg and opts.mma ~= "sync" then
-    error("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\", \"wgmma-ws\" or \"wgmma-ws-p2\"", 0)
+    refuse("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\", \"wgmma-ws\" or \"wgmma-ws-p2\"")
   end
   -- wgmma-overlap: the next key tile's S = Q K^T in flight during this tile's softmax
   -- (two score register sets, three K / V stages)
@@ -261,7 +266,7 @@ function M.plan_cuda(p, opts)
   p.ws_pbuf2 = opts.mma == "wgmma-ws-p2"
   p.stages = (p.wg_overlap or p.wg_ws) and 3 or 2
   if wg and (p.dtype_name == "float32" or (D ~= 64 and D ~= 128)) then
-    error("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128", 0)
+    refuse("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128")
   end
   if (p.dtype_name ~= "float32") and D % 16 == 0 and D <= 128 then
     p.cuda_path = wg and "wgmma" or "mma"
@@ -307,15 +312,15 @@ function M.plan_cuda(p, opts)
       end
     end
     if p.ws_pbuf2 and (p.tile_q ~= 128 or p.sparse) then
-      error("cuda wgmma-ws-p2: needs tile_q 128 and no sparse layout (its second register set of P)", 0)
+      refuse("cuda wgmma-ws-p2: needs tile_q 128 and no sparse layout (its second register set of P)")
     end
     if p.tile_q == 192 and p.wg_ws and p.sparse then
-      error("cuda wgmma-ws: tile_q 192 (three consumer warpgroups) is not available under a sparse layout "
-        .. "(its reductions' named barriers and registers)", 0)
+      refuse("cuda wgmma-ws: tile_q 192 (three consumer warpgroups) is not available under a sparse layout "
+        .. "(its reductions' named barriers and registers)")
     end
     if p.tile_q ~= 64 and p.tile_q ~= 128 and not (p.tile_q == 192 and p.wg_ws) then
-      error(wg and "cuda wgmma path: tile_q must be 64 or 128 (one or two warpgroups of 64 rows; 192, three, "
-        .. "with wgmma-ws)" or "cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)", 0)
+      refuse(wg and "cuda wgmma path: tile_q must be 64 or 128 (one or two warpgroups of 64 rows; 192, three, "
+        .. "with wgmma-ws)" or "cuda mma path: tile_q must be 64 or 128 (4 warps x 16 or 32 rows)")
     end
     if wg then p.threads = p.tile_q * 2 + (p.wg_ws and 128 or 0) end -- a warpgroup (128 threads) per 64 rows
     -- two consumer warpgroups and the producer: 168 registers each at launch (384 threads);
@@ -358,7 +363,7 @@ function M.plan_cuda(p, opts)
       assert(128 * p.setmaxnreg[1] + (p.threads - 128) * p.setmaxnreg[2] <= p.threads * p.setmaxnreg.launch)
     end
     if p.tile_q == 128 and D > 96 and not wg then
-      error("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)", 0)
+      refuse("cuda mma path: tile_q 128 needs head_dim <= 96 (the output and Q fragments of two m16 tiles would spill)")
     end
     -- keys per tile: what keeps scores + output + Q fragments in the register file
     -- (ptxas, sm_90: 16 rows per warp: 64 keys (226 registers at D = 128); 32 rows per warp:
@@ -399,8 +404,8 @@ function M.plan_cuda(p, opts)
     -- (227 -> 240 registers at D = 64, 128 x 32; the warp-specialized producer spilled)
     p.stepped_copies = not p.sparse
     if wg and (D > 64 or p.wg_overlap) and p.tile_k > 64 and not p.wg_ws then
-      error("cuda wgmma path: tile_k must be at most 64 at head_dim 128 and when overlapped (scores, P and "
-        .. "output would spill)", 0)
+      refuse("cuda wgmma path: tile_k must be at most 64 at head_dim 128 and when overlapped (scores, P and "
+        .. "output would spill)")
     end
     -- Q fragments from shared memory, read per key tile (as FlashAttention-2 does), where
     -- keeping them in registers would spill: 32-row warps with 64 or more keys at D >= 64
@@ -408,7 +413,7 @@ function M.plan_cuda(p, opts)
     -- MT * D / 16 ldmatrix.x4 per warp per key tile.
     p.q_smem = not wg and p.tile_q == 128 and ((p.tile_k >= 64 and D >= 64) or D > 64)
     if p.tile_k % 16 ~= 0 or p.tile_k < 16 or p.tile_k > 128 then
-      error("cuda mma path: tile_k must be a multiple of 16 in [16, 128]", 0)
+      refuse("cuda mma path: tile_k must be a multiple of 16 in [16, 128]")
     end
     if wg then
       p.smem_row = D -- swizzled, unpadded; 1024 bytes more to align the tiles
@@ -422,8 +427,8 @@ function M.plan_cuda(p, opts)
           p.stages = p.stages - 1
         end
         if 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > limit - static then
-          error(string.format("cuda wgmma-ws: tile_q 64 runs two CTAs per SM, and two stages of %d-key tiles at "
-            .. "head_dim %d do not fit half the shared memory (use tile_k 64)", p.tile_k, D), 0)
+          refuse(string.format("cuda wgmma-ws: tile_q 64 runs two CTAs per SM, and two stages of %d-key tiles at "
+            .. "head_dim %d do not fit half the shared memory (use tile_k 64)", p.tile_k, D))
         end
       end
       p.smem_bytes = 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2
