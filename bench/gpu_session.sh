@@ -71,6 +71,10 @@ if [ "$phase" = check ] || [ "$phase" = ab-lib ]; then
     --tiles $ab --reps 10 --out "$out/check_causal.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2 --head-dim 128 \
     --tiles $ab --reps 10 --out "$out/check_d128.json"
+  # causal grids longest first, two tiles a CTA on the fused kernel (bench/lpt_model.py: the
+  # most at short lengths): the defaults against the baseline's at 16K, dense (single) too
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384 --configs dense2048,longnet2,longnet5 --causal \
+    --tiles 0x0@lib --reps 10 --out "$out/check_causal16k.json"
 fi
 if [ "$phase" = wgmma ]; then
   # each under a time limit: a kernel that hangs on the hardware (a barrier protocol the

@@ -192,6 +192,8 @@ static void copy_facts(lua_State *L, da__rendered *f) {
   f->smem_bytes = (int)fact_int(L, "smem_bytes");
   f->tiles_per_window = fact_int(L, "tiles_per_window");
   f->window_g = fact_int(L, "window_g");
+  f->lpt_group = fact_int(L, "lpt_group");
+  f->ws_tiles = (int)fact_int_or(L, "ws_tiles", 1);
   f->num_branches = fact_int_list(L, "branch_w", f->branch_w, DA_MAX_BRANCHES);
   fact_int_list(L, "branch_tiles", f->branch_tiles, DA_MAX_BRANCHES);
 }
@@ -323,6 +325,17 @@ da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
                                  "(da_split_side); this runtime launches no _init / _finish for them (is "
                                  "DILATTN_TEMPLATE_DIR an older version's?)",
                                  r.kernel_name);
+    free(r.kernel_name);
+    return st;
+  }
+  /* Likewise a plan of several tiles a CTA (ws_tiles: the runtime launches its blocks that
+   * many a CTA, in x) from templates whose kernel runs one (kernel.cu.tpl run_tiles). */
+  if (target == DA_TARGET_CUDA && r.ws_tiles > 1 && !strstr(src, "run_tiles(")) {
+    free(src);
+    da_status st = da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                                 "%s: the CUDA templates predate kernels that run %d tiles a CTA (run_tiles), "
+                                 "which this plan's grid needs (is DILATTN_TEMPLATE_DIR an older version's?)",
+                                 r.kernel_name, r.ws_tiles);
     free(r.kernel_name);
     return st;
   }

@@ -26,6 +26,10 @@ typedef struct {
                           adds up to the register file only then), 0: any */
   int smem_bytes;      /* dynamic shared memory per CTA */
   int64_t tiles_per_window, window_g;  /* fused grid: ceil(N / g) * tiles_per_window */
+  int64_t lpt_group;   /* fused causal: the grid's blocks run longest first in groups of this many
+                          (batch, head, window) units (kernel.cu.tpl da_lpt_unit); 0: grid order */
+  int ws_tiles;        /* tiles a CTA runs (kernel.cu.tpl run_tiles): > 1 launches the grid's
+                          blocks that many a CTA, in x; 1: the grid as it is */
   int num_branches;
   int64_t branch_w[DA_MAX_BRANCHES], branch_tiles[DA_MAX_BRANCHES]; /* branch grid: ceil(N / w) * tiles */
 } da__rendered;

@@ -7,6 +7,8 @@
  *           (split_first >= 0 first); workspace fp32 [B][H][N][D] then [B][H][N]: each row's
  *           covering launches merge into it, the last writes out and lse
  *   single: _clear (likewise), _branch per branch
+ *   (a plan with ws_tiles > 1 launches the attention kernel's (x, H, B) blocks ws_tiles a
+ *   CTA, in x alone: kernel.cu.tpl run_tiles)
  * Everything is asynchronous on the caller's stream; the split workspace, when the caller
  * does not pass one, comes from the device's stream-ordered memory pool. */
 #include "runtime/cuda_backend.h"
@@ -216,14 +218,25 @@ static da_status launch_rows(const da_context *ctx, int heads, int head_dim, int
   return launch(user, which, (unsigned)blocks, (unsigned)heads, (unsigned)a->batch, 256, 0, a);
 }
 
+/* The attention kernel's grid: (gx, H, B) blocks of a tile each, or where the plan runs
+ * ws_tiles tiles a CTA (kernel.cu.tpl run_tiles), those blocks ws_tiles a CTA in x. */
+static da_status launch_main(const da_context *ctx, const da__rendered *r, int64_t gx, int heads, da__cuda_args *a,
+                             da__cuda_launch_fn launch, void *user) {
+  unsigned threads = (unsigned)r->threads, smem = (unsigned)r->smem_bytes;
+  if (r->ws_tiles > 1) {
+    const int64_t ctas = (gx * heads * a->batch + r->ws_tiles - 1) / r->ws_tiles;
+    DA_RETURN_IF(gx > 0x7fffffff || ctas > 0x7fffffff, DA_ERR_INVALID_ARGUMENT,
+                 "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
+    return launch(user, DA_CUDA_K_MAIN, (unsigned)(ctas > 0 ? ctas : 1), 1, 1, threads, smem, a);
+  }
+  DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
+  return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, (unsigned)heads, (unsigned)a->batch, threads, smem, a);
+}
+
 da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
                                    da__cuda_args *a, da__cuda_launch_fn launch, void *user) {
-  unsigned threads = (unsigned)r->threads, smem = (unsigned)r->smem_bytes, H = (unsigned)heads;
-  if (!strcmp(r->strategy, "fused")) {
-    int64_t gx = (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window;
-    DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
-    return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a);
-  }
+  if (!strcmp(r->strategy, "fused"))
+    return launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, a, launch, user);
   /* _clear, unless the branches write every row; a split plan's branch with r = 1 first
    * (split_first: kernel.cu.tpl's tile_end knows the order from da_split_side) */
   const int first = !strcmp(r->strategy, "split") ? r->split_first : -1;
@@ -231,9 +244,8 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   for (int i = 0; i < r->num_branches; i++) {
     const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
     a->branch = br;
-    int64_t gx = (a->seq_len + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br];
-    DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
-    DA_TRY(launch(user, DA_CUDA_K_MAIN, (unsigned)gx, H, (unsigned)a->batch, threads, smem, a));
+    DA_TRY(launch_main(ctx, r, (a->seq_len + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], heads, a,
+                       launch, user));
   }
   return DA_OK;
 }

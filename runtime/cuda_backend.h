@@ -46,6 +46,7 @@ DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, 
  *   split:  _clear (only where some row no branch covers: clear_rows), _branch per branch,
  *           split_first >= 0 first; a row's last covering launch writes out and lse
  *   single: _clear (likewise), _branch per branch
+ *   (ws_tiles > 1: the attention kernel's blocks ws_tiles a CTA, in x alone)
  * da__cuda_kernel_suffix names kernel slot `which` (DA_CUDA_K_*) of a strategy, NULL when
  * the strategy has none. da__cuda_launch_sequence calls launch once per launch, in order,
  * with a->branch set for branch launches; it stops at the first failure. The CUDA backend

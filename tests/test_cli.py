@@ -152,7 +152,8 @@ def test_gen_wgmma(tmp):
 def test_old_templates(tmp):
     """CUDA split plans launch no _init / _finish: templates whose branch launches do not
     write out themselves (an older version's DILATTN_TEMPLATE_DIR) are refused, not run
-    with out left unwritten. Emulated here by renaming da_split_side in a copy."""
+    with out left unwritten. Emulated here by renaming da_split_side in a copy; likewise
+    run_tiles for a plan whose grid runs two tiles a CTA."""
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates")
     old = os.path.join(tmp, "old", "templates")
     shutil.copytree(src, old)
@@ -172,6 +173,19 @@ def test_old_templates(tmp):
     check(rc == 0, f"gen of the split config: exit {rc}: {err}")
     rc, _, err = run("gen", cfg, "--target", "host", "-o", d, env={"DILATTN_TEMPLATE_DIR": old})
     check(rc == 0, f"host target with those templates (its split is self-contained): exit {rc}: {err}")
+    # a warp-specialized causal plan runs two tiles a CTA, its grid launched so: templates
+    # whose kernel runs one a CTA are refused the same way
+    for root, _, names in os.walk(old):
+        for name in names:
+            p = os.path.join(root, name)
+            text = open(p).read()
+            open(p, "w").write(text.replace("da_split_old(", "da_split_side(").replace("run_tiles(", "run_tiles_old("))
+    json.dump(dict(segment_lengths=[256, 512], dilation_rates=[1, 2], num_heads=2, num_kv_heads=2, head_dim=64,
+                   dtype="float16", causal=True), open(cfg, "w"))
+    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "-o", d, env={"DILATTN_TEMPLATE_DIR": old})
+    check(rc != 0 and "tiles a CTA" in err, f"gen with one-tile-a-CTA templates: exit {rc}: {err}")
+    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "-o", d)
+    check(rc == 0, f"gen of the warp-specialized causal config: exit {rc}: {err}")
 
 
 def test_run_golden(tmp):

@@ -192,25 +192,45 @@ static void test_wide_offsets(da_context *ctx) {
   }
 }
 
+/* test_long_grid's block filter: the CTAs with a tile of the windows from `first` on. A
+ * causal fused grid (one head, one batch here) runs longest first: blocks take groups of
+ * `group` windows (the last group the rest too), depth-major inside a group (kernel.cu.tpl
+ * da_lpt_unit), so a block's window is its rank in its group's windows; a CTA runs blocks
+ * x * per .. x * per + per - 1 (run_tiles). */
+typedef struct {
+  int64_t first, tpw, group, windows, per;
+} long_grid_filter;
 static int keep_from(void *user, unsigned x, unsigned y, unsigned z) {
   (void)y, (void)z;
-  return x >= *(const unsigned *)user;
+  const long_grid_filter *f = user;
+  if (!f->group) return x / f->tpw >= f->first;
+  for (int64_t l = (int64_t)x * f->per; l < ((int64_t)x + 1) * f->per && l < f->windows * f->tpw; l++) {
+    const int64_t last = f->windows / f->group - 1, grp = l / (f->group * f->tpw); /* last: it takes the rest */
+    const int64_t g0 = (grp < last ? grp : last) * f->group, rem = l - g0 * f->tpw;
+    const int64_t n = g0 < last * f->group ? f->group : f->windows - g0;
+    if (g0 + rem % n >= f->first) return 1;
+  }
+  return 0;
 }
 
 /* N = 2^24 tokens: the fused grid for the whole sequence is launched and the CTAs of the
  * last 4096 positions run; segments are independent, so that window must equal the
- * reference on the window alone. */
-static void test_long_grid(da_context *ctx) {
+ * reference on the window alone. opts NULL: mma.sync at D = 32; else (warp-specialized,
+ * two tiles a CTA) D = 64. */
+static void test_long_grid(da_context *ctx, const da_plan_options *opts) {
   da_spec s;
-  wide_spec(&s, DA_DTYPE_FLOAT16, 1, 32, 2048, 4096);
-  const int64_t N = (int64_t)1 << 24, W = 4096, row = 32;
+  const int64_t N = (int64_t)1 << 24, W = 4096, row = opts ? 64 : 32;
+  wide_spec(&s, DA_DTYPE_FLOAT16, 1, (int)row, 2048, 4096);
   da__rendered r;
-  if (da__render_ex(ctx, &s, DA_TARGET_CUDA, NULL, &r) != DA_OK) {
+  if (da__render_ex(ctx, &s, DA_TARGET_CUDA, opts, &r) != DA_OK) {
     TU_CHECK(0, "render: %s", da_context_last_error(ctx));
     return;
   }
   TU_CHECK(!strcmp(r.strategy, "fused"), "N = 2^24: strategy %s, expected fused", r.strategy);
-  unsigned first = (unsigned)((N - W) / r.window_g * r.tiles_per_window);
+  long_grid_filter first = {(N - W) / r.window_g, r.tiles_per_window, r.lpt_group, (N + r.window_g - 1) / r.window_g,
+                            r.ws_tiles};
+  TU_CHECK(r.lpt_group > 0 && N / r.window_g > r.lpt_group && r.ws_tiles == (opts ? 2 : 1),
+           "N = 2^24: a causal grid in more than one group of windows (%d tiles a CTA)", r.ws_tiles);
   da__rendered_free(&r);
   size_t bytes = (size_t)(N * row) * 2;
   uint16_t *qkv = sparse_alloc(bytes), *out = sparse_alloc(bytes);
@@ -230,13 +250,14 @@ static void test_long_grid(da_context *ctx) {
   da_args a;
   da_args_init(&a, &s, 1, N, qkv, qkv, qkv, out, lse); /* q = k = v: one copy of the input */
   da_emu_set_block_filter(keep_from, &first);
-  da_status rc = da_emu_execute(ctx, &s, NULL, &a, bytes, bytes, bytes, (size_t)N * 4);
+  da_status rc = da_emu_execute(ctx, &s, opts, &a, bytes, bytes, bytes, (size_t)N * 4);
   da_emu_set_block_filter(NULL, NULL);
-  TU_CHECK(rc == DA_OK, "N = 2^24: %s", da_context_last_error(ctx));
+  const char *what = opts ? "wgmma-ws, two tiles a CTA" : "mma.sync";
+  TU_CHECK(rc == DA_OK, "N = 2^24 (%s): %s", what, da_context_last_error(ctx));
   da_ref_attention(&s, 1, W, dq, dq, dq, ro, rl);
   TU_CHECK(rc == DA_OK && tu_compare(s.dtype, W * row, out + (N - W) * row, ro, W, lse + N - W, rl, vmax, &eo, &el),
-           "N = 2^24, last %lld positions: out err %.3g lse err %.3g", (long long)W, eo, el);
-  printf("N = 2^24, last %lld positions: out_err=%.2e lse_err=%.2e\n", (long long)W, eo, el);
+           "N = 2^24 (%s), last %lld positions: out err %.3g lse err %.3g", what, (long long)W, eo, el);
+  printf("N = 2^24 (%s), last %lld positions: out_err=%.2e lse_err=%.2e\n", what, (long long)W, eo, el);
   munmap(qkv, bytes), munmap(out, bytes), munmap(lse, (size_t)N * 4);
   free(dq), free(ro), free(rl);
 }
@@ -553,7 +574,9 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "wide")) {
     test_wide_offsets(ctx);
-    test_long_grid(ctx);
+    test_long_grid(ctx, NULL);
+    da_plan_options ws = {0, 0, 0, 0, 4};
+    test_long_grid(ctx, &ws);
   }
   printf("%d emulated launches\n", da_emu_plan_launches());
   da_context_destroy(ctx);

@@ -371,6 +371,41 @@ int main(int argc, char **argv) {
       if (st == DA_OK) da__rendered_free(&r);
     }
   }
+  /* causal grids run longest first (planner.lua plan_lpt): LongNet 2-branch in 128-row
+   * tiles has 8 tiles per residue class, 16 a window; its table of a window's tile per depth
+   * is a permutation that starts with the two classes' last tiles (7, 15: the most keys)
+   * and ends with their first (0, 8); groups of ceil(264 / 16) = 17 windows; two tiles a
+   * CTA (run_tiles). Without a causal mask the grid keeps its order (no table, group 0), a
+   * tile a CTA. */
+  for (int causal = 0; causal < 2; causal++) {
+    da_spec t;
+    da_spec_init(&t);
+    t.num_branches = 2, t.segment_lengths[0] = 2048, t.segment_lengths[1] = 4096;
+    t.dilation_rates[0] = 1, t.dilation_rates[1] = 2;
+    t.num_heads = t.num_kv_heads = 8, t.head_dim = 64, t.dtype = DA_DTYPE_FLOAT16, t.causal = causal;
+    da_plan_options o = {128, 0, 0, 0, 4};
+    da__rendered r;
+    if (da__render_ex(ctx, &t, DA_TARGET_CUDA, &o, &r) != DA_OK) {
+      TU_CHECK(0, "lpt render: %s", da_context_last_error(ctx));
+      continue;
+    }
+    const char *tab = strstr(r.source, "LPT_TILE[16] = { ");
+    TU_CHECK(r.tiles_per_window == 16 && r.lpt_group == (causal ? 17 : 0) && !tab == !causal &&
+                 r.ws_tiles == (causal ? 2 : 1) && !strstr(r.source, "run_tiles(Qs") == !causal,
+             "lpt (causal %d): %lld tiles a window, group %lld, table %s, %d tiles a CTA", causal,
+             (long long)r.tiles_per_window, (long long)r.lpt_group, tab ? "present" : "absent", r.ws_tiles);
+    if (tab) {
+      int order[16], seen = 0;
+      char *e = (char *)tab + strlen("LPT_TILE[16] = { ");
+      for (int i = 0; i < 16; i++) order[i] = (int)strtol(e, &e, 10), e += *e == ',';
+      for (int i = 0; i < 16; i++) seen |= order[i] >= 0 && order[i] < 16 ? 1 << order[i] : 0;
+      TU_CHECK(seen == 0xffff && order[0] + order[1] == 22 && order[0] * order[1] == 105 && order[14] + order[15] == 8 &&
+                   order[14] * order[15] == 0,
+               "lpt order: %d %d ... %d %d (a permutation of 0..15: %s)", order[0], order[1], order[14], order[15],
+               seen == 0xffff ? "yes" : "no");
+    }
+    da__rendered_free(&r);
+  }
   TU_CHECK(njobs >= 200 || n < 200, "matrix has %d specs", njobs);
   TU_CHECK((strategies[0] && strategies[1] && strategies[2] && paths[0] && paths[1] && paths[2]) || n < 50,
            "matrix misses a strategy or path");

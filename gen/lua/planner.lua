@@ -462,12 +462,92 @@ function M.plan_cuda(p, opts)
     p.tiles_per_window = acc
   end
   p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
+  for _, b in ipairs(p.branches) do b.tiles_per_segment = (b.lmax + p.tile_q - 1) // p.tile_q end
+  M.plan_lpt(p)
   -- dilated indices in 32 bits when every branch's segment allows (fewer registers)
   p.idx_bits = 32
   for _, b in ipairs(p.branches) do
     if b.lmax + p.tile_k >= 2 ^ 31 then p.idx_bits = 64 end
   end
-  for _, b in ipairs(p.branches) do b.tiles_per_segment = (b.lmax + p.tile_q - 1) // p.tile_q end
+end
+
+-- Causal tiles differ in work (a row attends to the keys before it), so the grid's tail
+-- is short only when the longest tiles start first. A unit is one (batch, head, window)
+-- of the fused grid or (batch, head, segment) of a branch launch; the blocks of each group
+-- of p.lpt_group (b.lpt_group) consecutive units run depth-major: every unit's heaviest
+-- tile, then every unit's next, ... (kernel.cu.tpl da_lpt_unit; the last group takes the
+-- units left over). A group spans about two waves of CTAs of a 132-SM H100 / H200, so the
+-- waves draw from one group's tiles (longest first within it) while its K / V stay in L2
+-- (17 LongNet 2-branch windows: about 17 MiB at D = 64). Modeled (bench/lpt_model.py: list
+-- scheduling on 132 SMs, a tile = 2 + its key tiles, 128-row tiles, H = 8), the grid's
+-- SMs stay busy 0.839 / 0.954 / 0.988 of the time to its last tile at N = 16K / 64K / 256K
+-- for LongNet 2-branch causal in the window-by-window order before, 0.932 / 0.984 / 0.996
+-- this way (1.11x / 1.03x / 1.01x); 5-branch causal 1.06x / 1.02x / 1.00x. Not measured
+-- on a GPU yet. Groups of 9 to 1000 units model the same within 1%.
+-- A fused window's tiles go heaviest first by p.lpt_order (tile of each depth), their
+-- expected key tiles over the heads and the windows of a period of the segments (up to
+-- 16); past 4096 tiles a window, latest first.
+-- Warp-specialized causal fused kernels run p.ws_tiles consecutive tiles of that order a
+-- CTA (kernel.cu.tpl run_tiles): the producer loads the next tile's K / V while the
+-- consumers write this one's out. Not where warpgroups leave their tiles (ws_skip_idle: the
+-- empty barriers count the kept ones) or under a sparse layout (its verdict buffers); not
+-- the branch kernel yet (split, single: its producer spilled up to 120 bytes through the
+-- tile jobs). Untimed.
+local LPT_CTAS = 2 * 132
+function M.plan_lpt(p)
+  p.lpt = p.causal
+  p.ws_tiles = 1
+  if not p.lpt then return end
+  if p.wg_ws and p.strategy == "fused" and not p.sparse and not p.ws_skip_idle then p.ws_tiles = 2 end
+  -- (264 tiles: two waves of a tile a CTA, one of two; more would crowd L2, and 9 to 1000
+  -- units model the same)
+  local per_sm = p.min_blocks or 1
+  local function group(tiles) return math.max(1, (LPT_CTAS * per_sm + tiles - 1) // tiles) end
+  for _, b in ipairs(p.branches) do b.lpt_group = group(b.tiles_per_segment) end
+  if p.strategy ~= "fused" then return end
+  p.lpt_group = group(p.tiles_per_window)
+  if p.tiles_per_window > 4096 then return end
+  -- heads per (branch, class of the segment position mod r) they cover
+  local cover = {}
+  for i, b in ipairs(p.branches) do
+    cover[i] = {}
+    for x = 0, b.r - 1 do cover[i][x] = 0 end
+    for _, list in ipairs(p.heads) do
+      for _, e in ipairs(list) do
+        if e.branch == b.index then cover[i][e.offset] = cover[i][e.offset] + 1 end
+      end
+    end
+  end
+  local period = 1
+  for _, b in ipairs(p.branches) do
+    period = period // gcd(period, b.w // p.window_g) * (b.w // p.window_g)
+    if period >= 16 then period = 16 break end
+  end
+  local R, TQ, TK = p.lcm_r, p.tile_q, p.tile_k
+  local weight, order = {}, {}
+  for c = 0, R - 1 do
+    local count = (p.window_g - c + R - 1) // R
+    for t = p.residue_tile_start[c + 1], p.residue_tile_start[c + 2] - 1 do
+      local last = (t - p.residue_tile_start[c + 1]) * TQ + math.min(TQ, count - (t - p.residue_tile_start[c + 1]) * TQ) - 1
+      local wsum = 0
+      for win = 0, period - 1 do
+        for i, b in ipairs(p.branches) do
+          local rel = (win * p.window_g) % b.w + c -- the class's first position in the segment
+          local n = cover[i][rel % b.r]
+          -- its dilated index, plus that of the tile's last row; keys up to it (causal)
+          if n > 0 then wsum = wsum + n * ((rel // b.r + last * (R // b.r) + TK) // TK) end
+        end
+      end
+      weight[t] = wsum
+      order[#order + 1] = t
+    end
+  end
+  -- heaviest first; among equals the later tile (the order before weights)
+  table.sort(order, function(a, b2)
+    if weight[a] ~= weight[b2] then return weight[a] > weight[b2] end
+    return a > b2
+  end)
+  p.lpt_order = order
 end
 
 return M

@@ -33,6 +33,13 @@
 __constant__ int RES_TILE_START[{{ p.lcm_r + 1 }}] = { {{ join(p.residue_tile_start) }} };
 {% end %}
 __constant__ da_i64 BR_TILES_PER_SEG[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.tiles_per_segment) end) }} };
+{% if p.lpt then %}
+/* causal: blocks longest first within groups of units (planner.lua plan_lpt) */
+__constant__ da_i64 BR_LPT_GROUP[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.lpt_group) end) }} };
+{% if p.lpt_order then %}
+__constant__ {{ p.tiles_per_window < 65536 and "unsigned short" or "int" }} LPT_TILE[{{ p.tiles_per_window }}] = { {{ join(p.lpt_order) }} }; /* a window's tile of each depth */
+{% end %}
+{% end %}
 
 /* Must match da__cuda_args in runtime/cuda_args.h. */
 struct da_cuda_args {
@@ -969,8 +976,10 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 {% if not p.wg_ws then %}
 #define DA_WS_ARGS
 {% end %}
-/* Load the query tile into smem and registers; reset the softmax state. */
-__device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
+/* Load the query tile into smem and registers; reset the softmax state. first_turn: the
+ * CTA's first tile (warp-specialized: the consumers' first turn is handed out here). */
+__device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
+                           bool first_turn = true) {
   const int lane = da_ct() & 31, warp = da_ct() >> 5;
   const da_i64 base = b * A.q_stride[0] + T.pos0 * A.q_stride[1] + h * A.q_stride[2];
   const da_i64 step = T.pstep * A.q_stride[1];
@@ -986,7 +995,10 @@ __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i6
   /* consumer warpgroup 0 takes the first turn: the last one hands it over (an arrive by
    * warpgroup 0 itself before its own sync would be two barrier instructions of one warp
    * in one phase, which the ISA warns against) */
-  if (NCWG > 1 && DA_KEPT_WGS(T.nq) > 1 && da_ct() >> 7 == DA_KEPT_WGS(T.nq) - 1) da_named_arrive(DA_BAR_TURN, 256);
+  if (NCWG > 1 && first_turn && DA_KEPT_WGS(T.nq) > 1 && da_ct() >> 7 == DA_KEPT_WGS(T.nq) - 1)
+    da_named_arrive(DA_BAR_TURN, 256);
+{% else %}
+  (void)first_turn;
 {% end %}
   DA_SYNC_COMPUTE();
 #pragma unroll
@@ -1322,32 +1334,145 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
   tile_end(S, Qs, A, b, h, T, mode);
 }
 
+{% if p.lpt then %}
+/* Causal grids run longest first (planner.lua plan_lpt): the grid's blocks, in order, take
+ * groups of `group` consecutive units (unit u: head u % H, then the window or segment,
+ * then the batch; a unit has tpu tiles), and inside a group depth-major: depth 0 of each
+ * unit, then depth 1, ... The last group takes the units left over too (a group of a few
+ * units at the end would run its heaviest tiles last; bench/lpt_model.py). The unit of
+ * block l (of units * tpu); *depth its tile's rank inside the unit. */
+__device__ __forceinline__ da_i64 da_lpt_unit(da_i64 l, da_i64 units, da_i64 tpu, da_i64 group, da_i64 *depth) {
+  const da_i64 last = max(units / group, (da_i64)1) - 1; /* the last group's index */
+  const da_i64 g0 = min(l / (group * tpu), last) * group, rem = l - g0 * tpu;
+  const da_i64 n = g0 < last * group ? group : units - g0;
+  *depth = rem / n;
+  return g0 + rem % n;
+}
+{% end %}
+
 {% if p.strategy == "fused" then %}
-/* grid (ceil(N / WIN_G) * TILES_PER_WINDOW, H, B) */
-extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_fused(const da_cuda_args A) {
-  DA_SMEM_DECL
-  const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
-  /* causal: a window's tiles in reverse (residue classes last to first, each class's
-   * tiles latest first), so heavier tiles tend to start first and the grid's tail is light */
-  const da_i64 win = blockIdx.x / TILES_PER_WINDOW,
-               tt = CAUSAL ? TILES_PER_WINDOW - 1 - blockIdx.x % TILES_PER_WINDOW : blockIdx.x % TILES_PER_WINDOW;
+/* A query tile of the fused grid: its batch, head and rows, what tile_end does with them
+ * (mode 0), and what its branches attend (da_job_each). The fused kernel finds its tiles
+ * through these, one a CTA or (run_tiles) several. (The branch kernel keeps its own
+ * inline: through a job, ptxas spilled 8 to 120 bytes of its warp-specialized producer
+ * or 192-row consumers on split, single and grouped specs of test_cuda_matrix.) */
+struct da_job {
+  da_i64 b, h, hkv;
+  da_qtile T;
+  int mode;
+  da_i64 gs, first, j0; /* the g-window's start, the residue class's first position, the tile's first row in it */
+};
+/* Tile tt of g-window win of (b, h); false where it holds no query (the last window's). */
+__device__ __forceinline__ bool da_job_at(da_job &J, const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 win, da_i64 tt) {
   int c = 0;
   while (c + 1 < LCM_R && RES_TILE_START[c + 1] <= tt) c++;
   const da_i64 gs = win * WIN_G, ge = min(gs + WIN_G, A.seq_len), first = gs + c;
-  if (first >= ge) return;
+  if (first >= ge) return false;
   const da_i64 count = (ge - first + LCM_R - 1) / LCM_R, j0 = (tt - RES_TILE_START[c]) * (da_i64)TQ;
-  if (j0 >= count) return;
-  da_qtile T;
-  T.nq = (int)min((da_i64)TQ, count - j0);
-  T.pos0 = first + j0 * LCM_R;
-  T.pstep = LCM_R;
-  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, 0, [&](auto &&f) {
-    for (int k = 0; k < HEAD_NBR[h]; k++) {
-      int br;
-      da_i64 s0, off, a0, astride;
-      if (da_fused_branch((int)h, k, gs, first, j0, &br, &s0, &off, &a0, &astride)) f(br, s0, off, a0, astride);
+  if (j0 >= count) return false;
+  J.b = b, J.h = h, J.hkv = h / HEADS_PER_KV, J.mode = 0;
+  J.gs = gs, J.first = first, J.j0 = j0;
+  J.T.nq = (int)min((da_i64)TQ, count - j0);
+  J.T.pos0 = first + j0 * LCM_R;
+  J.T.pstep = LCM_R;
+  return true;
+}
+template <class F> __device__ __forceinline__ void da_job_each(const da_job &J, const da_cuda_args &A, F &&f) {
+  (void)A;
+  for (int k = 0; k < HEAD_NBR[J.h]; k++) {
+    int br;
+    da_i64 s0, off, a0, astride;
+    if (da_fused_branch((int)J.h, k, J.gs, J.first, J.j0, &br, &s0, &off, &a0, &astride)) f(br, s0, off, a0, astride);
+  }
+}
+{% if p.lpt then %}
+/* Block l of the causal grid: its job (false: none) */
+__device__ __forceinline__ bool da_block_job(da_i64 l, const da_cuda_args &A, da_job &J) {
+  const da_i64 nwin = (A.seq_len + WIN_G - 1) / WIN_G, units = nwin * NUM_HEADS * A.batch;
+  if (l >= units * TILES_PER_WINDOW) return false;
+  da_i64 depth;
+  const da_i64 u = da_lpt_unit(l, units, TILES_PER_WINDOW, {{ p.lpt_group }}, &depth);
+{% if p.lpt_order then %}
+  const da_i64 tt = LPT_TILE[depth]; /* the window's tiles heaviest first */
+{% else %}
+  const da_i64 tt = TILES_PER_WINDOW - 1 - depth; /* residue classes last to first, each class's tiles latest first */
+{% end %}
+  return da_job_at(J, A, u / NUM_HEADS / nwin, u % NUM_HEADS, u / NUM_HEADS % nwin, tt);
+}
+{% end %}
+{% end %}
+
+{% if p.ws_tiles > 1 then %}
+/* WS_TILES tiles a CTA, blocks blockIdx.x * WS_TILES + i of the causal fused grid: the producer
+ * walks their key tiles one after the other without a pause, so the next tile's K / V
+ * load while the consumers write this one's out and load its Q (a CTA per tile leaves the
+ * SM without loads then, and starts the next CTA's pipeline cold). The stages and their
+ * parities run on across tiles; so does the consumers' turn: each warpgroup takes as many
+ * turns a tile, and the hand-over the last warpgroup makes at the CTA's first tile stays
+ * pending at every tile's end for warpgroup 0's first turn of the next. */
+#define WS_TILES {{ p.ws_tiles }}
+template <class E>
+__device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_args &A) {
+  __shared__ da_u64 bars[4 * STAGES]; /* as in run_tile (no warpgroup leaves a tile: DA_KEPT_WGS is NCWG) */
+  /* the CTA's tiles, each found by a thread of its own before the roles split (the
+   * producer's 40 registers hold none of the index arithmetic) */
+  __shared__ da_job jobs[WS_TILES];
+  __shared__ int has_job[WS_TILES];
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : NCWG * 128);
+  if (threadIdx.x < WS_TILES)
+    has_job[threadIdx.x] = da_block_job((da_i64)blockIdx.x * WS_TILES + threadIdx.x, A, jobs[threadIdx.x]);
+  __syncthreads(); /* the last CTA barrier */
+  da_pipe P = {0, 0, 0};
+  if (threadIdx.x < DA_PRODUCERS) {
+{% if p.setmaxnreg then %}
+    da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>();
+{% end %}
+#pragma unroll /* i a constant: its 40 registers hold no loop state (a loop spilled up to 120 bytes) */
+    for (int i = 0; i < WS_TILES; i++) {
+      if (!has_job[i]) continue;
+      const da_job &J = jobs[i];
+      da_job_each(J, A, [&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+        produce(br, P, bars, Ks, Vs, A, J.b, J.hkv, s0, off, a0, astride, J.T.nq);
+      });
     }
-  });
+    da_cp_async_commit();
+    da_cp_async_wait<0>();
+    return;
+  }
+{% if p.setmaxnreg then %}
+  da_setmaxnreg_inc<{{ p.setmaxnreg[2] }}>();
+{% end %}
+  bool first = true;
+  for (int i = 0; i < WS_TILES; i++) {
+    if (!has_job[i]) continue;
+    const da_job J = jobs[i];
+    if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
+    da_state S;
+    tile_begin(S, Qs, A, J.b, J.h, J.T, first);
+    first = false;
+    da_job_each(J, A, [&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+      attend(br, S, Ks, Vs, A, J.b, J.hkv, s0, off, a0, astride, J.T.nq, P, bars);
+    });
+    tile_end(S, Qs, A, J.b, J.h, J.T, J.mode);
+  }
+}
+{% end %}
+{% if p.strategy == "fused" then %}
+/* grid (ceil(N / WIN_G) * TILES_PER_WINDOW, H, B){% if p.ws_tiles > 1 then %}; here those blocks WS_TILES a CTA, in x{% end %} */
+extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_fused(const da_cuda_args A) {
+  DA_SMEM_DECL
+{% if p.ws_tiles > 1 then %}
+  run_tiles(Qs, Ks, Vs, A);
+{% else %}
+  da_job J;
+{% if p.lpt then %}
+  if (!da_block_job(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z), A, J)) return;
+{% else %}
+  if (!da_job_at(J, A, blockIdx.z, blockIdx.y, blockIdx.x / TILES_PER_WINDOW, blockIdx.x % TILES_PER_WINDOW)) return;
+{% end %}
+  run_tile(Qs, Ks, Vs, A, J.b, J.h, J.hkv, J.T, J.mode, [&](auto &&f) { da_job_each(J, A, f); });
+{% end %}
 }
 {% else %}
 /* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
@@ -1358,14 +1483,26 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
    * launch completes only after that one has: a wait in the next launch then covers the
    * whole chain */
   da_grid_launch_dependents();
+{% if p.lpt then %}
+  const int br = A.branch;
+  const da_i64 tps = BR_TILES_PER_SEG[br], nseg = gridDim.x / tps;
+  da_i64 depth;
+  const da_i64 u = da_lpt_unit(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z),
+                               nseg * gridDim.y * gridDim.z, tps, BR_LPT_GROUP[br], &depth);
+  const da_i64 h = u % NUM_HEADS, seg = u / NUM_HEADS % nseg, b = u / NUM_HEADS / nseg, hkv = h / HEADS_PER_KV;
+  const da_i64 a0 = (tps - 1 - depth) * (da_i64)TQ; /* causal: a segment's latest (heaviest) tile first */
+{% else %}
   const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
   const int br = A.branch;
+{% end %}
   int k = 0;
   while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
   if (k == HEAD_NBR[h]) return da_grid_wait(); /* this head does not use the branch (grouped mode) */
   const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
+{% if not p.lpt then %}
   const da_i64 tps = BR_TILES_PER_SEG[br], seg = blockIdx.x / tps;
-  const da_i64 a0 = (CAUSAL ? tps - 1 - blockIdx.x % tps : blockIdx.x % tps) * (da_i64)TQ; /* causal: heaviest first */
+  const da_i64 a0 = blockIdx.x % tps * (da_i64)TQ;
+{% end %}
   const da_i64 s0 = seg * w;
   if (s0 >= A.seq_len) return da_grid_wait();
   const da_i64 L = da_class_len(br, s0, off, A.seq_len);

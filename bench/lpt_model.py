@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""lpt_model.py - how full a causal grid keeps the SMs until its last tile ends (model).
+
+A causal tile's work grows with its rows' positions (a row attends to the keys before it),
+and the hardware starts a grid's blocks in order as SMs free up, so the grid ends early
+only when its longest tiles start first. This models that with list scheduling: `--sms`
+SMs run one CTA each (the warp-specialized kernels' occupancy); the blocks start in grid
+order, each on the SM that frees first, and a tile costs `--c0` (its prologue and epilogue,
+in key tiles) plus the key tiles it attends to, summed over the branches that cover it.
+Where the kernel runs WS_TILES tiles a CTA (kernel.cu.tpl run_tiles), a CTA costs the sum
+of its tiles, each after the first with `--c1` in place of c0 (its Q load and epilogue
+stay exposed, its K / V pipeline fill does not: a guess, the GPU has to say).
+
+The tiles and their order come from the kernel the generator writes (`dilattn gen
+--target cuda --mma wgmma-ws`): TILES_PER_WINDOW, RES_TILE_START, LPT_TILE and the group
+of the fused kernel, BR_TILES_PER_SEG and BR_LPT_GROUP of the branch launches, HEAD_OFF.
+Each tile's key tiles are counted per head and window here, exactly (the planner orders a
+window's tiles by their average over heads and windows). Three schedules are compared:
+
+  window: the order before plan_lpt, a tile a CTA: grid x (a window's or segment's tiles
+          latest first, windows in turn), then heads, then the batch;
+  lpt:    the kernel's order (kernel.cu.tpl da_lpt_unit: groups of units depth-major), a
+          tile a CTA;
+  kernel: that order with the kernel's tiles a CTA (WS_TILES, else 1).
+
+A split plan's branch launches are modeled as one list in launch order (programmatic
+dependent launches let the next start as SMs free). Prints one JSON object per config and
+length: efficiency = work (at c0 a tile) / (SMs x the time the last tile ends), and each
+schedule's speed-up over the window order.
+Run: python3 bench/lpt_model.py bench/configs/longnet2_causal.json [--lengths 16384,65536] [--dilattn build/dilattn]
+"""
+import argparse
+import glob
+import heapq
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def render(dilattn, cfg_path):
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run([dilattn, "gen", cfg_path, "--target", "cuda", "--arch", "sm_90a", "--mma", "wgmma-ws", "-o", d],
+                       check=True, stdout=subprocess.DEVNULL)
+        (path,) = glob.glob(os.path.join(d, "*.cu"))
+        with open(path) as f:
+            return f.read()
+
+
+def table(src, name):
+    m = re.search(r"\b" + name + r"\[[^\]]*\](?:\[[^\]]*\])? = \{ ([^;]*) \};", src)
+    if not m:
+        return None
+    return [int(x) for x in re.findall(r"-?\d+", m.group(1))]
+
+
+def define(src, name):
+    return int(re.search(r"#define " + name + r" (\d+)", src).group(1))
+
+
+def makespan(costs, sms):
+    free = [0.0] * sms
+    end = 0.0
+    for c in costs:
+        t = heapq.heappop(free) + c
+        end = max(end, t)
+        heapq.heappush(free, t)
+    return end
+
+
+def lpt_blocks(units, tpu, group):
+    """(unit, depth) of each block in grid order, as da_lpt_unit decodes them."""
+    last = max(units // group, 1) - 1  # the last group takes the remainder too
+    for l in range(units * tpu):
+        g0 = min(l // (group * tpu), last) * group
+        rem = l - g0 * tpu
+        n = group if g0 < last * group else units - g0
+        yield g0 + rem % n, rem // n
+
+
+def ctas(costs, per, c0, c1):
+    """CTA costs of tile costs (c0 + key tiles each; 0: no tile) run `per` a CTA."""
+    out = []
+    for i in range(0, len(costs), per):
+        real = [c for c in costs[i:i + per] if c > 0]
+        out.append(sum(real) - (len(real) - 1) * (c0 - c1) if real else 0.0)
+    return out
+
+
+def model(cfg, src, N, B, sms, c0, c1):
+    w, r = cfg["segment_lengths"], cfg["dilation_rates"]
+    H = cfg["num_heads"]
+    TQ, TK = define(src, "TQ"), define(src, "TK")
+    nb = len(w)
+    offs = table(src, "HEAD_OFF")
+    off = [[offs[h * nb + j] for j in range(nb)] for h in range(H)]
+    order = {}
+    if "_fused(" in src:
+        R, G, TPW = define(src, "LCM_R"), define(src, "WIN_G"), define(src, "TILES_PER_WINDOW")
+        start = table(src, "RES_TILE_START")
+        lpt = table(src, "LPT_TILE")
+        group = int(re.search(r"da_lpt_unit\(l, units, TILES_PER_WINDOW, (\d+),", src).group(1))
+        nwin = N // G
+
+        def cost(h, win, tt):
+            c = max(i for i in range(R) if start[i] <= tt)
+            count = (G - c + R - 1) // R
+            j0 = (tt - start[c]) * TQ
+            nq = min(TQ, count - j0)
+            keys = 0
+            for j in range(nb):
+                rel = (win * G) % w[j] + c
+                if rel % r[j] == off[h][j]:
+                    a_last = (rel - off[h][j]) // r[j] + (j0 + nq - 1) * (R // r[j])
+                    keys += (a_last + 1 + TK - 1) // TK
+            return c0 + keys
+
+        order["window"] = [cost(h, x // TPW, TPW - 1 - x % TPW) for b in range(B) for h in range(H) for x in range(nwin * TPW)]
+        order["lpt"] = [cost(u % H, u // H % nwin, lpt[d] if lpt else TPW - 1 - d)
+                        for u, d in lpt_blocks(B * H * nwin, TPW, group)]
+        launch_lists = [order["lpt"]]
+    else:
+        tps, groups = table(src, "BR_TILES_PER_SEG"), table(src, "BR_LPT_GROUP")
+        first = next((j for j in range(nb) if r[j] == 1), None)
+        launches = ([first] if first is not None else []) + [j for j in range(nb) if j != first]
+        order["window"], order["lpt"], launch_lists = [], [], []
+        for br in launches:
+            nseg = N // w[br]
+
+            def cost(h, a0):
+                L = (w[br] - off[h][br] + r[br] - 1) // r[br]
+                if a0 >= L:
+                    return 0.0
+                a_last = min(a0 + TQ, L) - 1
+                return c0 + (a_last + TK) // TK
+
+            order["window"] += [cost(h, (tps[br] - 1 - x % tps[br]) * TQ)
+                                for b in range(B) for h in range(H) for x in range(nseg * tps[br])]
+            launch_lists.append([cost(u % H, (tps[br] - 1 - d) * TQ) for u, d in lpt_blocks(B * H * nseg, tps[br], groups[br])])
+            order["lpt"] += launch_lists[-1]
+    work = sum(order["window"])
+    assert abs(work - sum(order["lpt"])) < 1e-6, "the two orders hold different tiles"
+    m = re.search(r"#define WS_TILES (\d+)", src)
+    per = int(m.group(1)) if m else 1
+    kernel = [c for lst in launch_lists for c in ctas(lst, per, c0, c1)]  # a CTA's tiles are one launch's
+    ends = {k: makespan(v, sms) for k, v in (("window", order["window"]), ("lpt", order["lpt"]), ("kernel", kernel))}
+    eff = {k: work / (sms * t) for k, t in ends.items()}
+    return dict(seq_len=N, batch=B, heads=H, tiles=len(order["lpt"]), ws_tiles=per, sms=sms, c0=c0, c1=c1,
+                efficiency_window=round(eff["window"], 4), efficiency_lpt=round(eff["lpt"], 4),
+                efficiency_kernel=round(eff["kernel"], 4), speedup_lpt=round(ends["window"] / ends["lpt"], 4),
+                speedup_kernel=round(ends["window"] / ends["kernel"], 4))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("configs", nargs="+")
+    ap.add_argument("--lengths", default="16384,65536,262144")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--c0", type=float, default=2.0)
+    ap.add_argument("--c1", type=float, default=1.0)
+    ap.add_argument("--dilattn", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "dilattn"))
+    a = ap.parse_args()
+    for path in a.configs:
+        with open(path) as f:
+            cfg = json.load(f)
+        if not cfg.get("causal"):
+            sys.exit(f"{path}: not causal (every tile of a window then costs the same)")
+        src = render(a.dilattn, path)
+        for N in (int(x) for x in a.lengths.split(",")):
+            print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1))))
+
+
+if __name__ == "__main__":
+    main()
