@@ -406,6 +406,21 @@ int main(int argc, char **argv) {
     }
     da__rendered_free(&r);
   }
+  { /* the split plan of LongNet 5-branch causal: its branch launches two tiles a CTA too */
+    da_spec t;
+    da_spec_init(&t);
+    t.num_branches = 5;
+    static const int64_t sw[5] = {2048, 4096, 8192, 16384, 32768}, sr[5] = {1, 2, 4, 6, 12};
+    memcpy(t.segment_lengths, sw, sizeof sw), memcpy(t.dilation_rates, sr, sizeof sr);
+    t.num_heads = t.num_kv_heads = 8, t.head_dim = 64, t.dtype = DA_DTYPE_FLOAT16, t.causal = 1;
+    da_plan_options o = {0, 0, 0, 0, 4};
+    da__rendered r;
+    da_status st = da__render_ex(ctx, &t, DA_TARGET_CUDA, &o, &r);
+    TU_CHECK(st == DA_OK && !strcmp(r.strategy, "split") && r.ws_tiles == 2 && strstr(r.source, "run_tiles(Qs"),
+             "LongNet 5-branch causal: status %d, %s, %d tiles a CTA", (int)st, st == DA_OK ? r.strategy : "-",
+             st == DA_OK ? r.ws_tiles : 0);
+    if (st == DA_OK) da__rendered_free(&r);
+  }
   TU_CHECK(njobs >= 200 || n < 200, "matrix has %d specs", njobs);
   TU_CHECK((strategies[0] && strategies[1] && strategies[2] && paths[0] && paths[1] && paths[2]) || n < 50,
            "matrix misses a strategy or path");

@@ -487,18 +487,16 @@ end
 -- A fused window's tiles go heaviest first by p.lpt_order (tile of each depth), their
 -- expected key tiles over the heads and the windows of a period of the segments (up to
 -- 16); past 4096 tiles a window, latest first.
--- Warp-specialized causal fused kernels run p.ws_tiles consecutive tiles of that order a
--- CTA (kernel.cu.tpl run_tiles): the producer loads the next tile's K / V while the
--- consumers write this one's out. Not where warpgroups leave their tiles (ws_skip_idle: the
--- empty barriers count the kept ones) or under a sparse layout (its verdict buffers); not
--- the branch kernel yet (split, single: its producer spilled up to 120 bytes through the
--- tile jobs). Untimed.
+-- Warp-specialized causal kernels run p.ws_tiles consecutive tiles of that order a CTA
+-- (kernel.cu.tpl run_tiles): the producer loads the next tile's K / V while the consumers
+-- write this one's out. Not where warpgroups leave their tiles (ws_skip_idle: the empty
+-- barriers count the kept ones) or under a sparse layout (its verdict buffers). Untimed.
 local LPT_CTAS = 2 * 132
 function M.plan_lpt(p)
   p.lpt = p.causal
   p.ws_tiles = 1
   if not p.lpt then return end
-  if p.wg_ws and p.strategy == "fused" and not p.sparse and not p.ws_skip_idle then p.ws_tiles = 2 end
+  if p.wg_ws and not p.sparse and not p.ws_skip_idle then p.ws_tiles = 2 end
   -- (264 tiles: two waves of a tile a CTA, one of two; more would crowd L2, and 9 to 1000
   -- units model the same)
   local per_sm = p.min_blocks or 1

@@ -1353,9 +1353,9 @@ __device__ __forceinline__ da_i64 da_lpt_unit(da_i64 l, da_i64 units, da_i64 tpu
 {% if p.strategy == "fused" then %}
 /* A query tile of the fused grid: its batch, head and rows, what tile_end does with them
  * (mode 0), and what its branches attend (da_job_each). The fused kernel finds its tiles
- * through these, one a CTA or (run_tiles) several. (The branch kernel keeps its own
- * inline: through a job, ptxas spilled 8 to 120 bytes of its warp-specialized producer
- * or 192-row consumers on split, single and grouped specs of test_cuda_matrix.) */
+ * through these, one a CTA or (run_tiles) several. (The branch kernel passes values, not
+ * a job, da_branch_tile: through a job like this one, ptxas spilled 8 to 120 bytes of its
+ * warp-specialized producer or 192-row consumers on split, single and grouped specs.) */
 struct da_job {
   da_i64 b, h, hkv;
   da_qtile T;
@@ -1400,10 +1400,62 @@ __device__ __forceinline__ bool da_block_job(da_i64 l, const da_cuda_args &A, da
   return da_job_at(J, A, u / NUM_HEADS / nwin, u % NUM_HEADS, u / NUM_HEADS % nwin, tt);
 }
 {% end %}
+/* run_tiles' view of a tile: found before the roles split (da_block_ref), run by each
+ * side (da_with_ref: body(b, h, hkv, T, mode, each)) */
+typedef da_job da_ref;
+#define da_block_ref da_block_job
+template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_args &A, const da_ref &J, B &&body) {
+  body(J.b, J.h, J.hkv, J.T, J.mode, [&](auto &&f) { da_job_each(J, A, f); });
+  return true;
+}
+{% else %}
+/* Tile a0 (its first dilated row) of segment seg of (b, h) in this launch's branch:
+ * body(b, h, hkv, T, mode, each) and true, or false where it holds no query (the head
+ * does not use the branch, past the sequence) */
+template <class B>
+__device__ __forceinline__ bool da_branch_tile(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 seg, da_i64 a0, B &&body) {
+  const int br = A.branch;
+  int k = 0;
+  while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
+  if (k == HEAD_NBR[h]) return false; /* this head does not use the branch (grouped mode) */
+  const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
+  const da_i64 s0 = seg * w;
+  if (s0 >= A.seq_len) return false;
+  const da_i64 L = da_class_len(br, s0, off, A.seq_len);
+  if (a0 >= L) return false;
+  da_qtile T;
+  T.nq = (int)min((da_i64)TQ, L - a0);
+  T.pos0 = s0 + off + a0 * r;
+  T.pstep = r;
+  body(b, h, h / HEADS_PER_KV, T, {{ p.strategy == "split" and "1 + k" or "0" }}, /* split: tile_end's rows by slot */
+       [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
+  return true;
+}
+{% if p.ws_tiles > 1 then %}
+/* run_tiles' view of a tile: (b, h, segment, first dilated row), found before the roles
+ * split; each side derives the rest (da_branch_tile: through a job of those values too,
+ * ptxas spilled up to 120 bytes of the producer's 40 registers) */
+struct da_ref {
+  da_i64 b, h, seg, a0;
+};
+__device__ __forceinline__ bool da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
+  const da_i64 tps = BR_TILES_PER_SEG[A.branch], nseg = (A.seq_len + BR_W[A.branch] - 1) / BR_W[A.branch];
+  const da_i64 units = nseg * NUM_HEADS * A.batch;
+  if (l >= units * tps) return false;
+  da_i64 depth;
+  const da_i64 u = da_lpt_unit(l, units, tps, BR_LPT_GROUP[A.branch], &depth);
+  R.b = u / NUM_HEADS / nseg, R.h = u % NUM_HEADS, R.seg = u / NUM_HEADS % nseg;
+  R.a0 = (tps - 1 - depth) * (da_i64)TQ; /* a segment's latest (heaviest) tile first */
+  return true;
+}
+template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_args &A, const da_ref &R, B &&body) {
+  return da_branch_tile(A, R.b, R.h, R.seg, R.a0, body);
+}
+{% end %}
 {% end %}
 
 {% if p.ws_tiles > 1 then %}
-/* WS_TILES tiles a CTA, blocks blockIdx.x * WS_TILES + i of the causal fused grid: the producer
+/* WS_TILES tiles a CTA, blocks blockIdx.x * WS_TILES + i of the causal grid: the producer
  * walks their key tiles one after the other without a pause, so the next tile's K / V
  * load while the consumers write this one's out and load its Q (a CTA per tile leaves the
  * SM without loads then, and starts the next CTA's pipeline cold). The stages and their
@@ -1416,24 +1468,26 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   __shared__ da_u64 bars[4 * STAGES]; /* as in run_tile (no warpgroup leaves a tile: DA_KEPT_WGS is NCWG) */
   /* the CTA's tiles, each found by a thread of its own before the roles split (the
    * producer's 40 registers hold none of the index arithmetic) */
-  __shared__ da_job jobs[WS_TILES];
-  __shared__ int has_job[WS_TILES];
+  __shared__ da_ref refs[WS_TILES];
+  __shared__ int has_ref[WS_TILES];
   if (threadIdx.x == 0)
     for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : NCWG * 128);
   if (threadIdx.x < WS_TILES)
-    has_job[threadIdx.x] = da_block_job((da_i64)blockIdx.x * WS_TILES + threadIdx.x, A, jobs[threadIdx.x]);
+    has_ref[threadIdx.x] = da_block_ref((da_i64)blockIdx.x * WS_TILES + threadIdx.x, A, refs[threadIdx.x]);
   __syncthreads(); /* the last CTA barrier */
   da_pipe P = {0, 0, 0};
   if (threadIdx.x < DA_PRODUCERS) {
 {% if p.setmaxnreg then %}
     da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>();
 {% end %}
-#pragma unroll /* i a constant: its 40 registers hold no loop state (a loop spilled up to 120 bytes) */
+#pragma unroll /* i a constant: its 40 registers hold no loop state */
     for (int i = 0; i < WS_TILES; i++) {
-      if (!has_job[i]) continue;
-      const da_job &J = jobs[i];
-      da_job_each(J, A, [&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
-        produce(br, P, bars, Ks, Vs, A, J.b, J.hkv, s0, off, a0, astride, J.T.nq);
+      if (!has_ref[i]) continue;
+      da_with_ref(A, refs[i], [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
+        (void)h, (void)mode;
+        each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+          produce(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
+        });
       });
     }
     da_cp_async_commit();
@@ -1445,17 +1499,25 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% end %}
   bool first = true;
   for (int i = 0; i < WS_TILES; i++) {
-    if (!has_job[i]) continue;
-    const da_job J = jobs[i];
-    if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
-    da_state S;
-    tile_begin(S, Qs, A, J.b, J.h, J.T, first);
-    first = false;
-    da_job_each(J, A, [&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
-      attend(br, S, Ks, Vs, A, J.b, J.hkv, s0, off, a0, astride, J.T.nq, P, bars);
+    if (!has_ref[i]) continue;
+    const da_ref R = refs[i];
+    da_with_ref(A, R, [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
+      if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
+      da_state S;
+      tile_begin(S, Qs, A, b, h, T, first);
+      first = false;
+      each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+        attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq, P, bars);
+      });
+{% if p.strategy ~= "fused" then %}
+      da_grid_wait(); /* the launch before: out, lse and the workspace are written after it */
+{% end %}
+      tile_end(S, Qs, A, b, h, T, mode);
     });
-    tile_end(S, Qs, A, J.b, J.h, J.T, J.mode);
   }
+{% if p.strategy ~= "fused" then %}
+  da_grid_wait(); /* a CTA without a tile too (see _branch) */
+{% end %}
 }
 {% end %}
 {% if p.strategy == "fused" then %}
@@ -1475,7 +1537,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 {% end %}
 }
 {% else %}
-/* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch */
+/* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch{% if p.ws_tiles > 1 then %}; here those blocks WS_TILES a CTA, in x{% end %} */
 extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(const da_cuda_args A) {
   DA_SMEM_DECL
   /* the next launch may start its CTAs as this one's last wave runs. Every CTA waits for
@@ -1483,36 +1545,25 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
    * launch completes only after that one has: a wait in the next launch then covers the
    * whole chain */
   da_grid_launch_dependents();
+{% if p.ws_tiles > 1 then %}
+  run_tiles(Qs, Ks, Vs, A);
+{% else %}
 {% if p.lpt then %}
-  const int br = A.branch;
-  const da_i64 tps = BR_TILES_PER_SEG[br], nseg = gridDim.x / tps;
+  const da_i64 tps = BR_TILES_PER_SEG[A.branch], nseg = gridDim.x / tps;
   da_i64 depth;
   const da_i64 u = da_lpt_unit(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z),
-                               nseg * gridDim.y * gridDim.z, tps, BR_LPT_GROUP[br], &depth);
-  const da_i64 h = u % NUM_HEADS, seg = u / NUM_HEADS % nseg, b = u / NUM_HEADS / nseg, hkv = h / HEADS_PER_KV;
+                               nseg * gridDim.y * gridDim.z, tps, BR_LPT_GROUP[A.branch], &depth);
+  const da_i64 h = u % NUM_HEADS, seg = u / NUM_HEADS % nseg, b = u / NUM_HEADS / nseg;
   const da_i64 a0 = (tps - 1 - depth) * (da_i64)TQ; /* causal: a segment's latest (heaviest) tile first */
 {% else %}
-  const da_i64 b = blockIdx.z, h = blockIdx.y, hkv = h / HEADS_PER_KV;
-  const int br = A.branch;
+  const da_i64 b = blockIdx.z, h = blockIdx.y, tps = BR_TILES_PER_SEG[A.branch];
+  const da_i64 seg = blockIdx.x / tps, a0 = blockIdx.x % tps * (da_i64)TQ;
 {% end %}
-  int k = 0;
-  while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
-  if (k == HEAD_NBR[h]) return da_grid_wait(); /* this head does not use the branch (grouped mode) */
-  const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
-{% if not p.lpt then %}
-  const da_i64 tps = BR_TILES_PER_SEG[br], seg = blockIdx.x / tps;
-  const da_i64 a0 = blockIdx.x % tps * (da_i64)TQ;
+  if (!da_branch_tile(A, b, h, seg, a0, [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
+        run_tile(Qs, Ks, Vs, A, b, h, hkv, T, mode, each);
+      }))
+    da_grid_wait();
 {% end %}
-  const da_i64 s0 = seg * w;
-  if (s0 >= A.seq_len) return da_grid_wait();
-  const da_i64 L = da_class_len(br, s0, off, A.seq_len);
-  if (a0 >= L) return da_grid_wait();
-  da_qtile T;
-  T.nq = (int)min((da_i64)TQ, L - a0);
-  T.pos0 = s0 + off + a0 * r;
-  T.pstep = r;
-  run_tile(Qs, Ks, Vs, A, b, h, hkv, T, {{ p.strategy == "split" and "1 + k" or "0" }}, /* split: tile_end's rows by slot */
-           [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
 }
 {% end %}
 {% if p.strategy ~= "fused" then %}
