@@ -55,7 +55,9 @@ static int fail(int code, const char *fmt, ...) {
   return code;
 }
 
-static int usage(void) {
+/* The usage text to f: stdout when asked for (-h, --help, help; after a command too, which
+ * then does nothing else), stderr with exit 2 after a bad command line. */
+static void usage_to(FILE *f) {
   fputs("usage:\n"
         "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
         "               [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2] [--compile] [--bundle NAME]\n"
@@ -66,9 +68,15 @@ static int usage(void) {
         "  dilattn cache stats|list|verify|clear\n"
         "  dilattn info\n"
         "exit codes: 0 ok, 2 bad input, 3 compile failure, 4 device/runtime failure, 1 internal\n",
-        stderr);
+        f);
+}
+
+static int usage(void) {
+  usage_to(stderr);
   return EXIT_INPUT;
 }
+
+static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help"); }
 
 /* Read a whole file; NULL with a message on failure. */
 static char *slurp(const char *path, size_t *len, char *msg, size_t cap) {
@@ -602,16 +610,17 @@ static int cmd_cache(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc < 2) return usage();
   const char *cmd = argv[1];
+  for (int i = 1; i < argc; i++)
+    if (is_help(argv[i]) && (i == 1 || strcmp(argv[i], "help"))) { /* `dilattn gen --help`: a file named help is still one */
+      usage_to(stdout);
+      return EXIT_OK;
+    }
   if (!strcmp(cmd, "gen")) return cmd_gen(argc - 2, argv + 2);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info();
   if (!strcmp(cmd, "cache")) return cmd_cache(argc - 2, argv + 2);
   if (!strcmp(cmd, "tune")) return da__cmd_tune(argc - 2, argv + 2);
-  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
-    usage();
-    return EXIT_OK;
-  }
-  if (!strcmp(cmd, "--version")) {
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     printf("dilattn %s\n", da_version());
     return EXIT_OK;
   }

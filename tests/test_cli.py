@@ -337,6 +337,15 @@ def test_bad_inputs(tmp):
     check(rc == 2, "unknown command")
     rc, _, _ = run()
     check(rc == 2, "no command")
+    # help, asked for: the usage on stdout, exit 0, also after a command (which then does
+    # nothing); a config file named help is still a file
+    for args in (("--help",), ("-h",), ("help",), ("gen", "--help"), ("tune", "x.json", "-h"), ("run", "-h")):
+        rc, so, err = run(*args)
+        check(rc == 0 and so.startswith("usage:") and "dilattn gen" in so and not err, f"{args}: exit {rc}: {so!r} {err!r}")
+    rc, _, err = run("gen", "help", "-o", tmp)
+    check(rc == 2 and "help" in err, f"gen help (a file): exit {rc}: {err}")
+    rc, so, _ = run("--version")
+    check(rc == 0 and so.startswith("dilattn "), f"--version: {rc} {so}")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     check(not leftovers, f"temp files left behind: {leftovers}")
 
