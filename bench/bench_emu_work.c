@@ -13,9 +13,9 @@
  * Each config runs under the fused and the split strategy, with the built-in templates
  * and, with --baseline DIR (a DILATTN_TEMPLATE_DIR layout: cuda/, host/, lua/), with a
  * baseline's templates in the same process.
- * --head-dim D (default 32) and --mma wgmma (the sm_90a path, D = 64 or 128: its
+ * --head-dim D (default 32) and --mma wgmma or wgmma-ws (the sm_90a paths, D = 64 or 128: their
  * wgmma.mma_async FLOPs count as issued work; ldmatrix does not apply there).
- * Run: build/bench/bench_emu_work tests/emu [--n N] [--head-dim D] [--mma sync|wgmma] [--baseline DIR]
+ * Run: build/bench/bench_emu_work tests/emu [--n N] [--head-dim D] [--mma sync|wgmma|wgmma-ws] [--baseline DIR]
  *      [--configs a,b] [--out FILE.json] */
 #include <math.h>
 #include <stdio.h>
@@ -69,12 +69,12 @@ typedef struct {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_emu_work EMU_INCLUDE_DIR [--n N] [--head-dim D] [--mma sync|wgmma] [--baseline DIR] "
+    fprintf(stderr, "usage: bench_emu_work EMU_INCLUDE_DIR [--n N] [--head-dim D] [--mma sync|wgmma|wgmma-ws] [--baseline DIR] "
                     "[--configs a,b] [--out FILE]\n");
     return 2;
   }
   int64_t N = 8192;
-  int D = 32, wgmma = 0;
+  int D = 32, wgmma = 0; /* cuda_mma: 0 mma.sync, 2 wgmma, 4 warp-specialized */
   const char *baseline = NULL, *out_path = NULL, *only = NULL;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--n")) N = atoll(argv[i + 1]);
@@ -82,7 +82,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--out")) out_path = argv[i + 1];
     else if (!strcmp(argv[i], "--configs")) only = argv[i + 1];
     else if (!strcmp(argv[i], "--head-dim")) D = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--mma")) wgmma = !strcmp(argv[i + 1], "wgmma");
+    else if (!strcmp(argv[i], "--mma")) {
+      wgmma = !strcmp(argv[i + 1], "wgmma") ? 2 : !strcmp(argv[i + 1], "wgmma-ws") ? 4 : 0;
+      if (!wgmma && strcmp(argv[i + 1], "sync")) {
+        fprintf(stderr, "--mma %s: sync, wgmma or wgmma-ws\n", argv[i + 1]);
+        return 2;
+      }
+    }
   }
   if (D < 16 || D > 128 || D % 16) {
     fprintf(stderr, "--head-dim %d: a multiple of 16 up to 128 (the tensor-core path)\n", D);
@@ -105,7 +111,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   fprintf(out, "{\"bench\": \"emu_work\", \"seq_len\": %lld, \"head_dim\": %d, \"heads\": 1, \"dtype\": \"float16\", "
-               "\"mma\": \"%s\",\n \"results\": [\n", (long long)N, D, wgmma ? "wgmma" : "sync");
+               "\"mma\": \"%s\",\n \"results\": [\n", (long long)N, D, wgmma == 4 ? "wgmma-ws" : wgmma ? "wgmma" : "sync");
   int first = 1, rc = 0;
   for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
     for (int causal = 1; causal >= 0; causal--)
@@ -126,7 +132,7 @@ int main(int argc, char **argv) {
           s.sparsity.window = configs[c].window;
           s.sparsity.num_strides = configs[c].stride ? 1 : 0;
           s.sparsity.strides[0] = configs[c].stride;
-          da_plan_options o = {0, 0, strat ? 1 << 30 : 1, 0, wgmma ? 2 : 0}; /* split: no fused tile is big enough */
+          da_plan_options o = {0, 0, strat ? 1 << 30 : 1, 0, wgmma}; /* split: no fused tile is big enough */
           if (t) setenv("DILATTN_TEMPLATE_DIR", templates[t], 1);
           else unsetenv("DILATTN_TEMPLATE_DIR");
           size_t bytes = (size_t)N * (size_t)D * 2;
