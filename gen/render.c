@@ -330,7 +330,7 @@ da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
   }
   /* Likewise a plan of several tiles a CTA (ws_tiles: the runtime launches its blocks that
    * many a CTA, in x) from templates whose kernel runs one (kernel.cu.tpl run_tiles). */
-  if (target == DA_TARGET_CUDA && r.ws_tiles > 1 && !strstr(src, "run_tiles(")) {
+  if (target == DA_TARGET_CUDA && r.ws_tiles > 1 && !strstr(src, "\n#define WS_TILES ")) {
     free(src);
     da_status st = da__set_error(ctx, DA_ERR_UNSUPPORTED,
                                  "%s: the CUDA templates predate kernels that run %d tiles a CTA (run_tiles), "

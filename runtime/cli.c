@@ -610,11 +610,16 @@ static int cmd_cache(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc < 2) return usage();
   const char *cmd = argv[1];
-  for (int i = 1; i < argc; i++)
-    if (is_help(argv[i]) && (i == 1 || strcmp(argv[i], "help"))) { /* `dilattn gen --help`: a file named help is still one */
+  for (int i = 1; i < argc; i++) {
+    /* `dilattn gen --help`; not the value of an option (`-o -h`: a folder), and a file
+     * named help is still one */
+    const char *prev = argv[i - 1];
+    const int value = i > 1 && prev[0] == '-' && strcmp(prev, "--report") && strcmp(prev, "--compile");
+    if (is_help(argv[i]) && !value && (i == 1 || strcmp(argv[i], "help"))) {
       usage_to(stdout);
       return EXIT_OK;
     }
+  }
   if (!strcmp(cmd, "gen")) return cmd_gen(argc - 2, argv + 2);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info();

@@ -153,7 +153,7 @@ def test_old_templates(tmp):
     """CUDA split plans launch no _init / _finish: templates whose branch launches do not
     write out themselves (an older version's DILATTN_TEMPLATE_DIR) are refused, not run
     with out left unwritten. Emulated here by renaming da_split_side in a copy; likewise
-    run_tiles for a plan whose grid runs two tiles a CTA."""
+    run_tiles (WS_TILES) for a plan whose grid runs two tiles a CTA."""
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates")
     old = os.path.join(tmp, "old", "templates")
     shutil.copytree(src, old)
@@ -179,7 +179,7 @@ def test_old_templates(tmp):
         for name in names:
             p = os.path.join(root, name)
             text = open(p).read()
-            open(p, "w").write(text.replace("da_split_old(", "da_split_side(").replace("run_tiles(", "run_tiles_old("))
+            open(p, "w").write(text.replace("da_split_old(", "da_split_side(").replace("#define WS_TILES", "#define WS_TILES_OLD"))
     json.dump(dict(segment_lengths=[256, 512], dilation_rates=[1, 2], num_heads=2, num_kv_heads=2, head_dim=64,
                    dtype="float16", causal=True), open(cfg, "w"))
     rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "-o", d, env={"DILATTN_TEMPLATE_DIR": old})
@@ -344,6 +344,10 @@ def test_bad_inputs(tmp):
         check(rc == 0 and so.startswith("usage:") and "dilattn gen" in so and not err, f"{args}: exit {rc}: {so!r} {err!r}")
     rc, _, err = run("gen", "help", "-o", tmp)
     check(rc == 2 and "help" in err, f"gen help (a file): exit {rc}: {err}")
+    rc, so, err = run("gen", "nonexistent.json", "-o", "-h")
+    check(rc == 2 and not so, f"gen -o -h (a folder named -h): exit {rc}: {so!r} {err!r}")
+    rc, so, _ = run("gen", "x.json", "--report", "--help")
+    check(rc == 0 and so.startswith("usage:"), f"gen --report --help: exit {rc}")
     rc, so, _ = run("--version")
     check(rc == 0 and so.startswith("dilattn "), f"--version: {rc} {so}")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]

@@ -205,7 +205,8 @@ static int keep_from(void *user, unsigned x, unsigned y, unsigned z) {
   const long_grid_filter *f = user;
   if (!f->group) return x / f->tpw >= f->first;
   for (int64_t l = (int64_t)x * f->per; l < ((int64_t)x + 1) * f->per && l < f->windows * f->tpw; l++) {
-    const int64_t last = f->windows / f->group - 1, grp = l / (f->group * f->tpw); /* last: it takes the rest */
+    const int64_t last = (f->windows / f->group > 1 ? f->windows / f->group : 1) - 1; /* it takes the rest */
+    const int64_t grp = l / (f->group * f->tpw);
     const int64_t g0 = (grp < last ? grp : last) * f->group, rem = l - g0 * f->tpw;
     const int64_t n = g0 < last * f->group ? f->group : f->windows - g0;
     if (g0 + rem % n >= f->first) return 1;

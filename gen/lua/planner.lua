@@ -420,7 +420,8 @@ function M.plan_cuda(p, opts)
       if p.wg_ws then -- as many stages as fit, up to 4 (227 KiB less the static shared memory:
         -- mbarriers, and under a sparse layout two buffers of partial-tile verdicts; with two
         -- CTAs per SM, half of the SM's 228 KiB less the 1 KiB the driver reserves per CTA)
-        local static = 256 + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
+        -- (causal: 512, room for run_tiles' tile references beside the mbarriers)
+        local static = (p.causal and 512 or 256) + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
         local limit = p.min_blocks == 2 and 233472 // 2 - 1024 or 232448
         p.stages = 4
         while p.stages > 2 and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > limit - static do
@@ -476,7 +477,8 @@ end
 -- of the fused grid or (batch, head, segment) of a branch launch; the blocks of each group
 -- of p.lpt_group (b.lpt_group) consecutive units run depth-major: every unit's heaviest
 -- tile, then every unit's next, ... (kernel.cu.tpl da_lpt_unit; the last group takes the
--- units left over). A group spans about two waves of CTAs of a 132-SM H100 / H200, so the
+-- units left over). A group spans about 264 tiles (two waves of one-tile CTAs of a 132-SM
+-- H100 / H200, one wave of the two-tile CTAs of p.ws_tiles), so the
 -- waves draw from one group's tiles (longest first within it) while its K / V stay in L2
 -- (17 LongNet 2-branch windows: about 17 MiB at D = 64). Modeled (bench/lpt_model.py: list
 -- scheduling on 132 SMs, a tile = 2 + its key tiles, 128-row tiles, H = 8), the grid's

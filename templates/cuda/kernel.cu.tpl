@@ -1463,6 +1463,9 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
  * turns a tile, and the hand-over the last warpgroup makes at the CTA's first tile stays
  * pending at every tile's end for warpgroup 0's first turn of the next. */
 #define WS_TILES {{ p.ws_tiles }}
+{% if p.ws_skip_idle or p.sparse or not p.wg_ws then %}
+#error "run_tiles: every consumer warpgroup on every tile (the turn hand-over, the empty barriers' counts), no sparse layout, warp-specialized"
+{% end %}
 template <class E>
 __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_args &A) {
   __shared__ da_u64 bars[4 * STAGES]; /* as in run_tile (no warpgroup leaves a tile: DA_KEPT_WGS is NCWG) */
