@@ -140,10 +140,10 @@ function M.plan(spec, target, opts)
   else
     p.strategy = "split"
   end
+  if target == "cuda" then M.plan_cuda(p, opts) end -- (may turn fused into split)
   -- Workspace floats per token per concurrently processed (batch, head): the split
   -- strategy keeps a running (out[D], lse) per position.
   p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
-  if target == "cuda" then M.plan_cuda(p, opts) end
   -- split: each branch launch merges its rows' partial (out, lse) into the fp32 workspace;
   -- a row's first covering launch writes the workspace instead of merging, and its last
   -- writes out and lse instead of the workspace (control.inc.tpl da_split_side): no pass
@@ -462,7 +462,6 @@ function M.plan_cuda(p, opts)
     p.residue_tile_start = start -- first tile of each residue within a window
     p.tiles_per_window = acc
   end
-  p.ws_floats_per_token = (p.strategy == "split") and (p.D + 1) or 0
   for _, b in ipairs(p.branches) do b.tiles_per_segment = (b.lmax + p.tile_q - 1) // p.tile_q end
   M.plan_lpt(p)
   -- dilated indices in 32 bits when every branch's segment allows (fewer registers)
@@ -499,8 +498,6 @@ function M.plan_lpt(p)
   p.ws_tiles = 1
   if not p.lpt then return end
   if p.wg_ws and not p.sparse and not p.ws_skip_idle then p.ws_tiles = 2 end
-  -- (264 tiles: two waves of a tile a CTA, one of two; more would crowd L2, and 9 to 1000
-  -- units model the same)
   local per_sm = p.min_blocks or 1
   local function group(tiles) return math.max(1, (LPT_CTAS * per_sm + tiles - 1) // tiles) end
   for _, b in ipairs(p.branches) do b.lpt_group = group(b.tiles_per_segment) end
@@ -528,7 +525,8 @@ function M.plan_lpt(p)
   for c = 0, R - 1 do
     local count = (p.window_g - c + R - 1) // R
     for t = p.residue_tile_start[c + 1], p.residue_tile_start[c + 2] - 1 do
-      local last = (t - p.residue_tile_start[c + 1]) * TQ + math.min(TQ, count - (t - p.residue_tile_start[c + 1]) * TQ) - 1
+      local j0 = (t - p.residue_tile_start[c + 1]) * TQ
+      local last = j0 + math.min(TQ, count - j0) - 1 -- the tile's last row in the class
       local wsum = 0
       for win = 0, period - 1 do
         for i, b in ipairs(p.branches) do

@@ -1552,6 +1552,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
   run_tiles(Qs, Ks, Vs, A);
 {% else %}
 {% if p.lpt then %}
+  /* (da_block_ref's decode, inline: through that struct ptxas spilled 120 bytes of the
+   * producer on small split specs with one tile a CTA) */
   const da_i64 tps = BR_TILES_PER_SEG[A.branch], nseg = gridDim.x / tps;
   da_i64 depth;
   const da_i64 u = da_lpt_unit(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z),
@@ -1591,8 +1593,6 @@ __device__ __forceinline__ bool da_row_chunk(const da_cuda_args &A, da_i64 &row,
 __device__ __forceinline__ da_i64 da_out_row(const da_cuda_args &A, da_i64 pos) {
   return blockIdx.z * A.out_stride[0] + pos * A.out_stride[1] + blockIdx.y * A.out_stride[2];
 }
-{% end %}
-{% if p.strategy ~= "fused" then %}
 
 /* out = 0, lse = -inf; the branch launches then write the rows they cover. Launched only
  * where some row is left uncovered (p.clear_rows: a head without a branch of r = 1) */

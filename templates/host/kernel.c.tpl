@@ -213,19 +213,20 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
         for (int j = 0; j < T->nq; j++) {
           tile_row_result(T, j, o, &lse);
 {% if p.strategy == "split" then %}
-          /* the earlier covering launches' merged partial, then the workspace again or,
-           * from the row's last covering launch, out and lse (da_split_side) */
+          /* merged into the earlier covering launches' partial in the workspace, or written
+           * there first; the row's last covering launch writes out and lse (da_split_side) */
           const int side = da_split_side((int)h, k, T->pos[j]);
           float *row = ws + T->pos[j] * (HD + 1);
           if (side & 1) {
             da_merge_partial(row, row + HD, o, lse, HD);
-            for (int x = 0; x < HD; x++) o[x] = row[x];
-            lse = row[HD];
-          }
-          if (side & 2) {
+          } else if (side & 2) {
             for (int x = 0; x < HD; x++) row[x] = o[x];
             row[HD] = lse;
-            continue;
+          }
+          if (side & 2) continue; /* a later launch covers the row */
+          if (side & 1) {
+            for (int x = 0; x < HD; x++) o[x] = row[x];
+            lse = row[HD];
           }
 {% end %}
           store_row(A, b, h, T->pos[j], o, lse);
