@@ -191,7 +191,8 @@ def main():
                          ":wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
                          "during the softmax, :wgmma-ws warp-specialized; a trailing @base renders it from "
                          "--base-templates instead, for an A/B of template changes in one process, @lib plans it "
-                         "with --base-lib, @nopdl without programmatic dependent launches); one that "
+                         "with --base-lib, @nopdl without programmatic dependent launches, @wsM with "
+                         "DILATTN_WORKSPACE_LIMIT=M MiB: a split plan in runs of tokens); one that "
                          "the planner or the device refuses is recorded as such")
     ap.add_argument("--base-lib", default=os.environ.get("DILATTN_BASE_LIB", ""),
                     help="libdilattn.so of a baseline commit for the @lib variants: the same variant planned, "
@@ -258,7 +259,8 @@ def main():
                 variant, _, strat = variant.partition("/")  # /fused or /split: that strategy
                 shape, _, path = variant.partition(":")
                 tq, tk = (int(x) for x in shape.split("x"))
-                saved = {name: os.environ.get(name) for name in ("DILATTN_TEMPLATE_DIR", "DILATTN_PDL")}
+                saved = {name: os.environ.get(name)
+                         for name in ("DILATTN_TEMPLATE_DIR", "DILATTN_PDL", "DILATTN_WORKSPACE_LIMIT")}
                 try:
                     mma = {"": 0, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4, "wgmma-ws-p2": 5}[path]
                     use = lib
@@ -268,9 +270,12 @@ def main():
                         use = base_lib
                     elif tag == "nopdl":  # @nopdl: without programmatic dependent launches (read at plan creation)
                         os.environ["DILATTN_PDL"] = "0"
+                    elif tag.startswith("ws") and tag[2:].isdigit():  # @wsM: workspace limit, M MiB (plan creation)
+                        os.environ["DILATTN_WORKSPACE_LIMIT"] = tag[2:] + "M"
                     elif tag:  # @base: rendered from the baseline's templates (an A/B in one process)
                         if tag != "base" or not args.base_templates:
-                            raise ValueError(f"@{tag}: @base with --base-templates, @lib with --base-lib, or @nopdl")
+                            raise ValueError(f"@{tag}: @base with --base-templates, @lib with --base-lib, @nopdl "
+                                             "or @wsM")
                         os.environ["DILATTN_TEMPLATE_DIR"] = args.base_templates
                     fmq = {"": 0, "fused": 1, "split": 1 << 30}[strat]  # da_plan_options.fused_min_queries
                     vplan = use.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, fused_min_queries=fmq, cuda_mma=mma)
@@ -289,7 +294,8 @@ def main():
                 verr = (out.float() - ref_out.float()).abs().max().item()
                 t_v = time_cuda(run_v, args.reps)
                 row["tile_variants"][spec_t] = dict(kernel=vplan.kernel, strategy=vplan.strategy, valid=verr <= 1e-2 * v.abs().max().item(),
-                                                    max_err=verr, ms=t_v[0], tflops=flops / t_v[0] / 1e9)
+                                                    max_err=verr, ms=t_v[0], tflops=flops / t_v[0] / 1e9,
+                                                    workspace_bytes=vplan.workspace_size(B, N))
                 if args.profile:
                     profiled.append((row["tile_variants"][spec_t], run_v))
             for target, fn in profiled if args.profile else []:

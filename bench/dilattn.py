@@ -96,6 +96,18 @@ class Plan:
             raise DilattnError(self.lib.error())
         return n.value
 
+    def workspace_min_size(self, batch, seq_len):
+        """The least workspace an execution accepts (runs of tokens); a library older than
+        da_plan_workspace_min_size has no runs: da_plan_workspace_size."""
+        f = getattr(self.lib.lib, "da_plan_workspace_min_size", None)
+        if f is None:
+            return self.workspace_size(batch, seq_len)
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_size_t)]
+        n = ctypes.c_size_t()
+        if f(self.handle, batch, seq_len, ctypes.byref(n)) != 0:
+            raise DilattnError(self.lib.error())
+        return n.value
+
     def execute(self, q, k, v, out, lse, batch, seq_len, stream=0, strides=None, workspace=0,
                 workspace_bytes=0):
         """Pointers as ints. strides: dict with q/k/v/out -> (b, n, h) element strides;

@@ -30,6 +30,8 @@ typedef struct {
                           (batch, head, window) units (kernel.cu.tpl da_lpt_unit); 0: grid order */
   int ws_tiles;        /* tiles a CTA runs (kernel.cu.tpl run_tiles): > 1 launches the grid's
                           blocks that many a CTA, in x; 1: the grid as it is */
+  int ws_runs;         /* CUDA: the branch kernels take a run of tokens (da_cuda_args tok0, ws_len), so a
+                          split plan may launch the sequence in runs with a workspace of one run's rows */
   int num_branches;
   int64_t branch_w[DA_MAX_BRANCHES], branch_tiles[DA_MAX_BRANCHES]; /* branch grid: ceil(N / w) * tiles */
 } da__rendered;

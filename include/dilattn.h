@@ -213,10 +213,21 @@ DA_API da_backend da_plan_backend(const da_plan *plan);
 DA_API const char *da_plan_kernel_name(const da_plan *plan);
 DA_API const char *da_plan_cache_key(const da_plan *plan);
 
-/* Bytes of workspace an execution with this batch and sequence length needs when the
- * caller supplies it (0 is possible). */
+/* Bytes of workspace an execution with this batch and sequence length takes when the
+ * caller supplies it (0 is possible): the most it uses, within DILATTN_WORKSPACE_LIMIT when
+ * that is set. Only split plans need workspace (da_plan_strategy), and they run in one
+ * piece with this much. */
 DA_API da_status da_plan_workspace_size(const da_plan *plan, int64_t batch, int64_t seq_len,
                                         size_t *bytes);
+/* The least workspace an execution accepts (<= da_plan_workspace_size). Given less than
+ * da_plan_workspace_size but at least this, a split plan on CUDA runs its branch launches
+ * over the tokens in runs whose partial rows fit (each run a whole number of the lcm of
+ * the branches' w; results bit for bit the same), and the host backend runs fewer worker
+ * threads (a worker holds one sequence's rows). DILATTN_WORKSPACE_LIMIT bounds the
+ * workspace a plan allocates itself likewise; where the device has too little free memory
+ * for one run of all the tokens, a CUDA plan takes shorter runs. */
+DA_API da_status da_plan_workspace_min_size(const da_plan *plan, int64_t batch, int64_t seq_len,
+                                            size_t *bytes);
 
 /* Tensors of one execution. Strides are in elements, for the batch, sequence and head
  * dimensions; the last (head_dim) dimension is contiguous. lse is [B, H, N] fp32,
@@ -237,9 +248,10 @@ DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int6
                          const void *q, const void *k, const void *v, void *out, float *lse);
 
 /* Run the plan. Returns DA_OK, DA_ERR_INVALID_ARGUMENT (NULL pointer, bad shape or
- * stride, workspace too small, on CUDA a pointer not aligned to its element size or a
- * workspace not 16-byte aligned: cudaMalloc's and the pool's always are),
- * DA_ERR_NO_MEMORY, DA_ERR_DEVICE. On the host backend the call is synchronous and may be
+ * stride, workspace below da_plan_workspace_min_size, on CUDA a pointer not aligned to
+ * its element size or a workspace not 16-byte aligned: cudaMalloc's and the pool's
+ * always are), DA_ERR_NO_MEMORY (also: DILATTN_WORKSPACE_LIMIT below the least
+ * workspace), DA_ERR_DEVICE. On the host backend the call is synchronous and may be
  * made from several threads on one plan at once. On the CUDA backend, q, k and v that
  * are 16-byte aligned with strides that are multiples of 8 elements are loaded with
  * cp.async; any other layout works through plain loads, a little slower. */

@@ -200,8 +200,46 @@ size_t da__cuda_workspace_bytes(const da__rendered *r, int heads, int64_t batch,
   return (size_t)batch * (size_t)heads * (size_t)seq_len * (size_t)r->ws_floats_per_token * 4u;
 }
 
-size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len) {
-  return da__cuda_workspace_bytes(&p->r, p->heads, batch, seq_len);
+/* The tokens a run of a split plan is a whole number of: the lcm of the branches' w, so no
+ * segment of any branch crosses a run; seq_len where that is no shorter (one run). */
+static int64_t run_period(const da__rendered *r, int64_t seq_len) {
+  int64_t l = 1;
+  for (int i = 0; i < r->num_branches; i++) {
+    int64_t a = l, b = r->branch_w[i];
+    while (b) {
+      const int64_t t = a % b;
+      a = b, b = t;
+    }
+    l /= a; /* l * w / gcd, unless that passes seq_len */
+    if (l >= (seq_len + r->branch_w[i] - 1) / r->branch_w[i]) return seq_len;
+    l *= r->branch_w[i];
+  }
+  return l < seq_len ? l : seq_len;
+}
+
+int64_t da__cuda_ws_tokens(const da__rendered *r, int heads, int64_t batch, int64_t seq_len, size_t budget) {
+  if (!r->ws_floats_per_token || !budget) return seq_len;
+  const size_t full = da__cuda_workspace_bytes(r, heads, batch, seq_len);
+  if (full <= budget) return seq_len; /* (SIZE_MAX: overflow, never <= a budget of memory) */
+  if (!r->ws_runs) return 0;
+  const int64_t period = run_period(r, seq_len);
+  const uint64_t per_token = (uint64_t)batch * (uint64_t)heads * (uint64_t)r->ws_floats_per_token * 4u;
+  const int64_t runs = (int64_t)(budget / per_token) / period;
+  return runs > 0 ? runs * period : 0;
+}
+
+int64_t da__cuda_ws_min_tokens(const da__rendered *r, int64_t seq_len) {
+  return r->ws_floats_per_token && r->ws_runs ? run_period(r, seq_len) : seq_len;
+}
+
+size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget) {
+  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, batch, seq_len, budget);
+  if (run == 0) run = da__cuda_ws_min_tokens(&p->r, seq_len); /* a limit below one run: the least */
+  return da__cuda_workspace_bytes(&p->r, p->heads, batch, run);
+}
+
+size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t batch, int64_t seq_len) {
+  return da__cuda_workspace_bytes(&p->r, p->heads, batch, da__cuda_ws_min_tokens(&p->r, seq_len));
 }
 
 static int aligned16(const void *ptr, const int64_t *stride) {
@@ -238,14 +276,24 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   if (!strcmp(r->strategy, "fused"))
     return launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, a, launch, user);
   /* _clear, unless the branches write every row; a split plan's branch with r = 1 first
-   * (split_first: kernel.cu.tpl's tile_end knows the order from da_split_side) */
+   * (split_first: kernel.cu.tpl's tile_end knows the order from da_split_side); the
+   * branches run over the tokens in runs of a->ws_len (a whole number of every branch's w),
+   * every branch over one run before the next run starts, so the workspace holds one run */
   const int first = !strcmp(r->strategy, "split") ? r->split_first : -1;
+  const int64_t n = a->seq_len, run = a->ws_len > 0 && a->ws_len < n ? a->ws_len : n;
+  for (int i = 0; i < r->num_branches && run < n; i++)
+    DA_RETURN_IF(run % r->branch_w[i], DA_ERR_INTERNAL, "runs of %lld tokens cut the segments of w = %lld",
+                 (long long)run, (long long)r->branch_w[i]);
   if (r->clear_rows) DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
-  for (int i = 0; i < r->num_branches; i++) {
-    const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
-    a->branch = br;
-    DA_TRY(launch_main(ctx, r, (a->seq_len + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], heads, a,
-                       launch, user));
+  for (int64_t t0 = 0; t0 < n; t0 += run) {
+    a->tok0 = t0, a->ws_len = run;
+    for (int i = 0; i < r->num_branches; i++) {
+      const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
+      const int64_t tokens = n - t0 < run ? n - t0 : run;
+      a->branch = br;
+      DA_TRY(launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], heads, a,
+                         launch, user));
+    }
   }
   return DA_OK;
 }
@@ -283,7 +331,7 @@ static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned g
                             dependent);
 }
 
-da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args) {
+da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args, size_t limit) {
   DA_RETURN_IF(args->batch > 65535, DA_ERR_INVALID_ARGUMENT,
                "batch %lld: the CUDA backend takes at most 65535 per call", (long long)args->batch);
   /* element alignment is required; 16-byte alignment only selects cp.async (vec16) */
@@ -298,21 +346,40 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   da__cuda_args_fill(&a, args);
   a.masks = p->dmasks;
   void *stream = args->stream, *owned = NULL;
-  size_t need = da__cuda_plan_workspace(p, args->batch, args->seq_len);
+  /* the workspace: one run's rows (da__cuda_launch_sequence), all the tokens where it fits
+   * the caller's workspace, or the limit (DILATTN_WORKSPACE_LIMIT), or the device's pool */
+  const int64_t least = da__cuda_ws_min_tokens(&p->r, args->seq_len);
+  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len,
+                                   args->workspace ? args->workspace_bytes : limit);
+  size_t need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run ? run : least);
   DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
+  DA_RETURN_IF(!run, args->workspace ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,
+               "workspace: %zu bytes %s, %zu needed (runs of %lld tokens; %zu for one run of all %lld: "
+               "da_plan_workspace_min_size, da_plan_workspace_size)",
+               args->workspace ? args->workspace_bytes : limit,
+               args->workspace ? "given" : "allowed by DILATTN_WORKSPACE_LIMIT", need, (long long)least,
+               da__cuda_workspace_bytes(&p->r, p->heads, args->batch, args->seq_len), (long long)args->seq_len);
   if (need) {
     if (args->workspace) {
-      DA_RETURN_IF(args->workspace_bytes < need, DA_ERR_INVALID_ARGUMENT,
-                   "workspace: %zu bytes given, %zu needed", args->workspace_bytes, need);
       /* the kernels access it in 8-byte vectors: a misaligned one would fault the context */
       DA_RETURN_IF((uintptr_t)args->workspace % 16, DA_ERR_INVALID_ARGUMENT,
                    "workspace: %p is not 16-byte aligned", args->workspace);
       a.ws = args->workspace;
     } else {
-      DA_TRY(da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)); /* stream-ordered pool */
+      /* stream-ordered pool; where the device has not that much free, shorter runs */
+      da_status st;
+      while ((st = da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)) == DA_ERR_NO_MEMORY && run > least) {
+        const int64_t shorter = run / 2 / least * least;
+        run = shorter > least ? shorter : least;
+        da__log(DA_LOG_INFO, "workspace: %zu bytes not available on the device; runs of %lld tokens instead", need,
+                (long long)run);
+        need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run);
+      }
+      DA_TRY(st);
       a.ws = owned;
     }
   }
+  a.ws_len = run;
   driver_launch d = {ctx, p, stream, 0};
   da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, &a, launch_on_driver, &d);
   if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */

@@ -40,7 +40,11 @@ DA_HIDDEN da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache
                                          const da__rendered *r, const da_spec *spec,
                                          da__cuda_plan **out);
 DA_HIDDEN void da__cuda_plan_destroy(da__cuda_plan *p);
-DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len);
+/* Workspace bytes an execution takes under budget (bytes; 0: no limit): one run of all the
+ * tokens where that fits, else the longest runs that fit, else (a budget below one run) the
+ * least; _min: the least, one run of the shortest a plan allows (da__cuda_ws_min_tokens). */
+DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget);
+DA_HIDDEN size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t batch, int64_t seq_len);
 /* The kernels of a strategy and the order they run in (DESIGN.md decision 4):
  *   fused:  <name>_fused                 grid (ceil(N/g) * tiles_per_window, H, B)
  *   split:  _clear (only where some row no branch covers: clear_rows), _branch per branch,
@@ -49,7 +53,8 @@ DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, 
  *   (ws_tiles > 1: the attention kernel's blocks ws_tiles a CTA, in x alone)
  * da__cuda_kernel_suffix names kernel slot `which` (DA_CUDA_K_*) of a strategy, NULL when
  * the strategy has none. da__cuda_launch_sequence calls launch once per launch, in order,
- * with a->branch set for branch launches; it stops at the first failure. The CUDA backend
+ * with a->branch set for branch launches, and the branches in runs of a->ws_len tokens (0
+ * or seq_len: one run) with a->tok0 set; it stops at the first failure. The CUDA backend
  * launches through the driver; tests/emu launches the same sequence on the CPU. */
 enum { DA_CUDA_K_MAIN, DA_CUDA_K_AUX1, DA_CUDA_K_COUNT };
 DA_HIDDEN const char *da__cuda_kernel_suffix(const char *strategy, int which);
@@ -59,11 +64,18 @@ DA_HIDDEN da_status da__cuda_launch_sequence(const da_context *ctx, const da__re
                                              da__cuda_args *a, da__cuda_launch_fn launch, void *user);
 /* Pointers, sizes and strides of args (masks, ws and branch zero). */
 DA_HIDDEN void da__cuda_args_fill(da__cuda_args *a, const da_args *args);
-/* Bytes of split workspace for (batch, seq_len); 0 when the strategy needs none,
- * SIZE_MAX on overflow. */
+/* Bytes of split workspace for (batch, seq_len), or for runs of seq_len tokens; 0 when the
+ * strategy needs none, SIZE_MAX on overflow. */
 DA_HIDDEN size_t da__cuda_workspace_bytes(const da__rendered *r, int heads, int64_t batch, int64_t seq_len);
+/* Runs of tokens (da__cuda_args.ws_len; da__cuda_launch_sequence launches every branch over
+ * a run before the next): seq_len where no workspace is needed, budget is 0 (none) or holds
+ * all the tokens; else the most whole periods (the lcm of the branches' w) budget holds, 0
+ * where not one (or the templates predate runs: r->ws_runs). _min: the shortest run. */
+DA_HIDDEN int64_t da__cuda_ws_tokens(const da__rendered *r, int heads, int64_t batch, int64_t seq_len, size_t budget);
+DA_HIDDEN int64_t da__cuda_ws_min_tokens(const da__rendered *r, int64_t seq_len);
 
-/* Launch on args->stream. Device pointers. */
-DA_HIDDEN da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args);
+/* Launch on args->stream. Device pointers. limit: workspace bytes the plan may allocate
+ * when args brings none (0: no limit; DILATTN_WORKSPACE_LIMIT). */
+DA_HIDDEN da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args, size_t limit);
 
 #endif

@@ -29,6 +29,7 @@ typedef unsigned long long CUdeviceptr;
 
 enum {
   CUDA_SUCCESS = 0,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
   CUDA_ERROR_NO_DEVICE = 100,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -381,8 +382,8 @@ da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void
   if (r != CUDA_SUCCESS) {
     const char *name, *text;
     error_text(c, r, &name, &text);
-    return da__set_error(ctx, DA_ERR_DEVICE, "CUDA: cuMemAlloc(%zu bytes) failed: %d (%s: %s)",
-                         bytes, r, name, text);
+    return da__set_error(ctx, r == CUDA_ERROR_OUT_OF_MEMORY ? DA_ERR_NO_MEMORY : DA_ERR_DEVICE,
+                         "CUDA: cuMemAlloc(%zu bytes) failed: %d (%s: %s)", bytes, r, name, text);
   }
   *dptr = (void *)(uintptr_t)d;
   return DA_OK;
@@ -413,8 +414,8 @@ da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes
   if (r != CUDA_SUCCESS) {
     const char *name, *text;
     error_text(c, r, &name, &text);
-    return da__set_error(ctx, DA_ERR_DEVICE, "CUDA: cuMemAllocAsync(%zu bytes) failed: %d (%s: %s)", bytes, r, name,
-                         text);
+    return da__set_error(ctx, r == CUDA_ERROR_OUT_OF_MEMORY ? DA_ERR_NO_MEMORY : DA_ERR_DEVICE,
+                         "CUDA: cuMemAllocAsync(%zu bytes) failed: %d (%s: %s)", bytes, r, name, text);
   }
   *dptr = (void *)(uintptr_t)d;
   return DA_OK;

@@ -11,11 +11,13 @@
 #include "runtime/pool.h"
 #include "runtime/tuning_db.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define DA_MAX_SEQ_LEN ((int64_t)1 << 40)
@@ -54,7 +56,27 @@ struct da_plan {
   da__rendered own;
   const da__host_module *host; /* host backend (owned by the kernel cache) */
   da__cuda_plan *cuda;    /* CUDA backend */
+  size_t ws_limit;        /* DILATTN_WORKSPACE_LIMIT when the plan was made: bytes, 0 none */
 };
+
+/* DILATTN_WORKSPACE_LIMIT: bytes, with an optional K, M, G or T (powers of 1024, an "iB"
+ * or "B" after them allowed); unset or empty: no limit. */
+static da_status workspace_limit(const da_context *ctx, size_t *out) {
+  *out = 0;
+  const char *e = getenv("DILATTN_WORKSPACE_LIMIT");
+  if (!e || !*e) return DA_OK;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(e, &end, 10);
+  int shift = 0;
+  const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+  if (u) shift = 10 * (int)(u - units + 1), end++;
+  if (u && (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))) end += strlen(end);
+  DA_RETURN_IF(end == e || *end || errno || *e == '-' || v == 0 || v > (SIZE_MAX >> shift), DA_ERR_INVALID_ARGUMENT,
+               "DILATTN_WORKSPACE_LIMIT=%s: not a number of bytes above 0 (e.g. 1073741824, 1024M, 8G)", e);
+  *out = (size_t)v << shift;
+  return DA_OK;
+}
 
 da_status da_context_create(da_context **out) {
   const da_context *ctx = NULL;
@@ -377,7 +399,8 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   p->ctx = ctx;
   p->spec = *spec;
   p->backend = be;
-  da_status st = copy_masks(ctx, p, spec);
+  da_status st = workspace_limit(ctx, &p->ws_limit);
+  if (st == DA_OK) st = copy_masks(ctx, p, spec);
   /* untuned request: the tuning database may have better parameters (looked up on a
    * memo miss only, so a warm plan stays a hash and a compare) */
   da_plan_options tuned;
@@ -474,16 +497,38 @@ static size_t ws_bytes(const da_plan *p, int64_t seq_len, int nthreads) {
   return (size_t)seq_len * (size_t)per * 4u * (size_t)nthreads;
 }
 
-da_status da_plan_workspace_size(const da_plan *p, int64_t batch, int64_t seq_len, size_t *bytes) {
+/* Host workers at seq_len: DILATTN_NUM_THREADS (or the CPUs) for work (batch x heads), fewer
+ * where a worker's workspace times that many passes budget (bytes, 0: none), 0 where budget
+ * holds not one worker's. */
+static int host_workers(const da_plan *p, int64_t work, int64_t seq_len, size_t budget) {
+  int nt = num_threads(work);
+  const size_t one = ws_bytes(p, seq_len, 1);
+  if (budget && one && one != SIZE_MAX && budget / one < (size_t)nt) nt = (int)(budget / one);
+  return nt;
+}
+
+static da_status workspace_size(const da_plan *p, int64_t batch, int64_t seq_len, int least, size_t *bytes) {
   const da_context *ctx = p ? p->ctx : NULL;
   DA_RETURN_IF(!p || !bytes, DA_ERR_INVALID_ARGUMENT, "plan and bytes must not be NULL");
   DA_RETURN_IF(batch < 0 || seq_len < 0 || seq_len > DA_MAX_SEQ_LEN, DA_ERR_INVALID_ARGUMENT,
                "batch %lld / seq_len %lld out of range", (long long)batch, (long long)seq_len);
-  size_t b = p->cuda ? da__cuda_plan_workspace(p->cuda, batch, seq_len)
-                    : ws_bytes(p, seq_len, num_threads(batch * p->spec.num_heads));
+  size_t b;
+  if (p->cuda)
+    b = least ? da__cuda_plan_workspace_min(p->cuda, batch, seq_len)
+              : da__cuda_plan_workspace(p->cuda, batch, seq_len, p->ws_limit);
+  else
+    b = ws_bytes(p, seq_len, least ? 1 : host_workers(p, batch * p->spec.num_heads, seq_len, p->ws_limit) ?: 1);
   DA_RETURN_IF(b == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   *bytes = b;
   return DA_OK;
+}
+
+da_status da_plan_workspace_size(const da_plan *p, int64_t batch, int64_t seq_len, size_t *bytes) {
+  return workspace_size(p, batch, seq_len, 0, bytes);
+}
+
+da_status da_plan_workspace_min_size(const da_plan *p, int64_t batch, int64_t seq_len, size_t *bytes) {
+  return workspace_size(p, batch, seq_len, 1, bytes);
 }
 
 void da_args_init(da_args *a, const da_spec *s, int64_t batch, int64_t seq_len, const void *q,
@@ -533,19 +578,20 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
   DA_RETURN_IF(!strides_ok(a->q_stride) || !strides_ok(a->k_stride) || !strides_ok(a->v_stride) ||
                    !strides_ok(a->out_stride),
                DA_ERR_INVALID_ARGUMENT, "strides must not be negative");
-  if (p->cuda) return da__cuda_plan_execute(ctx, p->cuda, a);
+  if (p->cuda) return da__cuda_plan_execute(ctx, p->cuda, a, p->ws_limit);
   int64_t work = a->batch * p->spec.num_heads;
-  int nt = num_threads(work);
-  size_t need = ws_bytes(p, a->seq_len, nt);
-  DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
+  /* a worker's workspace holds a (batch, head)'s rows: fewer workers where the caller's
+   * workspace or the limit holds fewer */
   float *ws = a->workspace;
+  int nt = host_workers(p, work, a->seq_len, ws ? a->workspace_bytes : p->ws_limit);
+  size_t need = ws_bytes(p, a->seq_len, nt ? nt : 1);
+  DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
+  DA_RETURN_IF(!nt, ws ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,
+               "workspace: %zu bytes %s, %zu needed (da_plan_workspace_min_size)",
+               ws ? a->workspace_bytes : p->ws_limit, ws ? "given" : "allowed by DILATTN_WORKSPACE_LIMIT", need);
   void *owned = NULL;
   if (need) {
-    if (ws) {
-      DA_RETURN_IF(a->workspace_bytes < need, DA_ERR_INVALID_ARGUMENT,
-                   "workspace: %zu bytes given, %zu needed (da_plan_workspace_size)",
-                   a->workspace_bytes, need);
-    } else {
+    if (!ws) {
       owned = da__pool_alloc(p->ctx->pool, need);
       DA_RETURN_IF(!owned, DA_ERR_NO_MEMORY, "workspace: cannot allocate %zu bytes", need);
       ws = owned;

@@ -54,6 +54,24 @@ for case in sorted(os.listdir(golden)):
               f"{case}: lse error")
     check(plan.backend == "host" and plan.kernel.startswith("da_fwd_"), f"{case}: plan facts {plan.backend} {plan.kernel}")
 
+# a split plan's workspace through the binding: the least (one worker's rows on the host)
+# and the most, and an execution in the least giving the same bits
+cfg = {"segment_lengths": [16, 32], "dilation_rates": [1, 2], "num_heads": 2, "head_dim": 8, "dtype": "float32"}
+plan = lib.plan(cfg, backend="host", fused_min_queries=1 << 30)
+B, N = 2, 100
+least, most = plan.workspace_min_size(B, N), plan.workspace_size(B, N)
+check(plan.strategy == "split" and least == N * 9 * 4 and most >= least, f"workspace {least} .. {most}")
+rng = np.random.default_rng(5)
+q, k, v = (rng.standard_normal((B, N, 2, 8)).astype(np.float32) for _ in range(3))
+outs = []
+for ws_bytes in (0, least):
+    ob, lse, ws = np.zeros_like(q), np.zeros((B, 2, N), np.float32), np.zeros(max(ws_bytes // 4, 1), np.float32)
+    plan.execute(q.ctypes.data, k.ctypes.data, v.ctypes.data, ob.ctypes.data, lse.ctypes.data, B, N,
+                 workspace=ws.ctypes.data if ws_bytes else 0, workspace_bytes=ws_bytes)
+    outs.append((ob, lse))
+check(np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1]),
+      "the least workspace gave other results")
+
 try:
     lib.plan({"segment_lengths": [4], "dilation_rates": [8], "num_heads": 1, "head_dim": 8})
     check(False, "invalid config accepted")

@@ -427,6 +427,107 @@ static void test_wgmma_probe(da_context *ctx, const char *include_dir) {
 /* The wgmma path (cuda_mma = mma: 2, 3 overlapped, 4 warp-specialized) wherever it applies: golden cases,
  * edge shapes, unaligned tensors, random specs with the default and other tile shapes,
  * full 128-row tiles (two warpgroups), D = 128 with 32-key tiles. */
+/* run_emu with a workspace budget (user: size_t bytes, then the options): the branch
+ * launches of a split plan run over the tokens in the runs that budget allows. */
+typedef struct {
+  size_t budget;
+  da_plan_options o;
+} runs_opts;
+static da_status run_emu_runs(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                              const void *k, const void *v, void *out, float *lse) {
+  const runs_opts *r = user;
+  size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+  size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
+  size_t lb = (size_t)(B * s->num_heads * N) * 4;
+  memset(out, 0xff, qb);
+  memset(lse, 0xff, lb);
+  da_args args;
+  da_args_init(&args, s, B, N, q, k, v, out, lse);
+  args.workspace_bytes = r->budget;
+  return da_emu_execute(ctx, s, &r->o, &args, qb, kb, qb, lb);
+}
+
+/* Split plans whose workspace holds less than all the tokens (da_plan_workspace_min_size):
+ * their branch launches run over the tokens in runs of whole periods (the lcm of the w),
+ * the workspace indexed by the run; out and lse must be bit for bit those of one run, and
+ * right (the reference). LongNet mode with offsets that differ by head (so rows merge
+ * across launches in every run), a ragged last run, batch 2, causal and not, mma.sync and
+ * the warp-specialized kernel that runs two tiles a CTA. */
+static void test_runs(da_context *ctx) {
+  static const struct {
+    int64_t w[3], r[3];
+    int causal, mma, tq;
+    int64_t n;
+  } cases[] = {
+      {{64, 128, 256}, {1, 2, 4}, 0, 1, 0, 868},  /* period 256: runs of 256 and 512 */
+      {{64, 128, 256}, {1, 2, 4}, 1, 1, 0, 868},
+      {{128, 192, 384}, {1, 3, 2}, 1, 1, 64, 1000}, /* period 384 (w not powers of two) */
+      {{128, 256, 512}, {1, 2, 4}, 1, 4, 128, 1300}, /* wgmma-ws: two tiles a CTA */
+      {{128, 256, 512}, {1, 2, 4}, 0, 4, 128, 1100},
+  };
+  for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = 3;
+    for (int i = 0; i < 3; i++) s.segment_lengths[i] = cases[c].w[i], s.dilation_rates[i] = cases[c].r[i];
+    s.num_heads = s.num_kv_heads = 4;
+    s.head_dim = 64;
+    s.dtype = c % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    s.causal = cases[c].causal;
+    const int64_t B = 2, N = cases[c].n;
+    runs_opts one = {0, {cases[c].tq, 0, 1 << 30, 0, cases[c].mma}}; /* fused_min_queries: split */
+    da__rendered r;
+    if (da__render_ex(ctx, &s, DA_TARGET_CUDA, &one.o, &r) != DA_OK) {
+      TU_CHECK(0, "runs case %d: render: %s", c, da_context_last_error(ctx));
+      continue;
+    }
+    const int64_t period = da__cuda_ws_min_tokens(&r, N);
+    const size_t per_token = (size_t)B * 4 * (size_t)r.ws_floats_per_token * 4, full = per_token * (size_t)N;
+    TU_CHECK(!strcmp(r.strategy, "split") && r.ws_runs && period < N, "runs case %d: %s plan, period %lld", c,
+             r.strategy, (long long)period);
+    TU_CHECK(cases[c].mma != 4 || !s.causal || r.ws_tiles == 2, "runs case %d: %d tiles a CTA", c, r.ws_tiles);
+    da__rendered_free(&r);
+    size_t es = 2, qb = (size_t)(B * N * 4 * 64) * es, lb = (size_t)(B * 4 * N) * 4;
+    unsigned char *q = malloc(qb), *k = malloc(qb), *v = malloc(qb), *out1 = malloc(qb), *out2 = malloc(qb);
+    float *lse1 = malloc(lb), *lse2 = malloc(lb);
+    uint64_t st = 4242 + (uint64_t)c;
+    for (int64_t i = 0; i < B * N * 4 * 64; i++) {
+      tu_store(s.dtype, q, i, 2 * tu_uniform(&st) - 1);
+      tu_store(s.dtype, k, i, 2 * tu_uniform(&st) - 1);
+      tu_store(s.dtype, v, i, 2 * tu_uniform(&st) - 1);
+    }
+    TU_CHECK(run_emu_runs(&one, ctx, &s, B, N, q, k, v, out1, lse1) == DA_OK, "runs case %d, one run: %s", c,
+             da_context_last_error(ctx));
+    /* one period, two periods and a byte short of three, all the tokens but a byte */
+    const size_t budgets[4] = {per_token * (size_t)period, per_token * (size_t)period * 2,
+                               per_token * (size_t)period * 3 - 1, full - 1};
+    for (int b = 0; b < 4; b++) {
+      runs_opts ro = one;
+      ro.budget = budgets[b];
+      const int before = da_emu_plan_launches();
+      da_status rc = run_emu_runs(&ro, ctx, &s, B, N, q, k, v, out2, lse2);
+      const int launches = da_emu_plan_launches() - before;
+      TU_CHECK(rc == DA_OK, "runs case %d, budget %zu: %s", c, budgets[b], da_context_last_error(ctx));
+      const int64_t run = budgets[b] >= full ? N : (int64_t)(budgets[b] / per_token) / period * period;
+      const int expect = (int)((N + run - 1) / run) * 3; /* three branch launches a run (+ _clear where needed) */
+      TU_CHECK(launches == expect || launches == expect + 1, "runs case %d, budget %zu: %d launches, %d expected", c,
+               budgets[b], launches, expect);
+      TU_CHECK(!memcmp(out1, out2, qb) && !memcmp(lse1, lse2, lb),
+               "runs case %d, runs of %lld tokens: out / lse differ from one run", c, (long long)run);
+    }
+    runs_opts small = one; /* below one period: refused */
+    small.budget = per_token * (size_t)period - 1;
+    TU_CHECK(run_emu_runs(&small, ctx, &s, B, N, q, k, v, out2, lse2) == DA_ERR_INVALID_ARGUMENT,
+             "runs case %d: a budget below one period was not refused", c);
+    char what[80];
+    snprintf(what, sizeof what, "runs of one period, case %d", c);
+    runs_opts least = one;
+    least.budget = per_token * (size_t)period;
+    bs_check(ctx, &s, B, N, 990 + (uint64_t)c, what, run_emu_runs, &least);
+    free(q), free(k), free(v), free(out1), free(out2), free(lse1), free(lse2);
+  }
+}
+
 static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   da_plan_options wg = {0, 0, 0, 0, mma};
   static const int counts[4] = {8, 6, 6, 8};
@@ -513,6 +614,7 @@ int main(int argc, char **argv) {
     da_plan_options t128 = {128, 64, 0, 0, 0}; /* 32-row warps, 64-key tiles (D = 64) */
     bs_ramp(ctx, run_emu_tq128, &t128);
   }
+  if (all || !strcmp(which, "edge") || !strcmp(which, "runs")) test_runs(ctx); /* split plans in runs of tokens */
   if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: probe, golden, edge, unaligned, random, tile shapes */
     test_wgmma_probe(ctx, argv[1]);
     test_wgmma_suite(ctx, argv[2], 2);

@@ -367,7 +367,10 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
  * with them gives the same bits as the same plan with DILATTN_PDL=0, over back-to-back
  * executions sharing one workspace on one stream (a launch touching memory before its
  * griddepcontrol.wait would race the launch before it). Both plans in one context: the
- * switch is read when a plan is created. */
+ * switch is read when a plan is created. Every other execution runs in runs of tokens
+ * (a caller's workspace of da_plan_workspace_min_size: three runs of 32768 tokens, each
+ * run's first launch reusing the workspace rows the run before just read), and one more
+ * under DILATTN_WORKSPACE_LIMIT (the plan's own workspace, the same runs). */
 static void test_pdl(da_context *ctx, int mma) {
   static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
   da_spec s;
@@ -380,40 +383,56 @@ static void test_pdl(da_context *ctx, int mma) {
   const char *was = getenv("DILATTN_PDL");
   char saved[16] = "";
   if (was) snprintf(saved, sizeof saved, "%s", was);
-  da_plan *on = NULL, *off = NULL;
+  da_plan *on = NULL, *off = NULL, *limited = NULL;
   const da_plan_options split = {0, 0, 1 << 30, 0, mma}; /* split on every device (fused_min_queries) */
   da_status st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &on);
+  size_t least = 0, most = 0;
+  if (st == DA_OK) st = da_plan_workspace_min_size(on, 1, N, &least);
+  if (st == DA_OK) st = da_plan_workspace_size(on, 1, N, &most);
+  TU_CHECK(st == DA_OK && least == (size_t)32768 * 2 * 65 * 4 && most == (size_t)N * 2 * 65 * 4,
+           "pdl: workspace %zu bytes, least %zu", most, least);
+  char limit[32];
+  snprintf(limit, sizeof limit, "%zu", least);
+  setenv("DILATTN_WORKSPACE_LIMIT", limit, 1);
+  if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &limited);
+  unsetenv("DILATTN_WORKSPACE_LIMIT");
   setenv("DILATTN_PDL", "0", 1);
   if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &off);
   if (was) setenv("DILATTN_PDL", saved, 1);
   else unsetenv("DILATTN_PDL");
   TU_CHECK(st == DA_OK && !strcmp(da_plan_strategy(on), "split"), "pdl: plans: %s", da_context_last_error(ctx));
-  uint16_t *hq = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * (reps + 1));
-  void *dq = NULL, *dout = NULL, *dlse = NULL;
+  uint16_t *hq = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * (reps + 2));
+  void *dq = NULL, *dout = NULL, *dlse = NULL, *dws = NULL;
   if (st == DA_OK && hq && ho) {
     uint64_t seed = 11;
     for (int64_t i = 0; i < n; i++) tu_store(DA_DTYPE_FLOAT16, hq, i, 2 * tu_uniform(&seed) - 1);
     st = da__cuda_malloc(ctx, dev, (size_t)n * 2, &dq);
-    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2 * (reps + 1), &dout);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2 * (reps + 2), &dout);
     if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)(2 * N) * 4, &dlse);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, least, &dws);
     if (st == DA_OK) st = da__cuda_memcpy_htod(ctx, dev, dq, hq, (size_t)n * 2);
-    /* the reference run without, then reps runs with, one after the other on the stream */
-    for (int i = 0; i <= reps && st == DA_OK; i++) {
+    /* the reference run without, then reps runs with (every other in runs of tokens), one
+     * after the other on the stream, then one under the limit */
+    for (int i = 0; i <= reps + 1 && st == DA_OK; i++) {
       da_args a;
       da_args_init(&a, &s, 1, N, dq, dq, dq, (char *)dout + (size_t)i * (size_t)n * 2, dlse);
-      st = da_plan_execute(i ? on : off, &a);
+      if (i % 2 == 0 && i > 0 && i <= reps) a.workspace = dws, a.workspace_bytes = least;
+      st = da_plan_execute(i > reps ? limited : i ? on : off, &a);
     }
     if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
-    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * (reps + 1));
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * (reps + 2));
     TU_CHECK(st == DA_OK, "pdl: runs: %s", da_context_last_error(ctx));
     int differ = 0;
-    for (int i = 1; i <= reps && st == DA_OK; i++) differ += memcmp(ho, ho + (size_t)i * (size_t)n, (size_t)n * 2) != 0;
-    TU_CHECK(st == DA_OK && differ == 0, "pdl: %d of %lld runs differ from the run without", differ, (long long)reps);
-    if (st == DA_OK) printf("pdl: %lld runs of a split plan (cuda_mma %d), bitwise the same as without\n", (long long)reps, mma);
+    for (int i = 1; i <= reps + 1 && st == DA_OK; i++) differ += memcmp(ho, ho + (size_t)i * (size_t)n, (size_t)n * 2) != 0;
+    TU_CHECK(st == DA_OK && differ == 0, "pdl: %d of %lld runs differ from the run without", differ, (long long)reps + 1);
+    if (st == DA_OK)
+      printf("pdl: %lld runs of a split plan (cuda_mma %d; half of them and one more in runs of 32768 tokens), bitwise the "
+             "same as without\n",
+             (long long)reps + 1, mma);
   }
-  da__cuda_free(dev, dq), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
+  da__cuda_free(dev, dq), da__cuda_free(dev, dout), da__cuda_free(dev, dlse), da__cuda_free(dev, dws);
   free(hq), free(ho);
-  da_plan_destroy(on), da_plan_destroy(off);
+  da_plan_destroy(on), da_plan_destroy(off), da_plan_destroy(limited);
 }
 
 int main(int argc, char **argv) {

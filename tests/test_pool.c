@@ -103,8 +103,106 @@ static void test_plans(void) {
   da_context_destroy(ctx);
 }
 
+/* The workspace contract on the host backend: da_plan_workspace_min_size is one worker's
+ * rows; a caller's workspace between it and da_plan_workspace_size runs fewer workers with
+ * the same results, one below it is refused; DILATTN_WORKSPACE_LIMIT bounds the workspace a
+ * plan allocates (read when the plan is made; malformed: plan creation fails). */
+static void test_workspace(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 2;
+  s.segment_lengths[0] = 64, s.segment_lengths[1] = 128;
+  s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+  s.num_heads = 4, s.num_kv_heads = 4, s.head_dim = 32;
+  const int64_t B = 2, N = 300;
+  const size_t nq = (size_t)(B * N * 4 * 32), nl = (size_t)(B * 4 * N);
+  float *q = malloc(nq * 4), *k = malloc(nq * 4), *v = malloc(nq * 4), *out1 = malloc(nq * 4), *out2 = malloc(nq * 4);
+  float *lse1 = malloc(nl * 4), *lse2 = malloc(nl * 4);
+  uint64_t st = 77;
+  for (size_t i = 0; i < nq; i++) q[i] = (float)tu_uniform(&st) - 0.5f, k[i] = (float)tu_uniform(&st) - 0.5f,
+                                   v[i] = (float)tu_uniform(&st) - 0.5f;
+  setenv("DILATTN_NUM_THREADS", "4", 1);
+  da_plan_options split = {0, 0, 1 << 30, 0, 0};
+  da_plan *plan = NULL;
+  TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &split, &plan) == DA_OK, "plan: %s", da_context_last_error(ctx));
+  if (plan) {
+    const size_t one = (size_t)N * 33 * 4;
+    size_t most = 0, least = 0;
+    TU_CHECK(da_plan_workspace_size(plan, B, N, &most) == DA_OK && most == 4 * one, "workspace size %zu, %zu expected",
+             most, 4 * one);
+    TU_CHECK(da_plan_workspace_min_size(plan, B, N, &least) == DA_OK && least == one, "min size %zu, %zu expected", least,
+             one);
+    da_args a;
+    da_args_init(&a, &s, B, N, q, k, v, out1, lse1);
+    TU_CHECK(da_plan_execute(plan, &a) == DA_OK, "execute: %s", da_context_last_error(ctx));
+    float *ws = malloc(most);
+    const size_t given[3] = {least, least * 2 + 100, most};
+    for (int i = 0; i < 3; i++) {
+      da_args_init(&a, &s, B, N, q, k, v, out2, lse2);
+      memset(out2, 0xff, nq * 4);
+      a.workspace = ws, a.workspace_bytes = given[i];
+      TU_CHECK(da_plan_execute(plan, &a) == DA_OK, "workspace of %zu bytes: %s", given[i], da_context_last_error(ctx));
+      TU_CHECK(!memcmp(out1, out2, nq * 4) && !memcmp(lse1, lse2, nl * 4), "workspace of %zu bytes: other results",
+               given[i]);
+    }
+    a.workspace_bytes = least - 1;
+    TU_CHECK(da_plan_execute(plan, &a) == DA_ERR_INVALID_ARGUMENT, "a workspace below the least was taken");
+    free(ws);
+    da_plan_destroy(plan);
+  }
+  static const struct {
+    const char *text;
+    size_t bytes; /* 0: refused */
+  } limits[] = {{"100000", 100000}, {"2M", 2u << 20}, {"1KiB", 1024}, {"3kb", 3072}, {"1G", 1u << 30},
+                {"abc", 0},        {"0", 0},          {"-5", 0},      {"12X", 0},     {"4MiBs", 0}};
+  for (int i = 0; i < (int)(sizeof limits / sizeof limits[0]); i++) {
+    setenv("DILATTN_WORKSPACE_LIMIT", limits[i].text, 1);
+    plan = NULL;
+    da_status rc = da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &split, &plan);
+    if (!limits[i].bytes) {
+      TU_CHECK(rc == DA_ERR_INVALID_ARGUMENT && strstr(da_context_last_error(ctx), "DILATTN_WORKSPACE_LIMIT"),
+               "DILATTN_WORKSPACE_LIMIT=%s: plan creation gave %s", limits[i].text, da_status_name(rc));
+      da_plan_destroy(plan);
+      continue;
+    }
+    TU_CHECK(rc == DA_OK, "DILATTN_WORKSPACE_LIMIT=%s: %s", limits[i].text, da_context_last_error(ctx));
+    if (!plan) continue;
+    const size_t one = (size_t)N * 33 * 4, workers = limits[i].bytes / one;
+    size_t most = 0;
+    da_plan_workspace_size(plan, B, N, &most);
+    TU_CHECK(most == (workers > 4 ? 4 : workers ? workers : 1) * one, "DILATTN_WORKSPACE_LIMIT=%s: workspace size %zu",
+             limits[i].text, most);
+    da_args a;
+    da_args_init(&a, &s, B, N, q, k, v, out2, lse2);
+    rc = da_plan_execute(plan, &a);
+    if (workers) {
+      TU_CHECK(rc == DA_OK && !memcmp(out1, out2, nq * 4), "DILATTN_WORKSPACE_LIMIT=%s: %s", limits[i].text,
+               da_context_last_error(ctx));
+    } else {
+      TU_CHECK(rc == DA_ERR_NO_MEMORY && strstr(da_context_last_error(ctx), "DILATTN_WORKSPACE_LIMIT"),
+               "DILATTN_WORKSPACE_LIMIT=%s below one worker's rows: %s (%s)", limits[i].text, da_status_name(rc),
+               da_context_last_error(ctx));
+    }
+    da_plan_destroy(plan);
+  }
+  unsetenv("DILATTN_WORKSPACE_LIMIT");
+  plan = NULL; /* a fused plan needs none */
+  size_t none = 1, none_min = 1;
+  TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, NULL, &plan) == DA_OK && !strcmp(da_plan_strategy(plan), "fused") &&
+               da_plan_workspace_size(plan, B, N, &none) == DA_OK && da_plan_workspace_min_size(plan, B, N, &none_min) == DA_OK &&
+               none == 0 && none_min == 0,
+           "fused plan: workspace %zu / %zu", none, none_min);
+  da_plan_destroy(plan);
+  unsetenv("DILATTN_NUM_THREADS");
+  free(q), free(k), free(v), free(out1), free(out2), free(lse1), free(lse2);
+  da_context_destroy(ctx);
+}
+
 int main(void) {
   test_unit();
   test_plans();
+  test_workspace();
   return tu_report();
 }

@@ -49,10 +49,13 @@ struct da_cuda_args {
   da_i64 batch, seq_len;
   da_i64 q_stride[3], k_stride[3], v_stride[3], out_stride[3];
   const unsigned char *const *masks; /* device array of per-branch device masks */
-  float *ws;                         /* split: partial out [B][H][N][HD], then lse [B][H][N] */
+  float *ws;                         /* split: partial out [B][H][ws_len][HD], then lse [B][H][ws_len] */
   int branch;                        /* branch launches */
   int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
   int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
+  /* branch launches run over the tokens [tok0, tok0 + ws_len) (a whole number of every
+   * branch's segments): the workspace holds ws_len rows a (batch, head) */
+  da_i64 tok0, ws_len;
 };
 
 /* A position's row of lse and of the split workspace, [B][H][N]. */
@@ -60,10 +63,13 @@ __device__ __forceinline__ da_i64 da_bhn_row(const da_cuda_args &A, da_i64 b, da
   return (b * NUM_HEADS + h) * A.seq_len + pos;
 }
 /* The split workspace: each row's partial out (HD floats, 8-byte aligned rows: float2
- * accesses), then every row's lse (rows: da_bhn_row). */
+ * accesses), then every row's lse; rows [B][H][ws_len] of the launch's tokens (da_ws_row). */
+__device__ __forceinline__ da_i64 da_ws_row(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 pos) {
+  return (b * NUM_HEADS + h) * A.ws_len + (pos - A.tok0);
+}
 __device__ __forceinline__ float *da_ws_out(const da_cuda_args &A, da_i64 row) { return A.ws + row * HD; }
 __device__ __forceinline__ float *da_ws_lse(const da_cuda_args &A, da_i64 row) {
-  return A.ws + A.batch * NUM_HEADS * A.seq_len * HD + row;
+  return A.ws + A.batch * NUM_HEADS * A.ws_len * HD + row;
 }
 
 /* The query tile of one CTA. */
@@ -1120,7 +1126,8 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
     /* the row's 4 lanes take the same branches */
     const int side = row < T.nq ? da_split_side((int)h, mode - 1, pos) : 2;
-    float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
+    const da_i64 wsrow = da_ws_row(A, b, h, pos);
+    float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (row < T.nq && (side & 1)) {
       const float old = *row_lse, mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
@@ -1250,7 +1257,8 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
 {% if p.strategy == "split" then %}
   if (mode > 0) { /* a split plan's branch launch: 1 + its branch slot (as on the tensor-core paths) */
     const int side = da_split_side((int)h, mode - 1, pos);
-    float *row_ws = da_ws_out(A, wrow), *row_lse = da_ws_lse(A, wrow);
+    const da_i64 wsrow = da_ws_row(A, b, h, pos);
+    float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (side & 1) {
       const float old = *row_lse, mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
@@ -1409,9 +1417,9 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
   return true;
 }
 {% else %}
-/* Tile a0 (its first dilated row) of segment seg of (b, h) in this launch's branch:
- * body(b, h, hkv, T, mode, each) and true, or false where it holds no query (the head
- * does not use the branch, past the sequence) */
+/* Tile a0 (its first dilated row) of segment seg of (b, h) in this launch's branch, seg
+ * counted from the launch's first token tok0: body(b, h, hkv, T, mode, each) and true, or
+ * false where it holds no query (the head does not use the branch, past the sequence) */
 template <class B>
 __device__ __forceinline__ bool da_branch_tile(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 seg, da_i64 a0, B &&body) {
   const int br = A.branch;
@@ -1419,7 +1427,7 @@ __device__ __forceinline__ bool da_branch_tile(const da_cuda_args &A, da_i64 b, 
   while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
   if (k == HEAD_NBR[h]) return false; /* this head does not use the branch (grouped mode) */
   const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
-  const da_i64 s0 = seg * w;
+  const da_i64 s0 = A.tok0 + seg * w;
   if (s0 >= A.seq_len) return false;
   const da_i64 L = da_class_len(br, s0, off, A.seq_len);
   if (a0 >= L) return false;
@@ -1439,7 +1447,8 @@ struct da_ref {
   da_i64 b, h, seg, a0;
 };
 __device__ __forceinline__ bool da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
-  const da_i64 tps = BR_TILES_PER_SEG[A.branch], nseg = (A.seq_len + BR_W[A.branch] - 1) / BR_W[A.branch];
+  const da_i64 tps = BR_TILES_PER_SEG[A.branch], w = BR_W[A.branch];
+  const da_i64 nseg = (min(A.seq_len - A.tok0, A.ws_len) + w - 1) / w; /* the launch's segments */
   const da_i64 units = nseg * NUM_HEADS * A.batch;
   if (l >= units * tps) return false;
   da_i64 depth;
@@ -1540,7 +1549,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 {% end %}
 }
 {% else %}
-/* grid (ceil(N / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch{% if p.ws_tiles > 1 then %}; here those blocks WS_TILES a CTA, in x{% end %} */
+/* grid (ceil(n / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch and
+ * run of n = min(ws_len, N - tok0) tokens{% if p.ws_tiles > 1 then %}; here those blocks WS_TILES a CTA, in x{% end %} */
 extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(const da_cuda_args A) {
   DA_SMEM_DECL
   /* the next launch may start its CTAs as this one's last wave runs. Every CTA waits for

@@ -94,7 +94,16 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
     for (int b = 0; b < s->num_branches; b++) mask_table[b] = s->sparsity.explicit_masks[b];
     a.masks = mask_table;
   }
-  size_t wsb = da__cuda_workspace_bytes(&r, s->num_heads, args->batch, args->seq_len);
+  /* args->workspace_bytes: a budget (0: none), so the launches run over the tokens in the
+   * runs da__cuda_plan_execute would take with that much */
+  const int64_t run = da__cuda_ws_tokens(&r, s->num_heads, args->batch, args->seq_len, args->workspace_bytes);
+  if (!run) {
+    st = da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "workspace: %zu bytes hold no run of %lld tokens",
+                       args->workspace_bytes, (long long)da__cuda_ws_min_tokens(&r, args->seq_len));
+    goto out;
+  }
+  a.ws_len = run;
+  size_t wsb = da__cuda_workspace_bytes(&r, s->num_heads, args->batch, run);
   if (wsb) {
     ws = malloc(wsb);
     if (ws) memset(ws, 0xff, wsb); /* NaN: a read before the first write shows */

@@ -17,7 +17,9 @@ int da_emu_plan_launches(void);
 
 /* Run spec (render options opts, may be NULL) over args: host pointers; the q/k/v/out/
  * lse regions have the byte sizes given and are the only global memory the kernels may
- * touch besides the workspace and the explicit masks. */
+ * touch besides the workspace and the explicit masks. args->workspace_bytes, when not 0,
+ * bounds the workspace (its pointer is ignored: the runs of tokens the CUDA backend would
+ * take with that much). */
 da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opts *opts, const da_args *args,
                          size_t q_bytes, size_t kv_bytes, size_t out_bytes, size_t lse_bytes);
 
