@@ -76,7 +76,7 @@ if [ "$phase" = check ] || [ "$phase" = ab-lib ]; then
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384 --configs dense2048,longnet2,longnet5 --causal \
     --tiles 0x0@lib --reps 10 --out "$out/check_causal16k.json"
   # split plans in runs of tokens (a workspace limit): LongNet 5-branch causal (split) at
-  # 256K, 545 MiB of workspace in one run, against runs of 32768 tokens (@ws100: 68 MiB)
+  # 256K, 520 MiB of workspace in one run, against runs of 32768 tokens (@ws100: 65 MiB)
   # and of 131072 (@ws300: two runs)
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 262144 --configs longnet5 --causal \
     --tiles 0x0@ws100,0x0@ws300 --reps 10 --out "$out/check_runs.json"

@@ -214,9 +214,10 @@ DA_API const char *da_plan_kernel_name(const da_plan *plan);
 DA_API const char *da_plan_cache_key(const da_plan *plan);
 
 /* Bytes of workspace an execution with this batch and sequence length takes when the
- * caller supplies it (0 is possible): the most it uses, within DILATTN_WORKSPACE_LIMIT when
- * that is set. Only split plans need workspace (da_plan_strategy), and they run in one
- * piece with this much. */
+ * caller supplies it (0 is possible): the most it uses, enough to run in one piece; where
+ * DILATTN_WORKSPACE_LIMIT was set when the plan was made, the most that limit allows (the
+ * least, da_plan_workspace_min_size, where the limit is below it). Only split plans need
+ * workspace (da_plan_strategy). */
 DA_API da_status da_plan_workspace_size(const da_plan *plan, int64_t batch, int64_t seq_len,
                                         size_t *bytes);
 /* The least workspace an execution accepts (<= da_plan_workspace_size). Given less than

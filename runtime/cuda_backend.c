@@ -218,13 +218,15 @@ static int64_t run_period(const da__rendered *r, int64_t seq_len) {
 }
 
 int64_t da__cuda_ws_tokens(const da__rendered *r, int heads, int64_t batch, int64_t seq_len, size_t budget) {
-  if (!r->ws_floats_per_token || !budget) return seq_len;
+  if (!r->ws_floats_per_token || budget == SIZE_MAX) return seq_len;
   const size_t full = da__cuda_workspace_bytes(r, heads, batch, seq_len);
-  if (full <= budget) return seq_len; /* (SIZE_MAX: overflow, never <= a budget of memory) */
-  if (!r->ws_runs) return 0;
+  if (full < SIZE_MAX && full <= budget) return seq_len;
+  uint64_t per_token;
+  if (!r->ws_runs || batch < 1 ||
+      __builtin_mul_overflow((uint64_t)batch, (uint64_t)heads * (uint64_t)r->ws_floats_per_token * 4u, &per_token))
+    return 0;
   const int64_t period = run_period(r, seq_len);
-  const uint64_t per_token = (uint64_t)batch * (uint64_t)heads * (uint64_t)r->ws_floats_per_token * 4u;
-  const int64_t runs = (int64_t)(budget / per_token) / period;
+  const int64_t runs = (int64_t)(budget / per_token / (uint64_t)period);
   return runs > 0 ? runs * period : 0;
 }
 
@@ -233,7 +235,7 @@ int64_t da__cuda_ws_min_tokens(const da__rendered *r, int64_t seq_len) {
 }
 
 size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget) {
-  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, batch, seq_len, budget);
+  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, batch, seq_len, budget ? budget : SIZE_MAX);
   if (run == 0) run = da__cuda_ws_min_tokens(&p->r, seq_len); /* a limit below one run: the least */
   return da__cuda_workspace_bytes(&p->r, p->heads, batch, run);
 }
@@ -350,7 +352,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
    * the caller's workspace, or the limit (DILATTN_WORKSPACE_LIMIT), or the device's pool */
   const int64_t least = da__cuda_ws_min_tokens(&p->r, args->seq_len);
   int64_t run = da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len,
-                                   args->workspace ? args->workspace_bytes : limit);
+                                   args->workspace ? args->workspace_bytes : limit ? limit : SIZE_MAX);
   size_t need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run ? run : least);
   DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   DA_RETURN_IF(!run, args->workspace ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,
@@ -376,6 +378,8 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
         need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run);
       }
       DA_TRY(st);
+      if (run < da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len, limit ? limit : SIZE_MAX))
+        da__clear_error(ctx); /* the out-of-memory of a longer run, taken care of */
       a.ws = owned;
     }
   }

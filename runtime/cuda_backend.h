@@ -68,9 +68,10 @@ DA_HIDDEN void da__cuda_args_fill(da__cuda_args *a, const da_args *args);
  * strategy needs none, SIZE_MAX on overflow. */
 DA_HIDDEN size_t da__cuda_workspace_bytes(const da__rendered *r, int heads, int64_t batch, int64_t seq_len);
 /* Runs of tokens (da__cuda_args.ws_len; da__cuda_launch_sequence launches every branch over
- * a run before the next): seq_len where no workspace is needed, budget is 0 (none) or holds
- * all the tokens; else the most whole periods (the lcm of the branches' w) budget holds, 0
- * where not one (or the templates predate runs: r->ws_runs). _min: the shortest run. */
+ * a run before the next): seq_len where no workspace is needed, budget is SIZE_MAX (none) or
+ * holds all the tokens; else the most whole periods (the lcm of the branches' w) budget
+ * holds, 0 where not one (or the templates predate runs: r->ws_runs; or the size overflows).
+ * _min: the shortest run. */
 DA_HIDDEN int64_t da__cuda_ws_tokens(const da__rendered *r, int heads, int64_t batch, int64_t seq_len, size_t budget);
 DA_HIDDEN int64_t da__cuda_ws_min_tokens(const da__rendered *r, int64_t seq_len);
 

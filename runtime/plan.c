@@ -67,12 +67,13 @@ static da_status workspace_limit(const da_context *ctx, size_t *out) {
   if (!e || !*e) return DA_OK;
   char *end;
   errno = 0;
-  unsigned long long v = strtoull(e, &end, 10);
+  unsigned long long v = isdigit((unsigned char)*e) ? strtoull(e, &end, 10) : 0; /* (no sign, no space) */
+  if (!isdigit((unsigned char)*e)) end = (char *)e;
   int shift = 0;
   const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
   if (u) shift = 10 * (int)(u - units + 1), end++;
   if (u && (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))) end += strlen(end);
-  DA_RETURN_IF(end == e || *end || errno || *e == '-' || v == 0 || v > (SIZE_MAX >> shift), DA_ERR_INVALID_ARGUMENT,
+  DA_RETURN_IF(end == e || *end || errno || v == 0 || v > (SIZE_MAX >> shift), DA_ERR_INVALID_ARGUMENT,
                "DILATTN_WORKSPACE_LIMIT=%s: not a number of bytes above 0 (e.g. 1073741824, 1024M, 8G)", e);
   *out = (size_t)v << shift;
   return DA_OK;
@@ -498,12 +499,12 @@ static size_t ws_bytes(const da_plan *p, int64_t seq_len, int nthreads) {
 }
 
 /* Host workers at seq_len: DILATTN_NUM_THREADS (or the CPUs) for work (batch x heads), fewer
- * where a worker's workspace times that many passes budget (bytes, 0: none), 0 where budget
- * holds not one worker's. */
+ * where a worker's workspace times that many passes budget (bytes, SIZE_MAX: none), 0 where
+ * budget holds not one worker's. */
 static int host_workers(const da_plan *p, int64_t work, int64_t seq_len, size_t budget) {
   int nt = num_threads(work);
   const size_t one = ws_bytes(p, seq_len, 1);
-  if (budget && one && one != SIZE_MAX && budget / one < (size_t)nt) nt = (int)(budget / one);
+  if (budget < SIZE_MAX && one && one != SIZE_MAX && budget / one < (size_t)nt) nt = (int)(budget / one);
   return nt;
 }
 
@@ -516,8 +517,10 @@ static da_status workspace_size(const da_plan *p, int64_t batch, int64_t seq_len
   if (p->cuda)
     b = least ? da__cuda_plan_workspace_min(p->cuda, batch, seq_len)
               : da__cuda_plan_workspace(p->cuda, batch, seq_len, p->ws_limit);
-  else
-    b = ws_bytes(p, seq_len, least ? 1 : host_workers(p, batch * p->spec.num_heads, seq_len, p->ws_limit) ?: 1);
+  else {
+    const int nt = least ? 1 : host_workers(p, batch * p->spec.num_heads, seq_len, p->ws_limit ? p->ws_limit : SIZE_MAX);
+    b = ws_bytes(p, seq_len, nt > 0 ? nt : 1); /* a limit below one worker's: the least */
+  }
   DA_RETURN_IF(b == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   *bytes = b;
   return DA_OK;
@@ -583,7 +586,7 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
   /* a worker's workspace holds a (batch, head)'s rows: fewer workers where the caller's
    * workspace or the limit holds fewer */
   float *ws = a->workspace;
-  int nt = host_workers(p, work, a->seq_len, ws ? a->workspace_bytes : p->ws_limit);
+  int nt = host_workers(p, work, a->seq_len, ws ? a->workspace_bytes : p->ws_limit ? p->ws_limit : SIZE_MAX);
   size_t need = ws_bytes(p, a->seq_len, nt ? nt : 1);
   DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   DA_RETURN_IF(!nt, ws ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,

@@ -451,8 +451,8 @@ static da_status run_emu_runs(void *user, da_context *ctx, const da_spec *s, int
  * their branch launches run over the tokens in runs of whole periods (the lcm of the w),
  * the workspace indexed by the run; out and lse must be bit for bit those of one run, and
  * right (the reference). LongNet mode with offsets that differ by head (so rows merge
- * across launches in every run), a ragged last run, batch 2, causal and not, mma.sync and
- * the warp-specialized kernel that runs two tiles a CTA. */
+ * across launches in every run), a ragged last run, batch 2, causal and not, mma.sync, the
+ * warp-specialized kernel that runs two tiles a CTA and the fp32 (SIMT) path. */
 static void test_runs(da_context *ctx) {
   static const struct {
     int64_t w[3], r[3];
@@ -464,6 +464,7 @@ static void test_runs(da_context *ctx) {
       {{128, 192, 384}, {1, 3, 2}, 1, 1, 64, 1000}, /* period 384 (w not powers of two) */
       {{128, 256, 512}, {1, 2, 4}, 1, 4, 128, 1300}, /* wgmma-ws: two tiles a CTA */
       {{128, 256, 512}, {1, 2, 4}, 0, 4, 128, 1100},
+      {{64, 128, 256}, {1, 2, 4}, 1, 0, 0, 768}, /* float32 (the SIMT path), N a whole number of runs */
   };
   for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
     da_spec s;
@@ -472,7 +473,7 @@ static void test_runs(da_context *ctx) {
     for (int i = 0; i < 3; i++) s.segment_lengths[i] = cases[c].w[i], s.dilation_rates[i] = cases[c].r[i];
     s.num_heads = s.num_kv_heads = 4;
     s.head_dim = 64;
-    s.dtype = c % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    s.dtype = c == 5 ? DA_DTYPE_FLOAT32 : c % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
     s.causal = cases[c].causal;
     const int64_t B = 2, N = cases[c].n;
     runs_opts one = {0, {cases[c].tq, 0, 1 << 30, 0, cases[c].mma}}; /* fused_min_queries: split */
@@ -487,7 +488,7 @@ static void test_runs(da_context *ctx) {
              r.strategy, (long long)period);
     TU_CHECK(cases[c].mma != 4 || !s.causal || r.ws_tiles == 2, "runs case %d: %d tiles a CTA", c, r.ws_tiles);
     da__rendered_free(&r);
-    size_t es = 2, qb = (size_t)(B * N * 4 * 64) * es, lb = (size_t)(B * 4 * N) * 4;
+    size_t es = tu_elem_size(s.dtype), qb = (size_t)(B * N * 4 * 64) * es, lb = (size_t)(B * 4 * N) * 4;
     unsigned char *q = malloc(qb), *k = malloc(qb), *v = malloc(qb), *out1 = malloc(qb), *out2 = malloc(qb);
     float *lse1 = malloc(lb), *lse2 = malloc(lb);
     uint64_t st = 4242 + (uint64_t)c;

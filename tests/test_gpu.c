@@ -140,7 +140,9 @@ static void test_unaligned(da_context *ctx, const da_plan_options *wg) {
     da_args_init(&a, &s, 1, 128, q, q + 128 * 64 * 2, q, q + 2 * 128 * 64 * 2, NULL);
     a.workspace = ws + 8, a.workspace_bytes = need;
     TU_CHECK(da_plan_execute(plan, &a) == DA_ERR_INVALID_ARGUMENT, "workspace 8 bytes past 16-byte alignment accepted");
-    a.workspace = ws;
+    a.workspace = ws, a.workspace_bytes = 0;
+    TU_CHECK(da_plan_execute(plan, &a) == DA_ERR_INVALID_ARGUMENT, "a workspace of 0 bytes taken");
+    a.workspace_bytes = need;
     TU_CHECK(da_plan_execute(plan, &a) == DA_OK && da__cuda_sync(ctx, dev, NULL) == DA_OK, "aligned workspace: %s",
              da_context_last_error(ctx));
   } else {
@@ -385,6 +387,10 @@ static void test_pdl(da_context *ctx, int mma) {
   if (was) snprintf(saved, sizeof saved, "%s", was);
   da_plan *on = NULL, *off = NULL, *limited = NULL;
   const da_plan_options split = {0, 0, 1 << 30, 0, mma}; /* split on every device (fused_min_queries) */
+  const char *limit_was = getenv("DILATTN_WORKSPACE_LIMIT");
+  char limit_saved[64] = "";
+  if (limit_was) snprintf(limit_saved, sizeof limit_saved, "%s", limit_was);
+  unsetenv("DILATTN_WORKSPACE_LIMIT"); /* `on` runs in one piece unless given less */
   da_status st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &on);
   size_t least = 0, most = 0;
   if (st == DA_OK) st = da_plan_workspace_min_size(on, 1, N, &least);
@@ -395,7 +401,8 @@ static void test_pdl(da_context *ctx, int mma) {
   snprintf(limit, sizeof limit, "%zu", least);
   setenv("DILATTN_WORKSPACE_LIMIT", limit, 1);
   if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &limited);
-  unsetenv("DILATTN_WORKSPACE_LIMIT");
+  if (limit_was) setenv("DILATTN_WORKSPACE_LIMIT", limit_saved, 1);
+  else unsetenv("DILATTN_WORKSPACE_LIMIT");
   setenv("DILATTN_PDL", "0", 1);
   if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &split, &off);
   if (was) setenv("DILATTN_PDL", saved, 1);

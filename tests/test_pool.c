@@ -123,6 +123,10 @@ static void test_workspace(void) {
   uint64_t st = 77;
   for (size_t i = 0; i < nq; i++) q[i] = (float)tu_uniform(&st) - 0.5f, k[i] = (float)tu_uniform(&st) - 0.5f,
                                    v[i] = (float)tu_uniform(&st) - 0.5f;
+  const char *env_names[2] = {"DILATTN_NUM_THREADS", "DILATTN_WORKSPACE_LIMIT"};
+  char *env_saved[2];
+  for (int i = 0; i < 2; i++) env_saved[i] = getenv(env_names[i]) ? strdup(getenv(env_names[i])) : NULL;
+  unsetenv("DILATTN_WORKSPACE_LIMIT");
   setenv("DILATTN_NUM_THREADS", "4", 1);
   da_plan_options split = {0, 0, 1 << 30, 0, 0};
   da_plan *plan = NULL;
@@ -149,6 +153,8 @@ static void test_workspace(void) {
     }
     a.workspace_bytes = least - 1;
     TU_CHECK(da_plan_execute(plan, &a) == DA_ERR_INVALID_ARGUMENT, "a workspace below the least was taken");
+    a.workspace_bytes = 0; /* a pointer without a size: no bytes */
+    TU_CHECK(da_plan_execute(plan, &a) == DA_ERR_INVALID_ARGUMENT, "a workspace of 0 bytes was taken");
     free(ws);
     da_plan_destroy(plan);
   }
@@ -156,7 +162,8 @@ static void test_workspace(void) {
     const char *text;
     size_t bytes; /* 0: refused */
   } limits[] = {{"100000", 100000}, {"2M", 2u << 20}, {"1KiB", 1024}, {"3kb", 3072}, {"1G", 1u << 30},
-                {"abc", 0},        {"0", 0},          {"-5", 0},      {"12X", 0},     {"4MiBs", 0}};
+                {"abc", 0},        {"0", 0},          {"-5", 0},      {"12X", 0},     {"4MiBs", 0},
+                {" -1", 0},        {"\t5", 0},        {"5 ", 0},      {"4B", 0},      {"16777216T", 0}};
   for (int i = 0; i < (int)(sizeof limits / sizeof limits[0]); i++) {
     setenv("DILATTN_WORKSPACE_LIMIT", limits[i].text, 1);
     plan = NULL;
@@ -195,7 +202,11 @@ static void test_workspace(void) {
                none == 0 && none_min == 0,
            "fused plan: workspace %zu / %zu", none, none_min);
   da_plan_destroy(plan);
-  unsetenv("DILATTN_NUM_THREADS");
+  for (int i = 0; i < 2; i++) { /* the caller's environment back */
+    if (env_saved[i]) setenv(env_names[i], env_saved[i], 1);
+    else unsetenv(env_names[i]);
+    free(env_saved[i]);
+  }
   free(q), free(k), free(v), free(out1), free(out2), free(lse1), free(lse2);
   da_context_destroy(ctx);
 }

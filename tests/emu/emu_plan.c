@@ -2,6 +2,7 @@
 #include "emu_plan.h"
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,8 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
   }
   /* args->workspace_bytes: a budget (0: none), so the launches run over the tokens in the
    * runs da__cuda_plan_execute would take with that much */
-  const int64_t run = da__cuda_ws_tokens(&r, s->num_heads, args->batch, args->seq_len, args->workspace_bytes);
+  const int64_t run = da__cuda_ws_tokens(&r, s->num_heads, args->batch, args->seq_len,
+                                         args->workspace_bytes ? args->workspace_bytes : SIZE_MAX);
   if (!run) {
     st = da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "workspace: %zu bytes hold no run of %lld tokens",
                        args->workspace_bytes, (long long)da__cuda_ws_min_tokens(&r, args->seq_len));
