@@ -375,8 +375,9 @@ int main(int argc, char **argv) {
    * tiles has 8 tiles per residue class, 16 a window; its table of a window's tile per depth
    * is a permutation that starts with the two classes' last tiles (7, 15: the most keys)
    * and ends with their first (0, 8); groups of ceil(264 / 16) = 17 windows; two tiles a
-   * CTA (run_tiles). Without a causal mask the grid keeps its order (no table, group 0), a
-   * tile a CTA. */
+   * CTA (run_tiles), each with a Q tile of its own after the four stages (16 KiB more
+   * shared memory). Without a causal mask the grid keeps its order (no table, group 0), a
+   * tile a CTA, one Q tile. */
   for (int causal = 0; causal < 2; causal++) {
     da_spec t;
     da_spec_init(&t);
@@ -394,6 +395,10 @@ int main(int argc, char **argv) {
                  r.ws_tiles == (causal ? 2 : 1) && !strstr(r.source, "run_tiles(Qs") == !causal,
              "lpt (causal %d): %lld tiles a window, group %lld, table %s, %d tiles a CTA", causal,
              (long long)r.tiles_per_window, (long long)r.lpt_group, tab ? "present" : "absent", r.ws_tiles);
+    const int stages_smem = 1024 + (128 + 2 * 4 * 128) * 64 * 2;
+    TU_CHECK(r.smem_bytes == stages_smem + (causal ? 128 * 64 * 2 : 0) && !strstr(r.source, "*const Q2 = Vs") == !causal,
+             "lpt (causal %d): %d bytes of shared memory (Q tiles and four stages: %d)", causal, r.smem_bytes,
+             stages_smem + (causal ? 128 * 64 * 2 : 0));
     if (tab) {
       int order[16], seen = 0;
       char *e = (char *)tab + strlen("LPT_TILE[16] = { ");

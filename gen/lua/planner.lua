@@ -423,6 +423,7 @@ function M.plan_cuda(p, opts)
         -- (causal: 512, room for run_tiles' tile references beside the mbarriers)
         local static = (p.causal and 512 or 256) + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
         local limit = p.min_blocks == 2 and 233472 // 2 - 1024 or 232448
+        p.smem_room = limit - static -- dynamic shared memory a CTA may take (plan_lpt: a second Q tile)
         p.stages = 4
         while p.stages > 2 and 1024 + (p.tile_q + 2 * p.stages * p.tile_k) * D * 2 > limit - static do
           p.stages = p.stages - 1
@@ -492,12 +493,25 @@ end
 -- (kernel.cu.tpl run_tiles): the producer loads the next tile's K / V while the consumers
 -- write this one's out. Not where warpgroups leave their tiles (ws_skip_idle: the empty
 -- barriers count the kept ones) or under a sparse layout (its verdict buffers). Untimed.
+-- Where shared memory holds a second Q tile beside the stages (p.q_bufs = 2: at D = 64;
+-- not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB) the
+-- consumers request both tiles' Q at the CTA's start, so the second tile's lands during
+-- the first one's key loop instead of stalling its start (and no barrier guards a shared
+-- Q tile between the two). Untimed.
 local LPT_CTAS = 2 * 132
 function M.plan_lpt(p)
   p.lpt = p.causal
   p.ws_tiles = 1
+  p.q_bufs = 1
   if not p.lpt then return end
-  if p.wg_ws and not p.sparse and not p.ws_skip_idle then p.ws_tiles = 2 end
+  if p.wg_ws and not p.sparse and not p.ws_skip_idle then
+    p.ws_tiles = 2
+    local q_bytes = p.tile_q * p.D * 2
+    if p.smem_bytes + q_bytes <= p.smem_room then
+      p.q_bufs = 2
+      p.smem_bytes = p.smem_bytes + q_bytes
+    end
+  end
   local per_sm = p.min_blocks or 1
   local function group(tiles) return math.max(1, (LPT_CTAS * per_sm + tiles - 1) // tiles) end
   for _, b in ipairs(p.branches) do b.lpt_group = group(b.tiles_per_segment) end

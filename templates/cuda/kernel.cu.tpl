@@ -984,14 +984,24 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 {% end %}
 /* Load the query tile into smem and registers; reset the softmax state. first_turn: the
  * CTA's first tile (warp-specialized: the consumers' first turn is handed out here). */
-__device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
-                           bool first_turn = true) {
-  const int lane = da_ct() & 31, warp = da_ct() >> 5;
+/* Request the tile's Q rows into Qs (cp.async where q is 16-byte aligned; the caller
+ * commits the group). */
+__device__ __forceinline__ void tile_load_q(da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
   const da_i64 base = b * A.q_stride[0] + T.pos0 * A.q_stride[1] + h * A.q_stride[2];
-  const da_i64 step = T.pstep * A.q_stride[1];
-  load_rows<TQ, NCT>(Qs, A.q, T.nq, A.vec16, base, step, da_ct());
-  da_cp_async_commit();
-  da_cp_async_wait<0>();
+  load_rows<TQ, NCT>(Qs, A.q, T.nq, A.vec16, base, T.pstep * A.q_stride[1], da_ct());
+}
+
+/* q_later < 0: load the tile's Q into Qs now; else its Q is a cp.async group requested
+ * before (tile_load_q), q_later (0 or 1) groups after it may stay in flight. */
+__device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
+                           bool first_turn = true, int q_later = -1) {
+  const int lane = da_ct() & 31, warp = da_ct() >> 5;
+  if (q_later < 0) {
+    tile_load_q(Qs, A, b, h, T);
+    da_cp_async_commit();
+  }
+  if (q_later > 0) da_cp_async_wait<1>();
+  else da_cp_async_wait<0>();
 {% if p.wgmma then %}
   da_fence_proxy_async();
   S.q_addr = da_smem_addr(Qs) + (da_ct() >> 7) * 64 * 128; /* this warpgroup's 64 rows */
@@ -1477,6 +1487,9 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
 {% end %}
 template <class E>
 __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_args &A) {
+{% if p.q_bufs == 2 then %}
+  E *const Q2 = Vs + STAGES * TK * ROWH; /* the second tile's Q (and out) tile, after the stages */
+{% end %}
   __shared__ da_u64 bars[4 * STAGES]; /* as in run_tile (no warpgroup leaves a tile: DA_KEPT_WGS is NCWG) */
   /* the CTA's tiles, each found by a thread of its own before the roles split (the
    * producer's 40 registers hold none of the index arithmetic) */
@@ -1509,14 +1522,33 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% if p.setmaxnreg then %}
   da_setmaxnreg_inc<{{ p.setmaxnreg[2] }}>();
 {% end %}
+{% if p.q_bufs == 2 then %}
+  /* every tile's Q requested now, a cp.async group each (empty where the block holds no
+   * tile), into a Q tile of its own: the second's lands during the first's key loop */
+#pragma unroll
+  for (int i = 0; i < WS_TILES; i++) {
+    if (has_ref[i])
+      da_with_ref(A, refs[i], [&](da_i64 b, da_i64 h, da_i64, const da_qtile &T, int, auto &&) {
+        tile_load_q(i ? Q2 : Qs, A, b, h, T);
+      });
+    da_cp_async_commit();
+  }
+{% end %}
   bool first = true;
   for (int i = 0; i < WS_TILES; i++) {
     if (!has_ref[i]) continue;
     const da_ref R = refs[i];
+{% if p.q_bufs == 2 then %}
+    E *const Qt = i ? Q2 : Qs;
+{% end %}
     da_with_ref(A, R, [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
-      if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
       da_state S;
+{% if p.q_bufs == 2 then %}
+      tile_begin(S, Qt, A, b, h, T, first, WS_TILES - 1 - i);
+{% else %}
+      if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
       tile_begin(S, Qs, A, b, h, T, first);
+{% end %}
       first = false;
       each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
         attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq, P, bars);
@@ -1524,9 +1556,12 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% if p.strategy ~= "fused" then %}
       da_grid_wait(); /* the launch before: out, lse and the workspace are written after it */
 {% end %}
-      tile_end(S, Qs, A, b, h, T, mode);
+      tile_end(S, {{ p.q_bufs == 2 and "Qt" or "Qs" }}, A, b, h, T, mode);
     });
   }
+{% if p.q_bufs == 2 then %}
+  da_cp_async_wait<0>(); /* the group of a last block without a query row */
+{% end %}
 {% if p.strategy ~= "fused" then %}
   da_grid_wait(); /* a CTA without a tile too (see _branch) */
 {% end %}
