@@ -15,6 +15,8 @@
 #   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
 #   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
 #                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
+#   bash bench/gpu_session.sh check-lpt  # then: causal defaults vs @lib at 16K (longest first, two tiles a CTA),
+#                                        # and a split plan in runs of tokens (@ws100, @ws300) at 256K
 #   bash bench/gpu_session.sh ab-lib     # that A/B alone (BENCH_TILES: its variants)
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
@@ -71,6 +73,10 @@ if [ "$phase" = check ] || [ "$phase" = ab-lib ]; then
     --tiles $ab --reps 10 --out "$out/check_causal.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2 --head-dim 128 \
     --tiles $ab --reps 10 --out "$out/check_d128.json"
+fi
+if [ "$phase" = check-lpt ]; then
+  # (a phase of its own: with check's it would pass one device call's 600 s)
+  export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   # causal grids longest first, two tiles a CTA on the fused kernel (bench/lpt_model.py: the
   # most at short lengths): the defaults against the baseline's at 16K, dense (single) too
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384 --configs dense2048,longnet2,longnet5 --causal \
