@@ -371,6 +371,25 @@ int main(int argc, char **argv) {
       if (st == DA_OK) da__rendered_free(&r);
     }
   }
+  /* A LongNet schedule past 4096 residue classes: w = 8192 * 2^k, r = 2^k, k = 0..13 (g =
+   * 8192, lcm(r) = 8192) runs split, and its offset classes (8192 rows each) fill 128- and
+   * 192-row tiles like any LongNet schedule's: the defaults of the other split plans, not
+   * the 64-row tiles a fused plan's fill rule gives past 4096 classes */
+  for (int i = 0; i < 3; i++) {
+    da_spec t;
+    da_spec_init(&t);
+    t.num_branches = 14;
+    for (int k = 0; k < 14; k++) t.segment_lengths[k] = (int64_t)8192 << k, t.dilation_rates[k] = (int64_t)1 << k;
+    t.num_heads = t.num_kv_heads = 16, t.head_dim = 64, t.dtype = DA_DTYPE_FLOAT16, t.causal = i == 1;
+    da_plan_options o = {0, 0, 0, 0, i < 2 ? 4 : 1};
+    da__rendered r;
+    da_status st = da__render_ex(ctx, &t, DA_TARGET_CUDA, &o, &r);
+    const int want = i == 0 ? 192 : 128;
+    TU_CHECK(st == DA_OK && !strcmp(r.strategy, "split") && r.tile_q == want,
+             "LongNet 14 branches (case %d): status %d, %s, tile_q %d (want split, %d)", i, (int)st,
+             st == DA_OK ? r.strategy : "-", st == DA_OK ? r.tile_q : 0, want);
+    if (st == DA_OK) da__rendered_free(&r);
+  }
   /* causal grids run longest first (planner.lua plan_lpt): LongNet 2-branch in 128-row
    * tiles has 8 tiles per residue class, 16 a window; its table of a window's tile per depth
    * is a permutation that starts with the two classes' last tiles (7, 15: the most keys)

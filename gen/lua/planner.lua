@@ -226,9 +226,11 @@ end
 -- bandwidth) feeds 2 mma, so the loop is bound by shared memory; 32 rows feed 4. On an
 -- H200 (bench/results/gpu-h200.md) 128-row tiles were 5 to 12% faster where they fill,
 -- 15% slower on the padded fused LongNet 5-branch tiling (which plan_cuda sends to split).
+-- (A fused plan past 4096 residue classes runs split, plan_cuda; its fill is not computed.)
 function M.cuda_default_tile_q(p, strategy)
-  if p.D > 64 or p.lcm_r > 4096 then return 64 end
-  return M.tile_fill(p, strategy or p.strategy, 128) >= 7 / 8 and 128 or 64
+  strategy = strategy or p.strategy
+  if p.D > 64 or (strategy == "fused" and p.lcm_r > 4096) then return 64 end
+  return M.tile_fill(p, strategy, 128) >= 7 / 8 and 128 or 64
 end
 
 -- CUDA specifics (DESIGN.md decision 4). Three compute paths share the control structure:
@@ -281,7 +283,7 @@ function M.plan_cuda(p, opts)
     -- 6 TB/s at 400 TFLOP/s, about what an H100's L2 delivers.
     local function default_tq(strategy)
       if not wg then return M.cuda_default_tile_q(p, strategy) end
-      if p.lcm_r > 4096 then return 64 end
+      if (strategy or p.strategy) == "fused" and p.lcm_r > 4096 then return 64 end
       -- three consumer warpgroups at D = 64 without a causal mask: 1.03x to 1.17x the two
       -- at N = 65536 on an H200 (dense 2048, LongNet 2- and 5-branch); causal (64-key tiles
       -- there) 0.69x to 0.79x, D = 128 0.90x (bench/results/gpu-h200-ebf7fe1.md)
