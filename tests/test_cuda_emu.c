@@ -37,11 +37,12 @@
 #include "test_util.h"
 #include "wgmma_probe.h"
 
-/* The suite's runner: contiguous host arrays, out and lse poisoned with NaN first so
- * every position must be written. */
-static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
-                         const void *k, const void *v, void *out, float *lse) {
-  const da_plan_options *opts = user; /* NULL: the planner's defaults */
+/* Contiguous host arrays, out and lse poisoned with NaN first so every position must be
+ * written; opts NULL: the planner's defaults; budget: workspace bytes (0: none, else the
+ * branch launches of a split plan run over the tokens in the runs it allows). */
+static da_status run_emu_budget(const da_plan_options *opts, size_t budget, da_context *ctx, const da_spec *s,
+                                int64_t B, int64_t N, const void *q, const void *k, const void *v, void *out,
+                                float *lse) {
   size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
   size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
   size_t lb = (size_t)(B * s->num_heads * N) * 4;
@@ -49,7 +50,14 @@ static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t 
   memset(lse, 0xff, lb);
   da_args args;
   da_args_init(&args, s, B, N, q, k, v, out, lse);
+  args.workspace_bytes = budget;
   return da_emu_execute(ctx, s, opts, &args, qb, kb, qb, lb);
+}
+
+/* The suite's runner (user: the options, NULL for the defaults). */
+static da_status run_emu(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
+                         const void *k, const void *v, void *out, float *lse) {
+  return run_emu_budget(user, 0, ctx, s, B, N, q, k, v, out, lse);
 }
 
 /* run_emu with tile_q 128 where the planner offers it (head_dim <= 96), the key tile of
@@ -436,15 +444,7 @@ typedef struct {
 static da_status run_emu_runs(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                               const void *k, const void *v, void *out, float *lse) {
   const runs_opts *r = user;
-  size_t es = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
-  size_t qb = (size_t)(B * N * s->num_heads * s->head_dim) * es, kb = (size_t)(B * N * s->num_kv_heads * s->head_dim) * es;
-  size_t lb = (size_t)(B * s->num_heads * N) * 4;
-  memset(out, 0xff, qb);
-  memset(lse, 0xff, lb);
-  da_args args;
-  da_args_init(&args, s, B, N, q, k, v, out, lse);
-  args.workspace_bytes = r->budget;
-  return da_emu_execute(ctx, s, &r->o, &args, qb, kb, qb, lb);
+  return run_emu_budget(&r->o, r->budget, ctx, s, B, N, q, k, v, out, lse);
 }
 
 /* Split plans whose workspace holds less than all the tokens (da_plan_workspace_min_size):

@@ -61,15 +61,21 @@ static void test_unit(void) {
   unsetenv("DILATTN_POOL");
 }
 
-static void test_plans(void) {
-  da_context *ctx;
-  da_context_create(&ctx);
+/* LongNet w = 64, 128, r = 1, 2 at H = 4, D = 32 (fp32), Hkv kv heads. */
+static da_spec two_branches(int hkv) {
   da_spec s;
   da_spec_init(&s);
   s.num_branches = 2;
   s.segment_lengths[0] = 64, s.segment_lengths[1] = 128;
   s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
-  s.num_heads = 4, s.num_kv_heads = 2, s.head_dim = 32;
+  s.num_heads = 4, s.num_kv_heads = hkv, s.head_dim = 32;
+  return s;
+}
+
+static void test_plans(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_spec s = two_branches(2);
   int64_t B = 2, N = 500;
   size_t nq = (size_t)(B * N * 4 * 32), nk = (size_t)(B * N * 2 * 32);
   float *q = calloc(nq, 4), *k = calloc(nk, 4), *v = calloc(nk, 4), *out = calloc(nq, 4), *lse = calloc((size_t)(B * 4 * N), 4);
@@ -110,12 +116,7 @@ static void test_plans(void) {
 static void test_workspace(void) {
   da_context *ctx;
   da_context_create(&ctx);
-  da_spec s;
-  da_spec_init(&s);
-  s.num_branches = 2;
-  s.segment_lengths[0] = 64, s.segment_lengths[1] = 128;
-  s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
-  s.num_heads = 4, s.num_kv_heads = 4, s.head_dim = 32;
+  da_spec s = two_branches(4);
   const int64_t B = 2, N = 300;
   const size_t nq = (size_t)(B * N * 4 * 32), nl = (size_t)(B * 4 * N);
   float *q = malloc(nq * 4), *k = malloc(nq * 4), *v = malloc(nq * 4), *out1 = malloc(nq * 4), *out2 = malloc(nq * 4);
