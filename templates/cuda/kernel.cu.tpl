@@ -71,6 +71,8 @@ __device__ __forceinline__ float *da_ws_out(const da_cuda_args &A, da_i64 row) {
 __device__ __forceinline__ float *da_ws_lse(const da_cuda_args &A, da_i64 row) {
   return A.ws + A.batch * NUM_HEADS * A.ws_len * HD + row;
 }
+/* (the emulator: a row the epilogue reads or writes lies inside the workspace) */
+#define DA_CHECK_WS_ROW(row_ws, row_lse) (DA_CHECK_GLOBAL(row_ws, HD * 4, 1), DA_CHECK_GLOBAL(row_lse, 4, 1))
 
 /* The query tile of one CTA. */
 struct da_qtile {
@@ -1139,6 +1141,7 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     const da_i64 wsrow = da_ws_row(A, b, h, pos);
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (row < T.nq && (side & 1)) {
+      DA_CHECK_WS_ROW(row_ws, row_lse);
       const float old = *row_lse, mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
       const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
@@ -1151,6 +1154,7 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
       __syncwarp(0xfu << (lane & 28)); /* the row's 4 lanes have read the old lse */
     }
     if (row < T.nq && (side & 2)) {
+      DA_CHECK_WS_ROW(row_ws, row_lse);
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) *(da_f32x2 *)(row_ws + dt * 8 + 2 * (lane & 3)) = da_f32x2{f[dt][0], f[dt][1]};
       if ((lane & 3) == 0) *row_lse = lse;
@@ -1270,6 +1274,7 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
     const da_i64 wsrow = da_ws_row(A, b, h, pos);
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (side & 1) {
+      DA_CHECK_WS_ROW(row_ws, row_lse);
       const float old = *row_lse, mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
       const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
@@ -1282,6 +1287,7 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
       __syncwarp(TPR == 32 ? 0xffffffffu : ((1u << TPR) - 1u) << ((threadIdx.x & 31) & ~(TPR - 1)));
     }
     if (side & 2) {
+      DA_CHECK_WS_ROW(row_ws, row_lse);
       for (int x = 0; x < DPT; x++) {
         int d = sub + TPR * x;
         if (d < HD) row_ws[d] = f[x];
