@@ -495,8 +495,8 @@ end
 -- (kernel.cu.tpl run_tiles): the producer loads the next tile's K / V while the consumers
 -- write this one's out. Not where warpgroups leave their tiles (ws_skip_idle: the empty
 -- barriers count the kept ones) or under a sparse layout (its verdict buffers). Untimed.
--- Where shared memory holds a second Q tile beside the stages (p.q_bufs = 2: at D = 64;
--- not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB) the
+-- Where shared memory holds a second Q tile beside the stages (p.q_bufs = 2: the D = 64
+-- defaults; not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB) the
 -- consumers request both tiles' Q at the CTA's start, so the second tile's lands during
 -- the first one's key loop instead of stalling its start (and no barrier guards a shared
 -- Q tile between the two). Untimed.

@@ -984,8 +984,6 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
 {% if not p.wg_ws then %}
 #define DA_WS_ARGS
 {% end %}
-/* Load the query tile into smem and registers; reset the softmax state. first_turn: the
- * CTA's first tile (warp-specialized: the consumers' first turn is handed out here). */
 /* Request the tile's Q rows into Qs (cp.async where q is 16-byte aligned; the caller
  * commits the group). */
 __device__ __forceinline__ void tile_load_q(da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T) {
@@ -993,8 +991,10 @@ __device__ __forceinline__ void tile_load_q(da_u16 *Qs, const da_cuda_args &A, d
   load_rows<TQ, NCT>(Qs, A.q, T.nq, A.vec16, base, T.pstep * A.q_stride[1], da_ct());
 }
 
-/* q_later < 0: load the tile's Q into Qs now; else its Q is a cp.async group requested
- * before (tile_load_q), q_later (0 or 1) groups after it may stay in flight. */
+/* Load the query tile into smem (and registers on the mma path); reset the softmax state.
+ * first_turn: the CTA's first tile (warp-specialized: the consumers' first turn is handed
+ * out here). q_later < 0: load the tile's Q into Qs now; else its Q is a cp.async group
+ * requested before (tile_load_q), q_later (0 or 1) groups after it may stay in flight. */
 __device__ void tile_begin(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
                            bool first_turn = true, int q_later = -1) {
   const int lane = da_ct() & 31, warp = da_ct() >> 5;
@@ -1490,6 +1490,9 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
 #define WS_TILES {{ p.ws_tiles }}
 {% if p.ws_skip_idle or p.sparse or not p.wg_ws then %}
 #error "run_tiles: every consumer warpgroup on every tile (the turn hand-over, the empty barriers' counts), no sparse layout, warp-specialized"
+{% end %}
+{% if p.q_bufs == 2 and p.ws_tiles ~= 2 then %}
+#error "run_tiles: a Q tile each for two tiles a CTA (Qs, Q2), not more"
 {% end %}
 template <class E>
 __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_args &A) {

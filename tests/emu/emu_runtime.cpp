@@ -40,8 +40,11 @@ enum { READY, WAITING, DONE };
 const size_t STACK = 256 * 1024;
 /* The shared address of the first byte of dynamic shared memory: 16-byte aligned, as on
  * a GPU, and deliberately not 1024-aligned, so kernels that need 1024-byte alignment
- * (wgmma's swizzled layouts) must align it themselves, as they must on a GPU. */
-const da_u32 SMEM_BASE = 0x230;
+ * (wgmma's swizzled layouts) must align it themselves, as they must on a GPU. Each launch
+ * takes another (16 to 1008, from its seed), so the bytes the kernel skips to align run
+ * from 16 to 1008, the most a GPU's placement can make it skip: a plan that reserves
+ * fewer for it reaches past its shared memory on some launch. */
+da_u32 SMEM_BASE = 0x230;
 
 struct Copy {
   unsigned char *dst;
@@ -873,6 +876,7 @@ int da_emu_launch(void (*invoke)(void *kernel, const void *args), void *kernel, 
   }
   nthreads = (int)threads;
   smem_bytes = smem_size;
+  SMEM_BASE = 16u * (1u + (da_u32)(seed % 63u));
   smem_window = (unsigned char *)aligned_alloc(128, (SMEM_BASE + smem_size + 127) / 128 * 128 + 128);
   smem = smem_window + SMEM_BASE;
   error.clear();
