@@ -562,12 +562,21 @@ static int cmd_info(void) {
              jstr(da__cuda_device_name(dev), 1), da__cuda_arch(dev), da__cuda_driver_version(dev));
   else
     snprintf(cuda, sizeof cuda, "{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 1));
+  /* the workspace limit plans would take: bytes, null (none), or why it is refused */
+  char limit[1200];
+  size_t limit_bytes = 0;
+  if (da__workspace_limit(ctx, &limit_bytes) != DA_OK)
+    snprintf(limit, sizeof limit, "{\"error\":%s}", jstr(da_context_last_error(ctx), 1));
+  else if (limit_bytes)
+    snprintf(limit, sizeof limit, "%zu", limit_bytes);
+  else
+    snprintf(limit, sizeof limit, "null");
   printf("{\"version\":\"%s\",\"lua\":\"%s\",\"cache_schema\":%d,"
          "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s},\"cuda\":%s},\"nvrtc\":%s,"
-         "\"template_dir\":%s,\"cache_dir\":%s}\n",
+         "\"template_dir\":%s,\"cache_dir\":%s,\"workspace_limit\":%s}\n",
          da_version(), LUA_RELEASE, DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
          jstr(da__host_cc(), 2), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
-         jstr(getenv("DILATTN_CACHE_DIR"), 0));
+         jstr(getenv("DILATTN_CACHE_DIR"), 0), limit);
   da_context_destroy(ctx);
   return EXIT_OK;
 }

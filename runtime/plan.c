@@ -61,7 +61,7 @@ struct da_plan {
 
 /* DILATTN_WORKSPACE_LIMIT: bytes, with an optional K, M, G or T (powers of 1024, an "iB"
  * or "B" after them allowed); unset or empty: no limit. */
-static da_status workspace_limit(const da_context *ctx, size_t *out) {
+da_status da__workspace_limit(const da_context *ctx, size_t *out) {
   *out = 0;
   const char *e = getenv("DILATTN_WORKSPACE_LIMIT");
   if (!e || !*e) return DA_OK;
@@ -400,7 +400,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   p->ctx = ctx;
   p->spec = *spec;
   p->backend = be;
-  da_status st = workspace_limit(ctx, &p->ws_limit);
+  da_status st = da__workspace_limit(ctx, &p->ws_limit);
   if (st == DA_OK) st = copy_masks(ctx, p, spec);
   /* untuned request: the tuning database may have better parameters (looked up on a
    * memo miss only, so a warm plan stays a hash and a compare) */

@@ -49,8 +49,17 @@ def test_info():
         info = json.loads(out)
         check(info["backends"]["host"]["available"] is True, "info: host backend not available")
         check("version" in info, "info: no version")
+        check(info["workspace_limit"] is None or "DILATTN_WORKSPACE_LIMIT" in os.environ,
+              f"info: workspace_limit {info['workspace_limit']} without DILATTN_WORKSPACE_LIMIT")
     except (ValueError, KeyError) as ex:
         check(False, f"info output is not the expected JSON: {ex}: {out}")
+    # the limit plans would take, or why they refuse it
+    for text, want in (("512M", 512 << 20), ("3k", 3072)):
+        rc, out, err = run("info", env={"DILATTN_WORKSPACE_LIMIT": text})
+        check(rc == 0 and json.loads(out)["workspace_limit"] == want, f"info, limit {text}: {out} {err}")
+    rc, out, err = run("info", env={"DILATTN_WORKSPACE_LIMIT": "lots"})
+    lim = json.loads(out)["workspace_limit"] if rc == 0 else None
+    check(isinstance(lim, dict) and "not a number of bytes" in lim.get("error", ""), f"info, limit 'lots': {out} {err}")
 
 
 def test_gen(tmp):
