@@ -17,7 +17,8 @@
  * tensors and random specs wherever it applies (fp16 / bf16, head_dim 64 or 128), with
  * one and two warpgroups per CTA and both key tiles; wgmma-overlap: the same with
  * cuda_mma = 3 (the next tile's scores in flight during the softmax).
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|idle-wgs|all] [FIRST COUNT]
+ * runs: split plans in runs of tokens (a workspace below all of them), bit for bit one run's.
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|idle-wgs|runs|all] [FIRST COUNT]
  *      (wgmma-random FIRST COUNT replays random specs on the wgmma path)
  * (ctest runs the golden cases and shards of the random specs). */
 #include <dlfcn.h>
@@ -452,26 +453,35 @@ static da_status run_emu_runs(void *user, da_context *ctx, const da_spec *s, int
  * the workspace indexed by the run; out and lse must be bit for bit those of one run, and
  * right (the reference). LongNet mode with offsets that differ by head (so rows merge
  * across launches in every run), a ragged last run, batch 2, causal and not, mma.sync, the
- * warp-specialized kernel that runs two tiles a CTA and the fp32 (SIMT) path. */
+ * warp-specialized kernel that runs two tiles a CTA and the fp32 (SIMT) path, grouped-query
+ * heads and two sparse layouts. */
 static void test_runs(da_context *ctx) {
   static const struct {
     int64_t w[3], r[3];
     int causal, mma, tq;
     int64_t n;
+    int hkv;
+    da_layout layout;
   } cases[] = {
-      {{64, 128, 256}, {1, 2, 4}, 0, 1, 0, 868},  /* period 256: runs of 256 and 512 */
-      {{64, 128, 256}, {1, 2, 4}, 1, 1, 0, 868},
-      {{128, 192, 384}, {1, 3, 2}, 1, 1, 64, 1000}, /* period 384 (w not powers of two) */
-      {{128, 256, 512}, {1, 2, 4}, 1, 4, 128, 1300}, /* wgmma-ws: two tiles a CTA */
-      {{128, 256, 512}, {1, 2, 4}, 0, 4, 128, 1100},
-      {{64, 128, 256}, {1, 2, 4}, 1, 0, 0, 768}, /* float32 (the SIMT path), N a whole number of runs */
+      {{64, 128, 256}, {1, 2, 4}, 0, 1, 0, 868, 4, DA_LAYOUT_NONE}, /* period 256: runs of 256 and 512 */
+      {{64, 128, 256}, {1, 2, 4}, 1, 1, 0, 868, 4, DA_LAYOUT_NONE},
+      {{128, 192, 384}, {1, 3, 2}, 1, 1, 64, 1000, 4, DA_LAYOUT_NONE}, /* period 384 (w not powers of two) */
+      {{128, 256, 512}, {1, 2, 4}, 1, 4, 128, 1300, 4, DA_LAYOUT_NONE}, /* wgmma-ws: two tiles a CTA */
+      {{128, 256, 512}, {1, 2, 4}, 0, 4, 128, 1100, 4, DA_LAYOUT_NONE},
+      {{64, 128, 256}, {1, 2, 4}, 1, 0, 0, 768, 4, DA_LAYOUT_NONE}, /* float32 (the SIMT path), N a whole number of runs */
+      {{64, 128, 256}, {1, 2, 4}, 0, 1, 0, 868, 2, DA_LAYOUT_NONE}, /* grouped-query heads (2 kv heads) */
+      {{64, 128, 256}, {1, 2, 4}, 1, 1, 0, 868, 4, DA_LAYOUT_LOCAL_WINDOW}, /* sparse layouts: blocks of each */
+      {{128, 256, 512}, {1, 2, 4}, 0, 4, 128, 1100, 4, DA_LAYOUT_DILATED_SPARSE}, /* segment, run or not */
   };
   for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
     da_spec s;
     da_spec_init(&s);
     s.num_branches = 3;
     for (int i = 0; i < 3; i++) s.segment_lengths[i] = cases[c].w[i], s.dilation_rates[i] = cases[c].r[i];
-    s.num_heads = s.num_kv_heads = 4;
+    s.num_heads = 4, s.num_kv_heads = cases[c].hkv;
+    s.sparsity.layout = cases[c].layout;
+    s.sparsity.block = 16, s.sparsity.window = 1;
+    s.sparsity.num_strides = 2, s.sparsity.strides[0] = 2, s.sparsity.strides[1] = 5;
     s.head_dim = 64;
     s.dtype = c == 5 ? DA_DTYPE_FLOAT32 : c % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
     s.causal = cases[c].causal;
@@ -598,7 +608,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|all|wgmma-random|wgmma-ws-random] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|idle-wgs|runs|all|wgmma-random|wgmma-ws-random] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -615,7 +625,7 @@ int main(int argc, char **argv) {
     da_plan_options t128 = {128, 64, 0, 0, 0}; /* 32-row warps, 64-key tiles (D = 64) */
     bs_ramp(ctx, run_emu_tq128, &t128);
   }
-  if (all || !strcmp(which, "edge") || !strcmp(which, "runs")) test_runs(ctx); /* split plans in runs of tokens */
+  if (all || !strcmp(which, "runs")) test_runs(ctx); /* split plans in runs of tokens */
   if (all || !strcmp(which, "wgmma")) { /* the sm_90a path: probe, golden, edge, unaligned, random, tile shapes */
     test_wgmma_probe(ctx, argv[1]);
     test_wgmma_suite(ctx, argv[2], 2);
