@@ -192,6 +192,7 @@ static void copy_facts(lua_State *L, da__rendered *f) {
   f->smem_bytes = (int)fact_int(L, "smem_bytes");
   f->tiles_per_window = fact_int(L, "tiles_per_window");
   f->window_g = fact_int(L, "window_g");
+  f->run_period = fact_int_or(L, "run_period", 0);
   f->lpt_group = fact_int(L, "lpt_group");
   f->ws_tiles = (int)fact_int_or(L, "ws_tiles", 1);
   f->num_branches = fact_int_list(L, "branch_w", f->branch_w, DA_MAX_BRANCHES);
@@ -341,7 +342,7 @@ da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
   }
   /* templates from before runs of tokens (a DILATTN_TEMPLATE_DIR of an older version, a
    * bench baseline) index the workspace by position: such a plan runs in one piece */
-  r.ws_runs = target == DA_TARGET_CUDA && strstr(src, "A.tok0") != NULL;
+  r.ws_runs = target == DA_TARGET_CUDA && r.run_period > 0 && strstr(src, "A.tok0") != NULL;
   compute_key(src, target, r.key);
   r.source = stamp_key(src, r.key);
   free(src);

@@ -32,6 +32,7 @@ typedef struct {
                           blocks that many a CTA, in x; 1: the grid as it is */
   int ws_runs;         /* CUDA: the branch kernels take a run of tokens (da_cuda_args tok0, ws_len), so a
                           split plan may launch the sequence in runs with a workspace of one run's rows */
+  int64_t run_period;  /* runs are whole numbers of it (the lcm of the w; 0: runs unknown to the plan) */
   int num_branches;
   int64_t branch_w[DA_MAX_BRANCHES], branch_tiles[DA_MAX_BRANCHES]; /* branch grid: ceil(N / w) * tiles */
 } da__rendered;

@@ -564,10 +564,10 @@ static int cmd_info(void) {
     snprintf(cuda, sizeof cuda, "{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 1));
   /* the workspace limit plans would take: bytes, null (none), or why it is refused */
   char limit[1200];
-  size_t limit_bytes = 0;
+  size_t limit_bytes = SIZE_MAX;
   if (da__workspace_limit(ctx, &limit_bytes) != DA_OK)
     snprintf(limit, sizeof limit, "{\"error\":%s}", jstr(da_context_last_error(ctx), 1));
-  else if (limit_bytes)
+  else if (limit_bytes < SIZE_MAX)
     snprintf(limit, sizeof limit, "%zu", limit_bytes);
   else
     snprintf(limit, sizeof limit, "null");

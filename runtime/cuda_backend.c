@@ -200,21 +200,10 @@ size_t da__cuda_workspace_bytes(const da__rendered *r, int heads, int64_t batch,
   return (size_t)batch * (size_t)heads * (size_t)seq_len * (size_t)r->ws_floats_per_token * 4u;
 }
 
-/* The tokens a run of a split plan is a whole number of: the lcm of the branches' w, so no
- * segment of any branch crosses a run; seq_len where that is no shorter (one run). */
+/* The tokens a run of a split plan is a whole number of (the planner's lcm of the w: no
+ * segment crosses a run); seq_len where that is no shorter (one run). */
 static int64_t run_period(const da__rendered *r, int64_t seq_len) {
-  int64_t l = 1;
-  for (int i = 0; i < r->num_branches; i++) {
-    int64_t a = l, b = r->branch_w[i];
-    while (b) {
-      const int64_t t = a % b;
-      a = b, b = t;
-    }
-    l /= a; /* l * w / gcd, unless that passes seq_len */
-    if (l >= (seq_len + r->branch_w[i] - 1) / r->branch_w[i]) return seq_len;
-    l *= r->branch_w[i];
-  }
-  return l < seq_len ? l : seq_len;
+  return r->run_period < seq_len ? r->run_period : seq_len;
 }
 
 int64_t da__cuda_ws_tokens(const da__rendered *r, int heads, int64_t batch, int64_t seq_len, size_t budget) {
@@ -235,7 +224,7 @@ int64_t da__cuda_ws_min_tokens(const da__rendered *r, int64_t seq_len) {
 }
 
 size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget) {
-  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, batch, seq_len, budget ? budget : SIZE_MAX);
+  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, batch, seq_len, budget);
   if (run == 0) run = da__cuda_ws_min_tokens(&p->r, seq_len); /* a limit below one run: the least */
   return da__cuda_workspace_bytes(&p->r, p->heads, batch, run);
 }
@@ -352,7 +341,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
    * the caller's workspace, or the limit (DILATTN_WORKSPACE_LIMIT), or the device's pool */
   const int64_t least = da__cuda_ws_min_tokens(&p->r, args->seq_len);
   int64_t run = da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len,
-                                   args->workspace ? args->workspace_bytes : limit ? limit : SIZE_MAX);
+                                   args->workspace ? args->workspace_bytes : limit);
   size_t need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run ? run : least);
   DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   DA_RETURN_IF(!run, args->workspace ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,
@@ -370,7 +359,9 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
     } else {
       /* stream-ordered pool; where the device has not that much free, shorter runs */
       da_status st;
+      int shortened = 0;
       while ((st = da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)) == DA_ERR_NO_MEMORY && run > least) {
+        shortened = 1;
         const int64_t shorter = run / 2 / least * least;
         run = shorter > least ? shorter : least;
         da__log(DA_LOG_INFO, "workspace: %zu bytes not available on the device; runs of %lld tokens instead", need,
@@ -378,8 +369,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
         need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run);
       }
       DA_TRY(st);
-      if (run < da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len, limit ? limit : SIZE_MAX))
-        da__clear_error(ctx); /* the out-of-memory of a longer run, taken care of */
+      if (shortened) da__clear_error(ctx); /* the out-of-memory of a longer run, taken care of */
       a.ws = owned;
     }
   }

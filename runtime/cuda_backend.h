@@ -40,7 +40,7 @@ DA_HIDDEN da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache
                                          const da__rendered *r, const da_spec *spec,
                                          da__cuda_plan **out);
 DA_HIDDEN void da__cuda_plan_destroy(da__cuda_plan *p);
-/* Workspace bytes an execution takes under budget (bytes; 0: no limit): one run of all the
+/* Workspace bytes an execution takes under budget (bytes; SIZE_MAX: no limit): one run of all the
  * tokens where that fits, else the longest runs that fit, else (a budget below one run) the
  * least; _min: the least, one run of the shortest a plan allows (da__cuda_ws_min_tokens). */
 DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget);
@@ -76,7 +76,7 @@ DA_HIDDEN int64_t da__cuda_ws_tokens(const da__rendered *r, int heads, int64_t b
 DA_HIDDEN int64_t da__cuda_ws_min_tokens(const da__rendered *r, int64_t seq_len);
 
 /* Launch on args->stream. Device pointers. limit: workspace bytes the plan may allocate
- * when args brings none (0: no limit; DILATTN_WORKSPACE_LIMIT). */
+ * when args brings none (SIZE_MAX: no limit; DILATTN_WORKSPACE_LIMIT). */
 DA_HIDDEN da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args, size_t limit);
 
 #endif

@@ -12,7 +12,7 @@
 DA_HIDDEN da_status da__set_error(const da_context *ctx, da_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 DA_HIDDEN void da__clear_error(const da_context *ctx);
-/* DILATTN_WORKSPACE_LIMIT in bytes (0: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
+/* DILATTN_WORKSPACE_LIMIT in bytes (SIZE_MAX: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
 DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
 
 /* Return status st with a formatted detail when cond holds. Needs a `ctx` in scope. */

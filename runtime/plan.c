@@ -56,13 +56,13 @@ struct da_plan {
   da__rendered own;
   const da__host_module *host; /* host backend (owned by the kernel cache) */
   da__cuda_plan *cuda;    /* CUDA backend */
-  size_t ws_limit;        /* DILATTN_WORKSPACE_LIMIT when the plan was made: bytes, 0 none */
+  size_t ws_limit;        /* DILATTN_WORKSPACE_LIMIT when the plan was made: bytes, SIZE_MAX none */
 };
 
 /* DILATTN_WORKSPACE_LIMIT: bytes, with an optional K, M, G or T (powers of 1024, an "iB"
- * or "B" after them allowed); unset or empty: no limit. */
+ * or "B" after them allowed); unset or empty: no limit (SIZE_MAX). */
 da_status da__workspace_limit(const da_context *ctx, size_t *out) {
-  *out = 0;
+  *out = SIZE_MAX;
   const char *e = getenv("DILATTN_WORKSPACE_LIMIT");
   if (!e || !*e) return DA_OK;
   char *end;
@@ -73,7 +73,7 @@ da_status da__workspace_limit(const da_context *ctx, size_t *out) {
   const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
   if (u) shift = 10 * (int)(u - units + 1), end++;
   if (u && (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))) end += strlen(end);
-  DA_RETURN_IF(end == e || *end || errno || v == 0 || v > (SIZE_MAX >> shift), DA_ERR_INVALID_ARGUMENT,
+  DA_RETURN_IF(end == e || *end || errno || v == 0 || v >= (SIZE_MAX >> shift), DA_ERR_INVALID_ARGUMENT,
                "DILATTN_WORKSPACE_LIMIT=%s: not a number of bytes above 0 (e.g. 1073741824, 1024M, 8G)", e);
   *out = (size_t)v << shift;
   return DA_OK;
@@ -518,7 +518,7 @@ static da_status workspace_size(const da_plan *p, int64_t batch, int64_t seq_len
     b = least ? da__cuda_plan_workspace_min(p->cuda, batch, seq_len)
               : da__cuda_plan_workspace(p->cuda, batch, seq_len, p->ws_limit);
   else {
-    const int nt = least ? 1 : host_workers(p, batch * p->spec.num_heads, seq_len, p->ws_limit ? p->ws_limit : SIZE_MAX);
+    const int nt = least ? 1 : host_workers(p, batch * p->spec.num_heads, seq_len, p->ws_limit);
     b = ws_bytes(p, seq_len, nt > 0 ? nt : 1); /* a limit below one worker's: the least */
   }
   DA_RETURN_IF(b == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
@@ -586,7 +586,7 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
   /* a worker's workspace holds a (batch, head)'s rows: fewer workers where the caller's
    * workspace or the limit holds fewer */
   float *ws = a->workspace;
-  int nt = host_workers(p, work, a->seq_len, ws ? a->workspace_bytes : p->ws_limit ? p->ws_limit : SIZE_MAX);
+  int nt = host_workers(p, work, a->seq_len, ws ? a->workspace_bytes : p->ws_limit);
   size_t need = ws_bytes(p, a->seq_len, nt ? nt : 1);
   DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   DA_RETURN_IF(!nt, ws ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,

@@ -97,6 +97,7 @@ function M.render(spec, target, opts, spec_json, version, text, chunkname)
     lpt_group = p.lpt_group or 0,
     ws_tiles = p.ws_tiles or 1,
     window_g = p.window_g,
+    run_period = p.run_period,
     cuda_path = p.cuda_path or "",
     cuda_mma = (p.wg_ws and (p.ws_pbuf2 and 5 or 4)) or (p.wg_overlap and 3) or (p.cuda_path == "wgmma" and 2) or (p.cuda_path == "mma" and 1) or 0,
     branch_w = {},

@@ -150,6 +150,15 @@ function M.plan(spec, target, opts)
   -- clears the workspace and none copies it to out. A branch every head uses with r = 1
   -- covers every row, so it goes first (cuda_backend.c): its rows no other branch covers
   -- (half of LongNet 5-branch's) go straight to out.
+  -- A split plan may run its branch launches over the tokens in runs (cuda_backend.c, a
+  -- workspace of one run's rows) of a whole number of run_period tokens, the lcm of the
+  -- w: no segment of any branch crosses a run. Past 2^40 (the longest sequence) 2^41,
+  -- one run whatever N.
+  p.run_period = 1
+  for _, b in ipairs(p.branches) do
+    p.run_period = p.run_period // gcd(p.run_period, b.w) * b.w
+    if p.run_period > 1 << 40 then p.run_period = 1 << 41 break end
+  end
   p.split_first = -1
   if p.strategy == "split" then
     assert(p.mode ~= "grouped") -- one branch per head: single

@@ -58,7 +58,7 @@ struct da_cuda_args {
   da_i64 tok0, ws_len;
 };
 
-/* A position's row of lse and of the split workspace, [B][H][N]. */
+/* A position's row of lse, [B][H][N] (the split workspace's: da_ws_row). */
 __device__ __forceinline__ da_i64 da_bhn_row(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 pos) {
   return (b * NUM_HEADS + h) * A.seq_len + pos;
 }
