@@ -16,7 +16,8 @@
 #   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
 #                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
 #   bash bench/gpu_session.sh check-lpt  # then: causal defaults vs @lib at 16K (longest first, two tiles a CTA),
-#                                        # and a split plan in runs of tokens (@ws100, @ws300) at 256K
+#                                        # and a split plan in runs of tokens (@ws100, @ws300) and from the
+#                                        # baseline's templates (@base) at 256K
 #   bash bench/gpu_session.sh ab-lib     # that A/B alone (BENCH_TILES: its variants)
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
@@ -83,9 +84,12 @@ if [ "$phase" = check-lpt ]; then
     --tiles 0x0@lib --reps 10 --out "$out/check_causal16k.json"
   # split plans in runs of tokens (a workspace limit): LongNet 5-branch causal (split) at
   # 256K, 520 MiB of workspace in one run, against runs of 32768 tokens (@ws100: 65 MiB)
-  # and of 131072 (@ws300: two runs)
+  # and of 131072 (@ws300: two runs); @base: the same plan from the baseline commit's
+  # templates (gpu_carry.sh DILATTN_BASE; a6873ad: before the split epilogue's workspace
+  # prefetch)
+  export DILATTN_BASE_TEMPLATES=$B/base/templates
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 262144 --configs longnet5 --causal \
-    --tiles 0x0@ws100,0x0@ws300 --reps 10 --out "$out/check_runs.json"
+    --tiles 0x0@base,0x0@ws100,0x0@ws300 --reps 10 --out "$out/check_runs.json"
 fi
 if [ "$phase" = wgmma ]; then
   # each under a time limit: a kernel that hangs on the hardware (a barrier protocol the

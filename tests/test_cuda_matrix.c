@@ -183,6 +183,9 @@ static void build_matrix(int n) {
   }
 }
 
+/* DA_MATRIX_ONLY=i compiles spec i alone (the number a failure names), to look at it */
+static int only = -1;
+
 static void *worker(void *arg) {
   (void)arg;
   da_context *ctx;
@@ -193,6 +196,7 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&mu);
     if (i >= njobs) break;
     job_t *j = &jobs[i];
+    if (only >= 0 && i != only) continue; /* DA_MATRIX_ONLY */
     da__rendered r;
     if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, &j->opts, &r) != DA_OK) {
       snprintf(j->err, sizeof j->err, "render: %s", da_context_last_error(ctx));
@@ -282,16 +286,27 @@ int main(int argc, char **argv) {
     return 0;
   }
   build_matrix(n);
+  if (getenv("DA_MATRIX_ONLY")) only = atoi(getenv("DA_MATRIX_ONLY"));
   pthread_t th[2];
   for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, NULL);
   for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  if (only >= 0 && only < njobs) {
+    const job_t *j = &jobs[only];
+    for (int a = 0; a < 2; a++)
+      printf("spec %d %s on %s (tile_q %d, tile_k %d, cuda_mma %d): %s%d registers, %d spill bytes%s%s\n", only,
+             j->name, archs[a], j->opts.tile_q, j->opts.tile_k, j->opts.cuda_mma, j->skip[a] ? "skipped, " : "",
+             j->regs[a], j->spill[a], j->status[a] ? ": " : "", j->status[a] ? j->err : "");
+    da_context_destroy(ctx);
+    return 0;
+  }
   int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0, variants[6] = {0, 0, 0, 0, 0, 0};
   for (int i = 0; i < njobs; i++) {
     job_t *j = &jobs[i];
     for (int a = 0; a < 2; a++) {
       TU_CHECK(j->status[a] == 0, "spec %d %s: %s", i, j->name, j->err);
       if (j->status[a] || j->skip[a]) continue;
-      TU_CHECK(j->spill[a] == 0, "spec %d %s on %s: %d spill bytes", i, j->name, archs[a], j->spill[a]);
+      TU_CHECK(j->spill[a] == 0, "spec %d %s on %s (tile_q %d, tile_k %d, cuda_mma %d): %d spill bytes", i, j->name,
+               archs[a], j->opts.tile_q, j->opts.tile_k, j->opts.cuda_mma, j->spill[a]);
       TU_CHECK(j->serialized[a] == 0, "spec %d %s on %s: ptxas serialized its wgmma", i, j->name, archs[a]);
       TU_CHECK(j->regs[a] > 0 && j->regs[a] <= 255, "spec %d %s on %s: %d registers", i, j->name, archs[a], j->regs[a]);
       TU_CHECK(j->smem[a] <= smem_limit[a], "spec %d %s on %s: %d bytes smem", i, j->name, archs[a], j->smem[a]);

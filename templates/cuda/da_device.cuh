@@ -277,9 +277,14 @@ __device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
   asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
   return h;
 }
+/* Ask for the 128-byte line of p in L2 (a hint: nothing waits for it, no register holds
+ * it). The emulator checks p lies in a buffer and notes the line for the CTA
+ * (DA_CHECK_PREFETCHED). */
+__device__ __forceinline__ void da_prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 #define DA_CHECK_GLOBAL(p, bytes, write) ((void)0)
 #define DA_NOTE_SMEM_WRITE(p, bytes) ((void)0)
 #define DA_CHECK_ALIGNED(p, bytes) ((void)0)
+#define DA_CHECK_PREFETCHED(p, bytes) ((void)0)
 #else
 /* ---- plain C++ references of the documented PTX semantics (host only) ----------------
  * A warp's registers are modelled as arrays indexed by lane. smem is a byte array;

@@ -88,6 +88,24 @@ typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 #define DA_MASKS(A) ((A)->masks)
 #define DA_ABS(x) abs(x)
 {{ include_rendered("common/control.inc.tpl") }}
+{% if p.strategy == "split" then %}
+
+/* A split launch (branch slot k) merges into the workspace row of each of its positions
+ * an earlier launch covers (da_split_side bit 0) at the tile's end, after the key loop.
+ * The launch before wrote those rows long before, so they are in HBM, and the epilogue's
+ * loads would wait on it with the tensor cores idle (twice a tile: a thread's two rows).
+ * At the tile's start each row's `parts` threads request its 128-byte lines (the
+ * thread `part` of them: lines part, part + parts, ...; the last, the lse) into L2. */
+__device__ __forceinline__ void da_prefetch_ws_row(const da_cuda_args &A, da_i64 b, da_i64 h, int k, da_i64 pos,
+                                                   int part, int parts) {
+  if (!(da_split_side((int)h, k, pos) & 1)) return;
+  const da_i64 wsrow = da_ws_row(A, b, h, pos);
+  const char *row = (const char *)da_ws_out(A, wsrow);
+  const int skew = (int)((da_u64)row & 127u); /* a caller's workspace need not be line-aligned */
+  for (int l = part; l < (skew + HD * 4 + 127) / 128; l += parts) da_prefetch_l2(l ? row - skew + 128 * l : row);
+  if (part == parts - 1) da_prefetch_l2(da_ws_lse(A, wsrow));
+}
+{% end %}
 
 /* The threads a CTA-wide step (classify's reductions) runs over: the whole CTA, or under
  * warp specialization the producer warpgroup and each consumer warpgroup on its own (their
@@ -1107,6 +1125,39 @@ __device__ __forceinline__ void tile_store_out(const da_state &S, const float (&
   tile_copy_out(Qs, A, b, h, T, ~0u);
 }
 
+/* A split launch's tile (mode 1 + its branch slot) requests the workspace rows it merges
+ * into at its end (da_prefetch_ws_row): a row's 4 lanes, the thread's rows. The first
+ * launch (SPLIT_RANK 0) merges into none. */
+__device__ __forceinline__ void tile_prefetch_ws(const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
+                                                 int mode) {
+{% if p.strategy == "split" then %}
+  if (mode <= 0 || SPLIT_RANK[mode - 1] == 0) return;
+  const int lane = da_ct() & 31, warp = da_ct() >> 5;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
+      if (row < T.nq) da_prefetch_ws_row(A, b, h, mode - 1, T.pos0 + (da_i64)row * T.pstep, lane & 3, 4);
+    }
+{% else %}
+  (void)A, (void)b, (void)h, (void)T, (void)mode;
+{% end %}
+}
+
+{% if p.strategy == "split" then %}
+/* A workspace row's partial as the thread holds it: the lse and its NT_O pairs of out */
+__device__ __forceinline__ void tile_load_partial(const da_cuda_args &A, da_i64 wsrow, int lane, float &old,
+                                                  da_f32x2 (&w)[NT_O]) {
+  const float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
+  DA_CHECK_WS_ROW(row_ws, row_lse);
+  DA_CHECK_PREFETCHED(row_ws, HD * 4), DA_CHECK_PREFETCHED(row_lse, 4); /* (tile_prefetch_ws) */
+  old = *row_lse;
+#pragma unroll
+  for (int dt = 0; dt < NT_O; dt++) w[dt] = *(const da_f32x2 *)(row_ws + dt * 8 + 2 * (lane & 3));
+}
+{% end %}
+
 /* Finish the tile: mode 0 writes out / lse; a split plan's branch launch passes 1 + its
  * branch slot: each row then merges the partial of the earlier launches that cover it
  * (da_split_side bit 0) and goes to the workspace when a later launch covers it too (bit
@@ -1128,11 +1179,32 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
   da_named_sync(DA_BAR_OUT + (da_ct() >> 7), 128); /* the warpgroup's Q rows are free (tile_store_out) */
 {% end %}
   da_u32 out_rows = 0; /* the warp's rows that go to out */
+  /* the earlier launches' partials of the thread's rows: where they fit in registers at
+   * once (MT * NT_O <= 8: D = 64 on the wgmma path, D <= 32 on mma.sync), all are loaded
+   * before any row is merged, one wait on memory a tile, not one a row (a row's stores to
+   * the workspace keep the compiler from moving the next row's loads above them: it cannot
+   * tell the rows apart); above that (ptxas spilled 852 bytes at D = 128), each
+   * before its own merge */
+  constexpr bool AHEAD = MT * NT_O <= 8;
+  constexpr int NA = AHEAD ? MT * 2 : 1;
+  float olds[NA];
+  da_f32x2 ws_o[NA][NT_O];
+  if (AHEAD) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) {
+        const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
+        const da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
+        if (row < T.nq && (da_split_side((int)h, mode - 1, pos) & 1))
+          tile_load_partial(A, da_ws_row(A, b, h, pos), lane, olds[mt * 2 + hr], ws_o[mt * 2 + hr]);
+      }
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
-    const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
+    const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr, slot = AHEAD ? mt * 2 + hr : 0;
     float f[NT_O][2];
     float lse = tile_row_result(S, lsum, mt, hr, f);
     const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
@@ -1141,13 +1213,13 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     const da_i64 wsrow = da_ws_row(A, b, h, pos);
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (row < T.nq && (side & 1)) {
-      DA_CHECK_WS_ROW(row_ws, row_lse);
-      const float old = *row_lse, mx = fmaxf(old, lse);
+      if (!AHEAD) tile_load_partial(A, wsrow, lane, olds[0], ws_o[0]);
+      const float old = olds[slot], mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
       const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
-        const da_f32x2 w = *(const da_f32x2 *)(row_ws + dt * 8 + 2 * (lane & 3));
+        const da_f32x2 w = ws_o[slot][dt];
         f[dt][0] = (w.x * wa + f[dt][0] * wb) * norm, f[dt][1] = (w.y * wa + f[dt][1] * wb) * norm;
       }
       lse = mx == -INFINITY ? -INFINITY : mx + __logf(wa + wb);
@@ -1259,6 +1331,18 @@ __device__ void tile_begin(da_state &S, float *Qs, const da_cuda_args &A, da_i64
   S.l = 0.f;
 }
 
+/* as on the tensor-core paths: a row's TPR threads */
+__device__ __forceinline__ void tile_prefetch_ws(const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
+                                                 int mode) {
+{% if p.strategy == "split" then %}
+  if (mode <= 0 || SPLIT_RANK[mode - 1] == 0) return;
+  const int row = threadIdx.x / TPR;
+  if (row < T.nq) da_prefetch_ws_row(A, b, h, mode - 1, T.pos0 + (da_i64)row * T.pstep, threadIdx.x % TPR, TPR);
+{% else %}
+  (void)A, (void)b, (void)h, (void)T, (void)mode;
+{% end %}
+}
+
 __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T, int mode) {
   (void)Qs;
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
@@ -1275,6 +1359,7 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (side & 1) {
       DA_CHECK_WS_ROW(row_ws, row_lse);
+      DA_CHECK_PREFETCHED(row_ws, HD * 4), DA_CHECK_PREFETCHED(row_lse, 4); /* (tile_prefetch_ws) */
       const float old = *row_lse, mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
       const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
@@ -1349,6 +1434,7 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
 {% if p.ws_skip_idle then %}
   if (da_ct() >> 7 >= DA_KEPT_WGS(T.nq)) return; /* none of its rows is a query (DA_KEPT_WGS) */
 {% end %}
+  tile_prefetch_ws(A, b, h, T, mode);
   each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
     attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq DA_WS_ARGS);
   });
@@ -1559,6 +1645,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
       tile_begin(S, Qs, A, b, h, T, first);
 {% end %}
       first = false;
+      tile_prefetch_ws(A, b, h, T, mode);
       each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
         attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq, P, bars);
       });

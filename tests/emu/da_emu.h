@@ -29,6 +29,9 @@
  *     its phase completes, so a consumer that reads before its wait sees stale bytes;
  *     named barriers: every user of an id in a phase names the same thread count;
  *   - loads and stores through da_ld_* / da_st_* inside registered buffers;
+ *   - prefetches (da_prefetch_l2) inside registered buffers; a load marked
+ *     DA_CHECK_PREFETCHED (a split epilogue's workspace rows) only from 128-byte lines the
+ *     CTA prefetched before;
  *   - shared memory starts filled with NaN bytes, and threads run in a random order
  *     between barriers, so a missing barrier or a read of unwritten smem shows up;
  *   - the kernel is compiled with -fsanitize=undefined (signed overflow in index math,
@@ -111,5 +114,7 @@ static inline da_u32 da_pack_bf16x2(float lo, float hi) {
 #define DA_CHECK_GLOBAL(p, bytes, write) da_emu_check_global((p), (bytes), (write))
 #define DA_NOTE_SMEM_WRITE(p, bytes) da_emu_smem_write((p), (bytes))
 #define DA_CHECK_ALIGNED(p, bytes) da_emu_check_aligned((p), (bytes))
+static inline void da_prefetch_l2(const void *p) { da_emu_prefetch_l2(p); }
+#define DA_CHECK_PREFETCHED(p, bytes) da_emu_check_prefetched((p), (bytes))
 
 #endif

@@ -26,6 +26,10 @@ void da_emu_cp_async16(void *smem, const void *gmem, int valid);
 void da_emu_cp_async_commit(void);
 void da_emu_cp_async_wait(int n);
 void da_emu_check_global(const void *p, size_t bytes, int write);
+/* prefetch.global.L2 of p (inside a registered buffer): the CTA has its line */
+void da_emu_prefetch_l2(const void *p);
+/* the bytes [p, p + bytes) lie in lines the CTA prefetched */
+void da_emu_check_prefetched(const void *p, size_t bytes);
 /* a vector access of `bytes` bytes at p: p must be aligned to them */
 void da_emu_check_aligned(const void *p, size_t bytes);
 unsigned da_emu_smem_offset(const void *p);

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "../../templates/cuda/da_device.cuh"
@@ -220,6 +221,9 @@ int in_smem(const void *p, size_t n) {
   const unsigned char *q = (const unsigned char *)p;
   return q >= smem && q + n <= smem + smem_bytes;
 }
+
+/* the 128-byte lines (address >> 7) the running CTA prefetched (da_emu_prefetch_l2) */
+std::unordered_set<uintptr_t> prefetched;
 
 const Range *find_range(const void *p, size_t n) {
   const unsigned char *q = (const unsigned char *)p;
@@ -593,6 +597,7 @@ bool mbar_complete_ready(bool all) {
 
 int run_block(dim3 bid, dim3 grid) {
   live = nthreads;
+  prefetched.clear();
   block_bar = Barrier();
   mbars.clear();
   for (NamedBar &b : named) b = NamedBar();
@@ -832,6 +837,18 @@ void da_emu_check_global(const void *p, size_t bytes, int write) {
   const Range *r = find_range(p, bytes);
   if (!r) fail("%s of %zu bytes at %p outside every buffer", write ? "store" : "load", bytes, p);
   if (write && !r->writable) fail("store to read-only buffer at %p", p);
+}
+
+void da_emu_prefetch_l2(const void *p) {
+  da_emu_check_global(p, 1, 0);
+  prefetched.insert((uintptr_t)p >> 7);
+}
+
+void da_emu_check_prefetched(const void *p, size_t bytes) {
+  for (uintptr_t l = (uintptr_t)p >> 7; l <= ((uintptr_t)p + bytes - 1) >> 7; l++)
+    if (!prefetched.count(l))
+      fail("load of %zu bytes at %p: its 128-byte line %p was not prefetched by this CTA (da_prefetch_l2)", bytes, p,
+           (void *)(l << 7));
 }
 
 void da_emu_check_aligned(const void *p, size_t bytes) {
