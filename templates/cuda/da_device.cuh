@@ -278,8 +278,10 @@ __device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
   return h;
 }
 /* Ask for the 128-byte line of p in L2 (a hint: nothing waits for it, no register holds
- * it). The emulator checks p lies in a buffer and notes the line for the CTA
- * (DA_CHECK_PREFETCHED). */
+ * it). It may run before da_grid_wait: it returns no value, and L2 is where every SM's
+ * stores meet, so the launch before's later stores land in the line (a load, or a
+ * prefetch into L1, before the wait would not be safe). The emulator checks p lies in a
+ * buffer and notes the line for the CTA (DA_CHECK_PREFETCHED). */
 __device__ __forceinline__ void da_prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 #define DA_CHECK_GLOBAL(p, bytes, write) ((void)0)
 #define DA_NOTE_SMEM_WRITE(p, bytes) ((void)0)

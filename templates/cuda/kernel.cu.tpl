@@ -102,7 +102,7 @@ __device__ __forceinline__ void da_prefetch_ws_row(const da_cuda_args &A, da_i64
   const da_i64 wsrow = da_ws_row(A, b, h, pos);
   const char *row = (const char *)da_ws_out(A, wsrow);
   const int skew = (int)((da_u64)row & 127u); /* a caller's workspace need not be line-aligned */
-  for (int l = part; l < (skew + HD * 4 + 127) / 128; l += parts) da_prefetch_l2(l ? row - skew + 128 * l : row);
+  for (int l = part; l < (skew + HD * 4 + 127) / 128; l += parts) da_prefetch_l2(l ? row + (128 * l - skew) : row);
   if (part == parts - 1) da_prefetch_l2(da_ws_lse(A, wsrow));
 }
 {% end %}
@@ -1179,32 +1179,32 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
   da_named_sync(DA_BAR_OUT + (da_ct() >> 7), 128); /* the warpgroup's Q rows are free (tile_store_out) */
 {% end %}
   da_u32 out_rows = 0; /* the warp's rows that go to out */
-  /* the earlier launches' partials of the thread's rows: where they fit in registers at
-   * once (MT * NT_O <= 8: D = 64 on the wgmma path, D <= 32 on mma.sync), all are loaded
-   * before any row is merged, one wait on memory a tile, not one a row (a row's stores to
-   * the workspace keep the compiler from moving the next row's loads above them: it cannot
-   * tell the rows apart); above that (ptxas spilled 852 bytes at D = 128), each
-   * before its own merge */
-  constexpr bool AHEAD = MT * NT_O <= 8;
-  constexpr int NA = AHEAD ? MT * 2 : 1;
-  float olds[NA];
-  da_f32x2 ws_o[NA][NT_O];
-  if (AHEAD) {
+  /* the earlier launches' partials of the thread's rows (row i = 2 mt + hr), loaded BATCH
+   * rows at a time before any of them is merged: one wait on memory a batch, not one a row
+   * (a row's stores to the workspace keep the compiler from moving the next row's loads
+   * above them: it cannot tell the rows apart). All rows where they fit in registers at
+   * once (MT * NT_O <= 8: D = 64 on the wgmma path, D <= 32 on mma.sync), an mt's two rows
+   * where those fit (NT_O <= 8: D = 64 on mma.sync), else one (ptxas spilled 852 bytes with
+   * all at D = 128), that one after its row's result (716 bytes before) */
+  constexpr int BATCH = MT * NT_O <= 8 ? 2 * MT : NT_O <= 8 ? 2 : 1;
+  float olds[BATCH];
+  da_f32x2 ws_o[BATCH][NT_O];
+  auto load_batch = [&](int i0) {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int hr = 0; hr < 2; hr++) {
-        const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
-        const da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
-        if (row < T.nq && (da_split_side((int)h, mode - 1, pos) & 1))
-          tile_load_partial(A, da_ws_row(A, b, h, pos), lane, olds[mt * 2 + hr], ws_o[mt * 2 + hr]);
-      }
-  }
+    for (int i = i0; i < i0 + BATCH; i++) {
+      const int row = warp * WROWS + (i >> 1) * 16 + (lane >> 2) + 8 * (i & 1);
+      const da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
+      if (row < T.nq && (da_split_side((int)h, mode - 1, pos) & 1))
+        tile_load_partial(A, da_ws_row(A, b, h, pos), lane, olds[i - i0], ws_o[i - i0]);
+    }
+  };
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
-    const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr, slot = AHEAD ? mt * 2 + hr : 0;
+    const int i = mt * 2 + hr, slot = i % BATCH;
+    if (BATCH > 1 && slot == 0) load_batch(i);
+    const int row = warp * WROWS + mt * 16 + (lane >> 2) + 8 * hr;
     float f[NT_O][2];
     float lse = tile_row_result(S, lsum, mt, hr, f);
     const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
@@ -1213,7 +1213,7 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     const da_i64 wsrow = da_ws_row(A, b, h, pos);
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (row < T.nq && (side & 1)) {
-      if (!AHEAD) tile_load_partial(A, wsrow, lane, olds[0], ws_o[0]);
+      if (BATCH == 1) tile_load_partial(A, wsrow, lane, olds[0], ws_o[0]);
       const float old = olds[slot], mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
       const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
@@ -1331,7 +1331,9 @@ __device__ void tile_begin(da_state &S, float *Qs, const da_cuda_args &A, da_i64
   S.l = 0.f;
 }
 
-/* as on the tensor-core paths: a row's TPR threads */
+/* as on the tensor-core paths: a row's TPR threads (which prefetch different lines of it:
+ * the emulator's DA_CHECK_PREFETCHED in tile_end counts on a CTA barrier between, which
+ * attend's first key tile always has) */
 __device__ __forceinline__ void tile_prefetch_ws(const da_cuda_args &A, da_i64 b, da_i64 h, const da_qtile &T,
                                                  int mode) {
 {% if p.strategy == "split" then %}
