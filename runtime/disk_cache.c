@@ -74,11 +74,11 @@ const char *da__disk_cache_root(const da__disk_cache *dc) { return dc ? dc->root
 
 uint64_t da__disk_cache_max_bytes(void) {
   const char *e = getenv("DILATTN_CACHE_MAX_BYTES");
+  uint64_t v;
   if (e && *e) {
-    char *end;
-    unsigned long long v = strtoull(e, &end, 10);
-    if (*end == '\0') return v;
-    da__log(DA_LOG_WARN, "DILATTN_CACHE_MAX_BYTES=%s is not a number of bytes; using 4 GiB", e);
+    if (da__parse_bytes(e, &v)) return v;
+    da__log(DA_LOG_WARN, "DILATTN_CACHE_MAX_BYTES=%s is not a number of bytes (e.g. 4294967296, 512M, 8G); using 4 GiB",
+            e);
   }
   return 4ull << 30;
 }

@@ -3,6 +3,8 @@
 #ifndef DA_INTERNAL_H
 #define DA_INTERNAL_H
 
+#include <stdint.h>
+
 #include "dilattn.h"
 
 #define DA_HIDDEN __attribute__((visibility("hidden")))
@@ -12,6 +14,12 @@
 DA_HIDDEN da_status da__set_error(const da_context *ctx, da_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 DA_HIDDEN void da__clear_error(const da_context *ctx);
+/* A number of bytes from the environment (env.c): decimal digits only (no sign, no space),
+ * then optionally K, M, G or T (powers of 1024; "iB" or "B" after it allowed). 1 with *out
+ * set (0 included), or 0 where malformed or 2^64 - 1 bytes or more. */
+DA_HIDDEN int da__parse_bytes(const char *s, uint64_t *out);
+/* A count from the environment: decimal digits only, at most max. 1 with *out set, or 0. */
+DA_HIDDEN int da__parse_count(const char *s, long max, long *out);
 /* DILATTN_WORKSPACE_LIMIT in bytes (SIZE_MAX: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
 DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
 

@@ -14,6 +14,7 @@
 #include "runtime/pattern_cache.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -440,13 +441,8 @@ static void free_chain(entry *e) {
 
 /* A positive decimal integer from the environment, else 0. */
 static size_t env_size(const char *name) {
-  const char *s = getenv(name);
-  if (!s || *s < '0' || *s > '9') return 0; /* strtoull would accept "-3" and " 3" */
-  errno = 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end != '\0' || v == 0 || v > SIZE_MAX) return 0;
-  return (size_t)v;
+  long v = 0;
+  return da__parse_count(getenv(name), LONG_MAX, &v) ? (size_t)v : 0; /* 0: the default */
 }
 
 da_status da__pattern_cache_create(size_t max_entries, da__pattern_cache **out) {

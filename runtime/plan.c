@@ -65,17 +65,10 @@ da_status da__workspace_limit(const da_context *ctx, size_t *out) {
   *out = SIZE_MAX;
   const char *e = getenv("DILATTN_WORKSPACE_LIMIT");
   if (!e || !*e) return DA_OK;
-  char *end;
-  errno = 0;
-  unsigned long long v = isdigit((unsigned char)*e) ? strtoull(e, &end, 10) : 0; /* (no sign, no space) */
-  if (!isdigit((unsigned char)*e)) end = (char *)e;
-  int shift = 0;
-  const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-  if (u) shift = 10 * (int)(u - units + 1), end++;
-  if (u && (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))) end += strlen(end);
-  DA_RETURN_IF(end == e || *end || errno || v == 0 || v >= (SIZE_MAX >> shift), DA_ERR_INVALID_ARGUMENT,
+  uint64_t v = 0;
+  DA_RETURN_IF(!da__parse_bytes(e, &v) || v == 0 || v >= SIZE_MAX, DA_ERR_INVALID_ARGUMENT,
                "DILATTN_WORKSPACE_LIMIT=%s: not a number of bytes above 0 (e.g. 1073741824, 1024M, 8G)", e);
-  *out = (size_t)v << shift;
+  *out = (size_t)v;
   return DA_OK;
 }
 
@@ -483,7 +476,12 @@ const char *da_plan_strategy(const da_plan *p) { return p ? p->r->strategy : "";
 
 static int num_threads(int64_t work) {
   const char *env = getenv("DILATTN_NUM_THREADS");
-  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  long n = 0;
+  if (env && *env && !da__parse_count(env, 1 << 20, &n)) {
+    da__log(DA_LOG_WARN, "DILATTN_NUM_THREADS=%s is not a number of threads; using the online CPUs", env);
+    n = 0;
+  }
+  if (!env || !*env || n == 0) n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
   if (n > 256) n = 256;
   if (n > work) n = (long)work;

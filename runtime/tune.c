@@ -305,7 +305,10 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
   /* compile in parallel; the default spec is the kernel the tuner would replace, so the
    * database is not consulted for it (DILATTN_TUNING=0 for this process) */
   setenv("DILATTN_TUNING", "0", 1);
-  unsetenv("DILATTN_CUDA_MMA"); /* each candidate names its instruction; the default is mma.sync */
+  /* each candidate names its instruction (0 with a tunable set: mma.sync); the default one,
+   * no options, gets what da_plan_create gives such a plan (the warp-specialized kernel on
+   * sm_90 devices) */
+  unsetenv("DILATTN_CUDA_MMA");
   compile_job j = {ctx, &s, backend, c, n, 0, 0, PTHREAD_MUTEX_INITIALIZER};
   pthread_t th[16];
   int nt = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -84,6 +84,24 @@ static void test_roundtrip_and_corruption(void) {
   da__disk_cache_close(dc);
 }
 
+/* DILATTN_CACHE_MAX_BYTES: bytes with K / M / G / T as DILATTN_WORKSPACE_LIMIT takes them;
+ * anything else (a sign, spaces, junk, 2^64 bytes and more) the default, 4 GiB */
+static void test_budget_text(void) {
+  static const struct {
+    const char *text;
+    uint64_t bytes;
+  } cases[] = {{"3500", 3500},       {"0", 0},          {"512M", 512ull << 20}, {"2GiB", 2ull << 30}, {"7kb", 7168},
+               {"-5", 4ull << 30},   {" 5", 4ull << 30}, {"+5", 4ull << 30},     {"5 ", 4ull << 30},  {"12X", 4ull << 30},
+               {"18446744073709551616", 4ull << 30},    {"0x10", 4ull << 30},    {"", 4ull << 30}};
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+    setenv("DILATTN_CACHE_MAX_BYTES", cases[i].text, 1);
+    const uint64_t got = da__disk_cache_max_bytes();
+    TU_CHECK(got == cases[i].bytes, "DILATTN_CACHE_MAX_BYTES=\"%s\": %llu bytes, %llu expected", cases[i].text,
+             (unsigned long long)got, (unsigned long long)cases[i].bytes);
+  }
+  unsetenv("DILATTN_CACHE_MAX_BYTES");
+}
+
 static void test_budget(void) {
   use_dir("budget");
   setenv("DILATTN_CACHE_MAX_BYTES", "3500", 1);
@@ -245,6 +263,7 @@ static void test_processes(void) {
 int main(void) {
   if (!mkdtemp(base)) return 1;
   test_roundtrip_and_corruption();
+  test_budget_text();
   test_budget();
   test_plan_level();
   test_memory_only();

@@ -164,7 +164,9 @@ static void test_workspace(void) {
     size_t bytes; /* 0: refused */
   } limits[] = {{"100000", 100000}, {"2M", 2u << 20}, {"1KiB", 1024}, {"3kb", 3072}, {"1G", 1u << 30},
                 {"abc", 0},        {"0", 0},          {"-5", 0},      {"12X", 0},     {"4MiBs", 0},
-                {" -1", 0},        {"\t5", 0},        {"5 ", 0},      {"4B", 0},      {"16777216T", 0}};
+                {" -1", 0},        {"\t5", 0},        {"5 ", 0},      {"4B", 0},      {"16777216T", 0},
+                {"+5", 0},         {"0x10", 0},       {"1e3", 0},     {"18446744073709551615", 0},
+                {"16777215T", (size_t)16777215 << 40}, {"18014398509481983K", (size_t)18014398509481983u << 10}};
   for (int i = 0; i < (int)(sizeof limits / sizeof limits[0]); i++) {
     setenv("DILATTN_WORKSPACE_LIMIT", limits[i].text, 1);
     plan = NULL;
@@ -196,6 +198,31 @@ static void test_workspace(void) {
     da_plan_destroy(plan);
   }
   unsetenv("DILATTN_WORKSPACE_LIMIT");
+  /* DILATTN_NUM_THREADS that is not a number of threads: the default (the online CPUs, one
+   * worker's rows each here), as unset, not the digits before the junk (it took "2x" for 2,
+   * "abc" for 1) */
+  static const char *const threads[] = {"abc", "3x", " 3", "+3", "0x3", "99999999999999999999"};
+  size_t dflt = 0;
+  unsetenv("DILATTN_NUM_THREADS");
+  plan = NULL;
+  if (da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &split, &plan) == DA_OK) da_plan_workspace_size(plan, B, N, &dflt);
+  da_plan_destroy(plan);
+  for (int i = 0; i < (int)(sizeof threads / sizeof threads[0]); i++) {
+    setenv("DILATTN_NUM_THREADS", threads[i], 1);
+    size_t got = 0;
+    plan = NULL;
+    TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &split, &plan) == DA_OK &&
+                 da_plan_workspace_size(plan, B, N, &got) == DA_OK && got == dflt,
+             "DILATTN_NUM_THREADS=%s: workspace %zu, %zu as unset", threads[i], got, dflt);
+    da_plan_destroy(plan);
+  }
+  setenv("DILATTN_NUM_THREADS", "3", 1);
+  size_t three = 0;
+  plan = NULL;
+  TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &split, &plan) == DA_OK &&
+               da_plan_workspace_size(plan, B, N, &three) == DA_OK && three == 3 * (size_t)N * 33 * 4,
+           "DILATTN_NUM_THREADS=3: workspace %zu", three);
+  da_plan_destroy(plan);
   plan = NULL; /* a fused plan needs none */
   size_t none = 1, none_min = 1;
   TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, NULL, &plan) == DA_OK && !strcmp(da_plan_strategy(plan), "fused") &&
