@@ -1182,11 +1182,11 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
   /* the earlier launches' partials of the thread's rows (row i = 2 mt + hr), loaded BATCH
    * rows at a time before any of them is merged: one wait on memory a batch, not one a row
    * (a row's stores to the workspace keep the compiler from moving the next row's loads
-   * above them: it cannot tell the rows apart). All rows where they fit in registers at
-   * once (MT * NT_O <= 8: D = 64 on the wgmma path, D <= 32 on mma.sync), an mt's two rows
-   * where those fit (NT_O <= 8: D = 64 on mma.sync), else one (ptxas spilled 852 bytes with
-   * all at D = 128), that one after its row's result (716 bytes before) */
-  constexpr int BATCH = MT * NT_O <= 8 ? 2 * MT : NT_O <= 8 ? 2 : 1;
+   * above them: it cannot tell the rows apart). All rows up to D = 64 (NT_O <= 8: two on
+   * the wgmma path, four on mma.sync), else one (ptxas spilled 852 bytes with both at
+   * D = 128 on the warp-specialized kernel), that one after its row's result (716 bytes
+   * before) */
+  constexpr int BATCH = NT_O <= 8 ? 2 * MT : 1;
   float olds[BATCH];
   da_f32x2 ws_o[BATCH][NT_O];
   auto load_batch = [&](int i0) {
