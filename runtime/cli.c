@@ -573,10 +573,10 @@ static int cmd_info(void) {
     snprintf(limit, sizeof limit, "null");
   printf("{\"version\":\"%s\",\"lua\":\"%s\",\"cache_schema\":%d,"
          "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s},\"cuda\":%s},\"nvrtc\":%s,"
-         "\"template_dir\":%s,\"cache_dir\":%s,\"workspace_limit\":%s}\n",
+         "\"template_dir\":%s,\"cache_dir\":%s,\"cache_max_bytes\":%llu,\"workspace_limit\":%s}\n",
          da_version(), LUA_RELEASE, DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
          jstr(da__host_cc(), 2), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
-         jstr(getenv("DILATTN_CACHE_DIR"), 0), limit);
+         jstr(getenv("DILATTN_CACHE_DIR"), 0), (unsigned long long)da__disk_cache_max_bytes(), limit);
   da_context_destroy(ctx);
   return EXIT_OK;
 }

@@ -57,6 +57,11 @@ def test_info():
     for text, want in (("512M", 512 << 20), ("3k", 3072)):
         rc, out, err = run("info", env={"DILATTN_WORKSPACE_LIMIT": text})
         check(rc == 0 and json.loads(out)["workspace_limit"] == want, f"info, limit {text}: {out} {err}")
+    # the disk cache's budget as the cache reads it: junk (a sign) takes the default, with a warning
+    for text, want, warns in (("", 4 << 30, False), ("512M", 512 << 20, False), ("-5", 4 << 30, True)):
+        rc, out, err = run("info", env={"DILATTN_CACHE_MAX_BYTES": text})
+        check(rc == 0 and json.loads(out)["cache_max_bytes"] == want and ("DILATTN_CACHE_MAX_BYTES" in err) == warns,
+              f"info, cache budget {text!r}: {out} {err}")
     rc, out, err = run("info", env={"DILATTN_WORKSPACE_LIMIT": "lots"})
     lim = json.loads(out)["workspace_limit"] if rc == 0 else None
     check(isinstance(lim, dict) and "not a number of bytes" in lim.get("error", ""), f"info, limit 'lots': {out} {err}")
