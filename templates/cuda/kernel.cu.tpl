@@ -93,7 +93,8 @@ typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 /* A split launch (branch slot k) merges into the workspace row of each of its positions
  * an earlier launch covers (da_split_side bit 0) at the tile's end, after the key loop.
  * The launch before wrote those rows long before, so they are in HBM, and the epilogue's
- * loads would wait on it with the tensor cores idle (twice a tile: a thread's two rows).
+ * loads would wait on it with the tensor cores idle (once per row of the thread, before
+ * tile_end loaded them in batches).
  * At the tile's start each row's `parts` threads request its 128-byte lines (the
  * thread `part` of them: lines part, part + parts, ...; the last, the lse) into L2. */
 __device__ __forceinline__ void da_prefetch_ws_row(const da_cuda_args &A, da_i64 b, da_i64 h, int k, da_i64 pos,
