@@ -1184,9 +1184,9 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
    * rows at a time before any of them is merged: one wait on memory a batch, not one a row
    * (a row's stores to the workspace keep the compiler from moving the next row's loads
    * above them: it cannot tell the rows apart). All rows up to D = 64 (NT_O <= 8: two on
-   * the wgmma path, four on mma.sync), else one (ptxas spilled 852 bytes with both at
-   * D = 128 on the warp-specialized kernel), that one after its row's result (716 bytes
-   * before) */
+   * the wgmma path, four on mma.sync), else one, after its row's result (ptxas, the
+   * warp-specialized kernel at D = 128: 852 bytes spilled with both; a lambda holding every
+   * row's side and partial, 684 or 716 bytes with one before or after the result) */
   constexpr int BATCH = NT_O <= 8 ? 2 * MT : 1;
   float olds[BATCH];
   da_f32x2 ws_o[BATCH][NT_O];
