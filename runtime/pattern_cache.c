@@ -13,7 +13,6 @@
  */
 #include "runtime/pattern_cache.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <openssl/evp.h>

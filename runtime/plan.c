@@ -476,12 +476,10 @@ const char *da_plan_strategy(const da_plan *p) { return p ? p->r->strategy : "";
 
 static int num_threads(int64_t work) {
   const char *env = getenv("DILATTN_NUM_THREADS");
-  long n = 0;
-  if (env && *env && !da__parse_count(env, 1 << 20, &n)) {
+  long n = 0; /* unset, empty, 0 or junk: the online CPUs */
+  if (env && *env && !da__parse_count(env, 1 << 20, &n))
     da__log(DA_LOG_WARN, "DILATTN_NUM_THREADS=%s is not a number of threads; using the online CPUs", env);
-    n = 0;
-  }
-  if (!env || !*env || n == 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n == 0) n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
   if (n > 256) n = 256;
   if (n > work) n = (long)work;

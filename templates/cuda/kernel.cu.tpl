@@ -73,6 +73,9 @@ __device__ __forceinline__ float *da_ws_lse(const da_cuda_args &A, da_i64 row) {
 }
 /* (the emulator: a row the epilogue reads or writes lies inside the workspace) */
 #define DA_CHECK_WS_ROW(row_ws, row_lse) (DA_CHECK_GLOBAL(row_ws, HD * 4, 1), DA_CHECK_GLOBAL(row_lse, 4, 1))
+/* (and a row the epilogue reads, its CTA prefetched: tile_prefetch_ws) */
+#define DA_CHECK_WS_READ(row_ws, row_lse) \
+  (DA_CHECK_WS_ROW(row_ws, row_lse), DA_CHECK_PREFETCHED(row_ws, HD * 4), DA_CHECK_PREFETCHED(row_lse, 4))
 
 /* The query tile of one CTA. */
 struct da_qtile {
@@ -1151,8 +1154,7 @@ __device__ __forceinline__ void tile_prefetch_ws(const da_cuda_args &A, da_i64 b
 __device__ __forceinline__ void tile_load_partial(const da_cuda_args &A, da_i64 wsrow, int lane, float &old,
                                                   da_f32x2 (&w)[NT_O]) {
   const float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
-  DA_CHECK_WS_ROW(row_ws, row_lse);
-  DA_CHECK_PREFETCHED(row_ws, HD * 4), DA_CHECK_PREFETCHED(row_lse, 4); /* (tile_prefetch_ws) */
+  DA_CHECK_WS_READ(row_ws, row_lse);
   old = *row_lse;
 #pragma unroll
   for (int dt = 0; dt < NT_O; dt++) w[dt] = *(const da_f32x2 *)(row_ws + dt * 8 + 2 * (lane & 3));
@@ -1190,13 +1192,14 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
   constexpr int BATCH = NT_O <= 8 ? 2 * MT : 1;
   float olds[BATCH];
   da_f32x2 ws_o[BATCH][NT_O];
+  int sides[BATCH]; /* each row's da_split_side, found once */
   auto load_batch = [&](int i0) {
 #pragma unroll
     for (int i = i0; i < i0 + BATCH; i++) {
       const int row = warp * WROWS + (i >> 1) * 16 + (lane >> 2) + 8 * (i & 1);
       const da_i64 pos = T.pos0 + (da_i64)row * T.pstep;
-      if (row < T.nq && (da_split_side((int)h, mode - 1, pos) & 1))
-        tile_load_partial(A, da_ws_row(A, b, h, pos), lane, olds[i - i0], ws_o[i - i0]);
+      sides[i - i0] = row < T.nq ? da_split_side((int)h, mode - 1, pos) : 2;
+      if (sides[i - i0] & 1) tile_load_partial(A, da_ws_row(A, b, h, pos), lane, olds[i - i0], ws_o[i - i0]);
     }
   };
 #pragma unroll
@@ -1210,7 +1213,7 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     float lse = tile_row_result(S, lsum, mt, hr, f);
     const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
     /* the row's 4 lanes take the same branches */
-    const int side = row < T.nq ? da_split_side((int)h, mode - 1, pos) : 2;
+    const int side = BATCH > 1 ? sides[slot] : row < T.nq ? da_split_side((int)h, mode - 1, pos) : 2;
     const da_i64 wsrow = da_ws_row(A, b, h, pos);
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (row < T.nq && (side & 1)) {
@@ -1361,8 +1364,7 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
     const da_i64 wsrow = da_ws_row(A, b, h, pos);
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (side & 1) {
-      DA_CHECK_WS_ROW(row_ws, row_lse);
-      DA_CHECK_PREFETCHED(row_ws, HD * 4), DA_CHECK_PREFETCHED(row_lse, 4); /* (tile_prefetch_ws) */
+      DA_CHECK_WS_READ(row_ws, row_lse);
       const float old = *row_lse, mx = fmaxf(old, lse);
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
       const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
