@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CAND 40
+#define MAX_CAND 48
 
 typedef struct {
   da_plan_options o;
@@ -228,65 +228,10 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
   da__sha256_hex(js, strlen(js), hash);
   /* candidates: the default first, then the grid */
   cand_t c[MAX_CAND];
-  int n = 0;
-  static const int tqs[] = {8, 16, 32, 64}, tks[] = {16, 32, 64, 128};
-  int multi = s.mode == DA_MODE_LONGNET && s.num_branches > 1;
-  int fmins[2] = {1, 1 << 30};
   memset(c, 0, sizeof c);
-  /* CUDA: the tensor-core path takes 16 or 32 query rows per warp (tile_q 64, 128; 128
-   * up to D = 96); the SIMT path fixes its own */
-  static const int tqs_mma[] = {64, 128};
-  int mma = s.dtype != DA_DTYPE_FLOAT32 && s.head_dim % 16 == 0 && s.head_dim <= 128;
-  int ntq = !cuda ? 4 : !mma ? 1 : s.head_dim <= 96 ? 2 : 1;
-  n = 1; /* c[0]: all defaults */
-  for (int a = 0; a < ntq; a++)
-    for (int b = 0; b < 4; b++)
-      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
-        c[n].o.tile_q = !cuda ? tqs[a] : mma ? tqs_mma[a] : 0;
-        c[n].o.tile_k = tks[b];
-        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
-        n++;
-      }
-  /* the wgmma paths (cuda_mma = 2, 3, 4) on sm_90 devices: one or two warpgroups of 64 rows;
-   * plain: 64 or 128 keys at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
-  if (cuda && da__cuda_wgmma_device_serves(ctx, &s))
-    for (int a = 0; a < 2; a++) {
-      for (int b = 0; b < 2; b++)
-        for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
-          c[n].o.tile_q = 64 << a;
-          c[n].o.tile_k = (s.head_dim == 64 ? 64 : 32) << b;
-          c[n].o.fused_min_queries = multi ? fmins[f] : 0;
-          c[n].o.cuda_mma = 2;
-          n++;
-        }
-      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) { /* overlapped: 64-key tiles */
-        c[n].o.tile_q = 64 << a;
-        c[n].o.tile_k = 64;
-        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
-        c[n].o.cuda_mma = 3;
-        n++;
-      }
-      /* warp-specialized (4), the default on these devices: its own key tiles (the
-       * planner's), one or two consumer warpgroups; it ran right on an H200 at c30ba13
-       * (bench/results/gpu-h200-c30ba13.md) */
-      for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++) {
-        c[n].o.tile_q = 64 << a;
-        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
-        c[n].o.cuda_mma = 4;
-        n++;
-      }
-    }
-  /* ... with three consumer warpgroups (tile_q 192), and with P double-buffered (cuda_mma
-   * 5), not under a sparse layout (the planner refuses both there) */
-  if (cuda && da__cuda_wgmma_device_serves(ctx, &s) &&
-      (s.sparsity.layout == DA_LAYOUT_NONE || s.sparsity.layout == DA_LAYOUT_DENSE))
-    for (int f = 0; f < (multi ? 2 : 1) && n < MAX_CAND; f++)
-      for (int v = 0; v < 2 && n < MAX_CAND; v++) { /* and the P double-buffered one (5), 128 rows */
-        c[n].o.tile_q = v ? 128 : 192;
-        c[n].o.fused_min_queries = multi ? fmins[f] : 0;
-        c[n].o.cuda_mma = v ? 5 : 4;
-        n++;
-      }
+  da_plan_options opts[MAX_CAND];
+  int n = da__tune_candidates(&s, cuda, cuda && da__cuda_wgmma_device_serves(ctx, &s), opts, MAX_CAND);
+  for (int i = 0; i < n; i++) c[i].o = opts[i];
   for (int i = 0; i < n; i++) {
     da__tune_record *r = &c[i].rec;
     snprintf(r->spec_hash, sizeof r->spec_hash, "%s", hash);

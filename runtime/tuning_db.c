@@ -249,3 +249,77 @@ const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const
       best = &recs[i];
   return best;
 }
+
+/* The options `dilattn tune` sweeps for spec s, the defaults first (all zero); at most cap. */
+int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options *c, int cap) {
+  const da_spec s = *sp;
+  int n = 0;
+  static const int tqs[] = {8, 16, 32, 64}, tks[] = {16, 32, 64, 128};
+  int multi = s.mode == DA_MODE_LONGNET && s.num_branches > 1;
+  int fmins[2] = {1, 1 << 30};
+  int sparse = s.sparsity.layout != DA_LAYOUT_NONE && s.sparsity.layout != DA_LAYOUT_DENSE;
+  memset(c, 0, sizeof *c * (size_t)cap);
+  if (cap < 1) return 0;
+  /* CUDA: the tensor-core path takes 16 or 32 query rows per warp (tile_q 64, 128; 128
+   * up to D = 96); the SIMT path fixes its own */
+  static const int tqs_mma[] = {64, 128};
+  int mma = s.dtype != DA_DTYPE_FLOAT32 && s.head_dim % 16 == 0 && s.head_dim <= 128;
+  int ntq = !cuda ? 4 : !mma ? 1 : s.head_dim <= 96 ? 2 : 1;
+  n = 1; /* c[0]: all defaults */
+  for (int a = 0; a < ntq; a++)
+    for (int b = 0; b < 4; b++)
+      for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++) {
+        c[n].tile_q = !cuda ? tqs[a] : mma ? tqs_mma[a] : 0;
+        c[n].tile_k = tks[b];
+        c[n].fused_min_queries = multi ? fmins[f] : 0;
+        n++;
+      }
+  /* the wgmma paths (cuda_mma = 2, 3, 4) on sm_90 devices: one or two warpgroups of 64 rows;
+   * plain: 64 or 128 keys at D = 64, 32 or 64 at D = 128 (the planner refuses more there) */
+  if (cuda && wgmma)
+    for (int a = 0; a < 2; a++) {
+      for (int b = 0; b < 2; b++)
+        for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++) {
+          c[n].tile_q = 64 << a;
+          c[n].tile_k = (s.head_dim == 64 ? 64 : 32) << b;
+          c[n].fused_min_queries = multi ? fmins[f] : 0;
+          c[n].cuda_mma = 2;
+          n++;
+        }
+      for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++) { /* overlapped: 64-key tiles */
+        c[n].tile_q = 64 << a;
+        c[n].tile_k = 64;
+        c[n].fused_min_queries = multi ? fmins[f] : 0;
+        c[n].cuda_mma = 3;
+        n++;
+      }
+      /* warp-specialized (4), the default on these devices, one or two consumer warpgroups,
+       * 64 and 128 keys (the planner picks one by head_dim, mask and layout); at D = 128 no
+       * 128-key tiles with one warpgroup (two CTAs per SM: their shared memory holds none)
+       * nor under a sparse layout (504 bytes spilled, test_tune_candidates) */
+      for (int b = 0; b < (s.head_dim > 64 && (a == 0 || sparse) ? 1 : 2); b++)
+        for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++) {
+          c[n].tile_q = 64 << a;
+          c[n].tile_k = 64 << b;
+          c[n].fused_min_queries = multi ? fmins[f] : 0;
+          c[n].cuda_mma = 4;
+          n++;
+        }
+    }
+  /* ... with three consumer warpgroups (tile_q 192, 64 or 128 keys: D = 64 without a causal
+   * mask, where the planner takes it; its 160-register consumers spilled 24 to 348 bytes
+   * under a causal mask or at D = 128, test_tune_candidates), and with P double-buffered
+   * (cuda_mma 5, 128 rows, the planner's key tile); neither under a sparse layout (the
+   * planner refuses both there) */
+  if (cuda && wgmma && !sparse)
+    for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++)
+      for (int v = 0; v < 3 && n < cap; v++) {
+        if (v < 2 && (s.causal || s.head_dim != 64)) continue;
+        c[n].tile_q = v == 2 ? 128 : 192;
+        c[n].tile_k = v == 2 ? 0 : 64 << v;
+        c[n].fused_min_queries = multi ? fmins[f] : 0;
+        c[n].cuda_mma = v == 2 ? 5 : 4;
+        n++;
+      }
+  return n;
+}
