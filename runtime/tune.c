@@ -351,13 +351,26 @@ int da__cmd_tune(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     int more = i + 1 < argc;
-    if (!strcmp(a, "--seq-len") && more) N = strtoll(argv[++i], NULL, 10);
-    else if (!strcmp(a, "--batch") && more) B = strtoll(argv[++i], NULL, 10);
-    else if (!strcmp(a, "--backend") && more) backend_s = argv[++i];
+    /* numbers: digits only, in range (else "16k" read as 16, "2x" as 2) */
+    long *num = NULL, max = 0, v;
+    if (!strcmp(a, "--seq-len") && more) num = &v, max = 1L << 32;
+    else if (!strcmp(a, "--batch") && more) num = &v, max = 65535;
+    else if (!strcmp(a, "--reps") && more) num = &v, max = 1000;
+    else if (!strcmp(a, "--threads") && more) num = &v, max = 1024;
+    if (num) {
+      if (!da__parse_count(argv[i + 1], max, num) || (*num < 1 && strcmp(a, "--threads"))) {
+        fprintf(stderr, "dilattn: error: tune: %s '%s': not a whole number in %d..%ld\n", a, argv[i + 1],
+                strcmp(a, "--threads") ? 1 : 0, max);
+        return 2;
+      }
+      if (!strcmp(a, "--seq-len")) N = v;
+      else if (!strcmp(a, "--batch")) B = v;
+      else if (!strcmp(a, "--reps")) reps = (int)v;
+      else threads = (int)v;
+      i++;
+    } else if (!strcmp(a, "--backend") && more) backend_s = argv[++i];
     else if (!strcmp(a, "-o") && more) csv_path = argv[++i];
     else if (!strcmp(a, "--plot") && more) plot = argv[++i];
-    else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
-    else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
     else if (!strcmp(a, "--db") && more) db_arg = argv[++i];
     else if (a[0] == '-') {
       fprintf(stderr, "dilattn: error: tune: unknown option or missing value: %s\n", a);

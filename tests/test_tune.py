@@ -114,6 +114,13 @@ try:
     # 6. bad arguments
     p = run("tune", cfg_a)
     check(p.returncode == 2 and "--seq-len" in p.stderr, "missing --seq-len")
+    # numbers are whole and in range: "16k" is not 16, "2x" not 2 (nothing tuned, no db)
+    for opt, val in (("--seq-len", "16k"), ("--seq-len", "0"), ("--batch", "2x"), ("--reps", "abc"),
+                     ("--threads", "-1"), ("--reps", "1001")):
+        bad_db = os.path.join(tmp, "bad.jsonl")
+        p = run("tune", cfg_a, "--seq-len", "64", opt, val, "--db", bad_db)
+        check(p.returncode == 2 and f"{opt} '{val}'" in p.stderr and not os.path.exists(bad_db),
+              f"tune {opt} {val}: rc {p.returncode}, {p.stderr.strip()[-200:]}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
