@@ -99,20 +99,26 @@ da_status da_spec_validate(const da_spec *s, char *msg, size_t cap) {
   if (sp->layout == DA_LAYOUT_RANDOM && !(sp->density >= 0.0 && sp->density <= 1.0))
     BAD("sparsity.density: %g is not in [0, 1]", sp->density);
   if (sp->layout == DA_LAYOUT_EXPLICIT)
-    for (int i = 0; i < s->num_branches; i++)
+    for (int i = 0; i < s->num_branches; i++) {
+      const int64_t nb = da_spec_explicit_blocks(s, i);
       if (!sp->explicit_masks[i])
         BAD("sparsity.explicit_masks[%d]: NULL; the explicit layout needs one %lld x %lld mask per "
             "branch",
-            i, (long long)da_spec_explicit_blocks(s, i), (long long)da_spec_explicit_blocks(s, i));
+            i, (long long)nb, (long long)nb);
+      if (nb > DA_MAX_EXPLICIT_BLOCKS)
+        BAD("sparsity.block: %lld makes branch %d's explicit mask %lld x %lld blocks (at most %d a side: "
+            "take a larger block)",
+            (long long)sp->block, i, (long long)nb, (long long)nb, DA_MAX_EXPLICIT_BLOCKS);
+    }
   return DA_OK;
 }
 
 int64_t da_spec_explicit_blocks(const da_spec *s, int i) {
-  if (!s || i < 0 || i >= s->num_branches || s->sparsity.block < 1) return -1;
-  int64_t w = s->segment_lengths[i], r = s->dilation_rates[i];
+  if (!s || i < 0 || i >= s->num_branches || i >= DA_MAX_BRANCHES || s->sparsity.block < 1) return -1;
+  int64_t w = s->segment_lengths[i], r = s->dilation_rates[i], b = s->sparsity.block;
   if (w < 1 || r < 1) return -1;
-  int64_t len = (w + r - 1) / r;
-  return (len + s->sparsity.block - 1) / s->sparsity.block;
+  int64_t len = w / r + (w % r != 0); /* ceilings without overflow, whatever the values */
+  return len / b + (len % b != 0);
 }
 
 /* ---- JSON config -------------------------------------------------------------------- */
@@ -234,7 +240,9 @@ static da_status parse_sparsity(const json_t *o, da_spec *s, char *msg, size_t c
   if (wants_random) {
     int64_t seed;
     if (!(v = json_object_get(o, "seed"))) PARSE_BAD("sparsity.seed: missing");
-    if ((st = get_int(v, "sparsity.seed", 0, INT64_MAX, &seed, msg, cap))) return st;
+    /* a uint64: 0 .. 2^63 - 1 as written, and negative numbers as the bit pattern of the
+     * seeds above (what da_spec_to_json writes for them, so its JSON reads back) */
+    if ((st = get_int(v, "sparsity.seed", INT64_MIN, INT64_MAX, &seed, msg, cap))) return st;
     sp->seed = (uint64_t)seed;
     if (!(v = json_object_get(o, "density"))) PARSE_BAD("sparsity.density: missing");
     if (!json_is_number(v))

@@ -12,8 +12,11 @@
  *   3. Experimental: may change between releases.
  *
  * Conventions: every function returning da_status writes nothing to its outputs on
- * failure; the detail of a failure is in da_context_last_error() of the context the call
- * was given (or in the msg buffer for calls without a context). destroy(NULL) is a no-op.
+ * failure (one exception, da_plan_preload: its plans array holds the plans that were
+ * made, to destroy, beside NULL for the rest); a NULL pointer argument that a function
+ * needs gives DA_ERR_INVALID_ARGUMENT; the detail of a failure is in
+ * da_context_last_error() of the context the call was given (or in the msg buffer for
+ * calls without a context). destroy(NULL) is a no-op.
  * Nothing in the library exits or aborts the process.
  */
 #ifndef DILATTN_H
@@ -72,6 +75,7 @@ DA_API const char *da_status_message(da_status s);
 #define DA_MAX_STRIDES 16
 #define DA_MAX_HEAD_DIM 512
 #define DA_MAX_HEADS 4096
+#define DA_MAX_EXPLICIT_BLOCKS 65536 /* blocks a side of an explicit mask (4 GiB a branch) */
 
 typedef enum { DA_MODE_LONGNET = 0, DA_MODE_GROUPED = 1 } da_mode;
 typedef enum { DA_OFFSETS_MOD = 0, DA_OFFSETS_BLOCK = 1 } da_offsets;
@@ -97,7 +101,8 @@ typedef struct {
   uint64_t seed;                   /* random */
   double density;                  /* random: in [0, 1] */
   /* explicit: for branch i, nb_i * nb_i bytes, row-major [qb][kb], nonzero = allowed,
-   * nb_i = da_spec_explicit_blocks(spec, i). Borrowed: da_plan_create copies them. */
+   * nb_i = da_spec_explicit_blocks(spec, i) <= DA_MAX_EXPLICIT_BLOCKS. Borrowed:
+   * da_plan_create copies them (after validating the spec). */
   const uint8_t *explicit_masks[DA_MAX_BRANCHES];
 } da_sparsity;
 
@@ -121,14 +126,16 @@ typedef struct {
  * scale, 1 head, 1 kv head, head_dim 64, float32, no sparsity. spec may not be NULL. */
 DA_API void da_spec_init(da_spec *spec);
 
-/* Check every rule of SEMANTICS.md. Returns DA_OK or DA_ERR_INVALID_SPEC; on error
+/* Check every rule of SEMANTICS.md. Returns DA_OK, DA_ERR_INVALID_SPEC (spec NULL:
+ * DA_ERR_INVALID_ARGUMENT); on error
  * writes a message naming the field and its value ("dilation_rates[1]: 9 is larger than
  * segment_lengths[1] = 4") into msg (NUL-terminated, truncated to msg_cap; msg may be
  * NULL). Thread-safe. */
 DA_API da_status da_spec_validate(const da_spec *spec, char *msg, size_t msg_cap);
 
 /* Number of blocks per side of branch i's explicit mask: ceil(ceil(w_i / r_i) / block).
- * Returns -1 for an out-of-range branch or a spec without a positive block. */
+ * Returns -1 for an out-of-range branch (below 0, at or past num_branches or
+ * DA_MAX_BRANCHES) or a spec without a positive block, w_i or r_i. */
 DA_API int64_t da_spec_explicit_blocks(const da_spec *spec, int branch);
 
 /* Parse a config (the JSON of DESIGN.md) into *spec. Unknown fields, wrong types and
@@ -154,13 +161,17 @@ DA_API void da_context_destroy(da_context *ctx);
 
 /* The detail of the last failure of a call made with ctx on this thread ("" if none).
  * Borrowed: valid until the next call on ctx from this thread. ctx NULL gives the text
- * of calls made without a context. */
+ * of calls made without a context. A thread keeps the details of the 4 contexts (NULL
+ * counts as one) that failed on it most recently: another context's failure does not
+ * erase this one's unless 4 others failed since. */
 DA_API const char *da_context_last_error(const da_context *ctx);
 
 /* Validate, plan, render, compile (or fetch a compiled kernel) for backend. AUTO picks
  * CUDA when a driver and GPU are usable, else host (DILATTN_BACKEND=host forces host).
- * Returns DA_OK, DA_ERR_INVALID_SPEC, DA_ERR_GENERATOR, DA_ERR_COMPILE,
- * DA_ERR_UNSUPPORTED (backend not available), DA_ERR_NO_MEMORY. The plan borrows ctx,
+ * Returns DA_OK, DA_ERR_INVALID_SPEC (checked before anything else reads the spec),
+ * DA_ERR_INVALID_ARGUMENT (NULL argument, unknown backend, an environment variable's
+ * bad value), DA_ERR_GENERATOR, DA_ERR_COMPILE, DA_ERR_UNSUPPORTED (backend not
+ * available), DA_ERR_NO_MEMORY. The plan borrows ctx,
  * which must outlive it. Thread-safe. */
 DA_API da_status da_plan_create(da_context *ctx, const da_spec *spec, da_backend backend,
                                 da_plan **out);
@@ -174,8 +185,9 @@ typedef int (*da_preload_progress)(void *user, int done, int total, int index, d
 /* JIT at model load: create plans for specs[0..count) with compiles in num_threads
  * parallel threads (0 = online CPUs); specs sharing a kernel compile it once. plans
  * (optional, count entries) receives each plan (NULL for a failed or skipped spec; the
- * caller destroys them); without it the plans only warm the caches. Returns DA_OK, the
- * first failing spec's status (detail names the spec index), or DA_ERR_CANCELLED. */
+ * caller destroys them, on failure too: the specs that did not fail keep theirs);
+ * without it the plans only warm the caches. Returns DA_OK, the first failing spec's
+ * status (detail names the spec index), or DA_ERR_CANCELLED. */
 DA_API da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count,
                                  da_backend backend, int num_threads,
                                  da_preload_progress progress, void *user, da_plan **plans);
@@ -189,7 +201,8 @@ DA_API da_status da_plan_preload(da_context *ctx, const da_spec *specs, int coun
  * are registered when a context is created. */
 
 /* Register the bundle whose manifest.json is at manifest_path (artifacts next to it).
- * Returns DA_OK, DA_ERR_IO (unreadable), DA_ERR_PARSE (not a bundle manifest). */
+ * Returns DA_OK, DA_ERR_IO (unreadable, not a regular file), DA_ERR_PARSE (not a bundle
+ * manifest). Registering a bundle again (same path or name, same manifest) is a no-op. */
 DA_API da_status da_context_register_bundle(da_context *ctx, const char *manifest_path);
 
 /* A bundle linked into the program (what the generated <name>_bundle.c defines). The
@@ -206,7 +219,7 @@ typedef struct {
 
 DA_API da_status da_context_register_bundle_data(da_context *ctx, const da_bundle_data *bundle);
 
-/* The backend a plan runs on (never AUTO). */
+/* The backend a plan runs on (never AUTO for a plan; AUTO for NULL). */
 DA_API da_backend da_plan_backend(const da_plan *plan);
 
 /* Kernel name (it encodes the spec) and cache key (64 hex digits). Borrowed from plan. */
@@ -244,14 +257,17 @@ typedef struct {
   void *stream;           /* CUDA stream (CUstream); ignored by the host backend */
 } da_args;
 
-/* Fill args for contiguous [B, N, H, D] q/out and [B, N, Hkv, D] k/v tensors. */
+/* Fill args for contiguous [B, N, H, D] q/out and [B, N, Hkv, D] k/v tensors. args NULL:
+ * nothing; spec NULL: pointers and sizes only, strides 0. */
 DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int64_t seq_len,
                          const void *q, const void *k, const void *v, void *out, float *lse);
 
 /* Run the plan. Returns DA_OK, DA_ERR_INVALID_ARGUMENT (NULL pointer, bad shape or
- * stride, workspace below da_plan_workspace_min_size, on CUDA a pointer not aligned to
- * its element size or a workspace not 16-byte aligned: cudaMalloc's and the pool's
- * always are), DA_ERR_NO_MEMORY (also: DILATTN_WORKSPACE_LIMIT below the least
+ * stride, a tensor spanning more than 2^63 bytes, rows of out that overlap, out, lse or
+ * the workspace overlapping an input or each other (no computation in place), a pointer
+ * not aligned to its element size (lse and the workspace: 4 bytes), workspace below
+ * da_plan_workspace_min_size, on CUDA a workspace not 16-byte aligned: cudaMalloc's and
+ * the pool's always are), DA_ERR_NO_MEMORY (also: DILATTN_WORKSPACE_LIMIT below the least
  * workspace), DA_ERR_DEVICE. On the host backend the call is synchronous and may be
  * made from several threads on one plan at once. On the CUDA backend, q, k and v that
  * are 16-byte aligned with strides that are multiples of 8 elements are loaded with

@@ -21,6 +21,7 @@
 
 typedef struct {
   char arch[32], key[65], source_key[65], sha256[65];
+  char manifest[65];            /* SHA-256 of the bundle's manifest text */
   char *kernel, *origin, *path; /* path: file artifact, NULL when embedded */
   const unsigned char *data;    /* embedded artifact (lives as long as the program) */
   size_t size;
@@ -88,10 +89,13 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
             origin, lib, (long long)schema, DA_VERSION_STRING, DA_CACHE_SCHEMA_VERSION);
     goto done;
   }
-  /* registering the same bundle again is a no-op */
+  /* registering the same bundle again is a no-op: the same origin (path or name) with the
+   * same manifest (every unnamed linked bundle's origin is "(linked)") */
+  char mhash[65];
+  da__sha256_hex(text, len, mhash);
   pthread_mutex_lock(&b->mu);
   for (size_t i = 0; i < b->n; i++)
-    if (!strcmp(b->arts[i].origin, origin)) {
+    if (!strcmp(b->arts[i].origin, origin) && !strcmp(b->arts[i].manifest, mhash)) {
       pthread_mutex_unlock(&b->mu);
       goto done;
     }
@@ -142,6 +146,7 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
       snprintf(t->key, sizeof t->key, "%s", str_member(a, "key"));
       snprintf(t->sha256, sizeof t->sha256, "%s", str_member(a, "sha256"));
       snprintf(t->source_key, sizeof t->source_key, "%s", str_member(k, "source_key"));
+      memcpy(t->manifest, mhash, sizeof mhash);
       t->size = (size_t)json_integer_value(json_object_get(a, "size"));
       t->kernel = strdup(str_member(k, "kernel"));
       t->origin = strdup(origin);

@@ -24,7 +24,7 @@
 struct da__cuda_plan {
   da__cuda *dev;
   da__rendered r; /* facts (the strings are not kept) */
-  int heads, head_dim, elem_size;
+  int heads, head_dim;
   da__cuda_kernel k[DA_CUDA_K_COUNT];
   void *dmasks;     /* device: pointer table followed by the masks */
   int pdl;          /* launches after a sequence's first are programmatic dependent ones */
@@ -156,7 +156,6 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   p->r.source = p->r.kernel_name = NULL;
   p->heads = spec->num_heads;
   p->head_dim = spec->head_dim;
-  p->elem_size = spec->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
   /* programmatic dependent launches: for plans of several launches, on sm_90 or later, and
    * only for kernels whose source waits for the launch before them (a kernel without
    * griddepcontrol.wait launched so would race it; compiled for an older arch it has none) */
@@ -325,14 +324,8 @@ static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned g
 da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args, size_t limit) {
   DA_RETURN_IF(args->batch > 65535, DA_ERR_INVALID_ARGUMENT,
                "batch %lld: the CUDA backend takes at most 65535 per call", (long long)args->batch);
-  /* element alignment is required; 16-byte alignment only selects cp.async (vec16) */
-  static const char *const names[5] = {"q", "k", "v", "out", "lse"};
-  const void *ptrs[5] = {args->q, args->k, args->v, args->out, args->lse};
-  for (int i = 0; i < 5; i++) {
-    int need = i == 4 ? 4 : p->elem_size;
-    DA_RETURN_IF((uintptr_t)ptrs[i] % (uintptr_t)need, DA_ERR_INVALID_ARGUMENT,
-                 "%s is not aligned to its element size (%d bytes)", names[i], need);
-  }
+  /* element alignment: checked for every backend (plan.c check_tensors); 16-byte
+   * alignment only selects cp.async (vec16) */
   da__cuda_args a;
   da__cuda_args_fill(&a, args);
   a.masks = p->dmasks;

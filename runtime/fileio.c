@@ -17,9 +17,11 @@ char *da__read_file(const char *path, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NULL;
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (1ll << 31)) {
+  int e = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : !S_ISREG(st.st_mode) ? EINVAL
+                                      : st.st_size > (1ll << 31) ? EFBIG : 0;
+  if (e) {
     close(fd);
-    errno = EFBIG;
+    errno = e;
     return NULL;
   }
   char *buf = malloc((size_t)st.st_size + 1);

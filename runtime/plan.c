@@ -5,6 +5,7 @@
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/fileio.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/log.h"
 #include "runtime/pattern_cache.h"
@@ -77,6 +78,7 @@ da_status da_context_create(da_context **out) {
   DA_RETURN_IF(!out, DA_ERR_INVALID_ARGUMENT, "out is NULL");
   da_context *c = calloc(1, sizeof *c);
   DA_RETURN_IF(!c, DA_ERR_NO_MEMORY, "context: out of memory");
+  da__clear_error(c); /* the text of a destroyed context that had this address */
   if (da__kernel_cache_init(&c->kernels)) {
     free(c);
     return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its locks");
@@ -106,22 +108,10 @@ da__kernel_cache *da__context_kernels(da_context *c) { return &c->kernels; }
 
 da_status da_context_register_bundle(da_context *ctx, const char *manifest_path) {
   DA_RETURN_IF(!ctx || !manifest_path, DA_ERR_INVALID_ARGUMENT, "ctx and manifest_path must not be NULL");
-  FILE *f = fopen(manifest_path, "rb");
-  DA_RETURN_IF(!f, DA_ERR_IO, "bundle: cannot read %s: %s", manifest_path, strerror(errno));
-  char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 > cap) {
-      char *nt = cap > (64u << 20) ? NULL : realloc(text, cap = cap ? cap * 2 : 8192);
-      if (!nt) break;
-      text = nt;
-    }
-    size_t n = fread(text + len, 1, cap - len, f);
-    len += n;
-    if (n == 0) break;
-  }
-  fclose(f);
-  DA_RETURN_IF(!text, DA_ERR_NO_MEMORY, "bundle: out of memory reading %s", manifest_path);
+  size_t len = 0;
+  char *text = da__read_file(manifest_path, &len);
+  DA_RETURN_IF(!text, errno == ENOMEM ? DA_ERR_NO_MEMORY : DA_ERR_IO, "bundle: cannot read %s: %s", manifest_path,
+               strerror(errno));
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", manifest_path);
   char *slash = strrchr(dir, '/');
@@ -366,6 +356,10 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
 da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                             const da_plan_options *opts, da_plan **out) {
   DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
+  /* before anything reads the spec's arrays (the memo key and the mask copies take their
+   * sizes from its fields) */
+  char msg[512];
+  if (da_spec_validate(spec, msg, sizeof msg) != DA_OK) return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
   da_backend be = DA_BACKEND_HOST;
   DA_TRY(pick_backend(ctx, backend, &be));
   da_plan_options eff;
@@ -373,8 +367,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   DA_TRY(env_cuda_mma(ctx, be, spec, opts, &eff, &opts, &auto_mma));
   /* templates read from disk may change between calls: no memo then */
   const char *tdir = getenv("DILATTN_TEMPLATE_DIR");
-  int use_memo = !(tdir && *tdir) && spec->num_branches >= 1 && spec->num_branches <= DA_MAX_BRANCHES &&
-                 da_spec_validate(spec, NULL, 0) == DA_OK;
+  int use_memo = !(tdir && *tdir);
   bytes_t key = {0};
   uint64_t h = 0;
   memo_entry *hit = NULL;
@@ -509,6 +502,11 @@ static da_status workspace_size(const da_plan *p, int64_t batch, int64_t seq_len
   DA_RETURN_IF(!p || !bytes, DA_ERR_INVALID_ARGUMENT, "plan and bytes must not be NULL");
   DA_RETURN_IF(batch < 0 || seq_len < 0 || seq_len > DA_MAX_SEQ_LEN, DA_ERR_INVALID_ARGUMENT,
                "batch %lld / seq_len %lld out of range", (long long)batch, (long long)seq_len);
+  int64_t t; /* q's bytes at the least: a shape whose q does not fit 64 bits is no shape */
+  DA_RETURN_IF(__builtin_mul_overflow(batch, (int64_t)p->spec.num_heads, &t) || __builtin_mul_overflow(t, seq_len, &t) ||
+                   __builtin_mul_overflow(t, (int64_t)p->spec.head_dim * 2, &t),
+               DA_ERR_INVALID_ARGUMENT, "batch %lld x seq_len %lld x %d heads x head_dim %d overflows 64 bits",
+               (long long)batch, (long long)seq_len, p->spec.num_heads, p->spec.head_dim);
   size_t b;
   if (p->cuda)
     b = least ? da__cuda_plan_workspace_min(p->cuda, batch, seq_len)
@@ -532,6 +530,7 @@ da_status da_plan_workspace_min_size(const da_plan *p, int64_t batch, int64_t se
 
 void da_args_init(da_args *a, const da_spec *s, int64_t batch, int64_t seq_len, const void *q,
                   const void *k, const void *v, void *out, float *lse) {
+  if (!a) return;
   memset(a, 0, sizeof *a);
   a->q = q;
   a->k = k;
@@ -540,8 +539,12 @@ void da_args_init(da_args *a, const da_spec *s, int64_t batch, int64_t seq_len, 
   a->lse = lse;
   a->batch = batch;
   a->seq_len = seq_len;
+  if (!s) return; /* strides 0: da_plan_execute refuses them for any shape above one element */
   int64_t H = s->num_heads, Hkv = s->num_kv_heads, D = s->head_dim;
-  int64_t qs[3] = {seq_len * H * D, H * D, D}, ks[3] = {seq_len * Hkv * D, Hkv * D, D};
+  int64_t qs[3] = {0, H * D, D}, ks[3] = {0, Hkv * D, D};
+  /* a batch stride past 64 bits: INT64_MAX, which da_plan_execute refuses by name */
+  if (__builtin_mul_overflow(seq_len, H * D, &qs[0])) qs[0] = INT64_MAX;
+  if (__builtin_mul_overflow(seq_len, Hkv * D, &ks[0])) ks[0] = INT64_MAX;
   memcpy(a->q_stride, qs, sizeof qs);
   memcpy(a->out_stride, qs, sizeof qs);
   memcpy(a->k_stride, ks, sizeof ks);
@@ -563,7 +566,93 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static int strides_ok(const int64_t *s) { return s[0] >= 0 && s[1] >= 0 && s[2] >= 0; }
+/* The bytes a [batch, n, heads, D] tensor with strides st (elements) spans from its
+ * pointer: [0, *span). 0 on overflow of int64 (or of the address space from ptr). */
+static int tensor_span(const void *ptr, int64_t batch, int64_t n, int64_t heads, int64_t D, const int64_t *st,
+                       int esize, int64_t *span) {
+  const int64_t ext[4] = {batch, n, heads, D}, str[4] = {st[0], st[1], st[2], 1};
+  int64_t last = 0, t;
+  for (int i = 0; i < 4; i++)
+    if (__builtin_mul_overflow(ext[i] - 1, str[i], &t) || __builtin_add_overflow(last, t, &last)) return 0;
+  if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, (int64_t)esize, span)) return 0;
+  return (uintptr_t)*span <= UINTPTR_MAX - (uintptr_t)ptr;
+}
+
+/* No two of out's elements share an address: its dimensions, by stride, each step past
+ * the whole of the ones below (the layouts of permuted contiguous tensors, padded or not,
+ * all pass; a 0 stride over an extent above 1 does not). */
+static int strides_disjoint(int64_t batch, int64_t n, int64_t heads, int64_t D, const int64_t *st) {
+  int64_t ext[4] = {D, heads, n, batch}, str[4] = {1, st[2], st[1], st[0]};
+  for (int i = 1; i < 4; i++) /* insertion sort by stride */
+    for (int j = i; j > 0 && str[j] < str[j - 1]; j--) {
+      int64_t e = ext[j], s = str[j];
+      ext[j] = ext[j - 1], str[j] = str[j - 1], ext[j - 1] = e, str[j - 1] = s;
+    }
+  int64_t reach = 1; /* elements the dimensions below cover */
+  for (int i = 0; i < 4; i++) {
+    if (ext[i] == 1) continue;
+    if (str[i] < reach) return 0;
+    if (__builtin_mul_overflow(str[i], ext[i], &reach)) return 1; /* tensor_span has refused these */
+  }
+  return 1;
+}
+
+static int overlap(const void *a, int64_t na, const void *b, int64_t nb) {
+  const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + (uintptr_t)nb && y < x + (uintptr_t)na;
+}
+
+/* What every backend checks of an execution's tensors: pointers, strides, alignment to
+ * the element, sizes that fit 64 bits, and outputs that overlap neither themselves nor
+ * the inputs nor a caller's workspace (a kernel reads q, k and v after it has written
+ * rows of out: an alias gives wrong results, not an error). */
+static da_status check_tensors(const da_context *ctx, const da_spec *s, const da_args *a) {
+  DA_RETURN_IF(!a->q || !a->k || !a->v || !a->out, DA_ERR_INVALID_ARGUMENT, "q, k, v and out must not be NULL");
+  static const char *const names[4] = {"q", "k", "v", "out"};
+  const void *ptr[4] = {a->q, a->k, a->v, a->out};
+  const int64_t *st[4] = {a->q_stride, a->k_stride, a->v_stride, a->out_stride};
+  const int64_t heads[4] = {s->num_heads, s->num_kv_heads, s->num_kv_heads, s->num_heads};
+  const int esize = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+  int64_t span[6];
+  for (int i = 0; i < 4; i++) {
+    DA_RETURN_IF(st[i][0] < 0 || st[i][1] < 0 || st[i][2] < 0, DA_ERR_INVALID_ARGUMENT,
+                 "%s_stride {%lld, %lld, %lld}: strides must not be negative", names[i], (long long)st[i][0],
+                 (long long)st[i][1], (long long)st[i][2]);
+    DA_RETURN_IF((uintptr_t)ptr[i] % (uintptr_t)esize, DA_ERR_INVALID_ARGUMENT,
+                 "%s (%p) is not aligned to its element size (%d bytes)", names[i], ptr[i], esize);
+    DA_RETURN_IF(!tensor_span(ptr[i], a->batch, a->seq_len, heads[i], s->head_dim, st[i], esize, &span[i]),
+                 DA_ERR_INVALID_ARGUMENT,
+                 "%s: batch %lld x seq_len %lld x %lld heads x head_dim %d with strides {%lld, %lld, %lld} spans more "
+                 "than 2^63 bytes",
+                 names[i], (long long)a->batch, (long long)a->seq_len, (long long)heads[i], s->head_dim,
+                 (long long)st[i][0], (long long)st[i][1], (long long)st[i][2]);
+  }
+  DA_RETURN_IF(!strides_disjoint(a->batch, a->seq_len, s->num_heads, s->head_dim, a->out_stride),
+               DA_ERR_INVALID_ARGUMENT,
+               "out_stride {%lld, %lld, %lld}: rows of out overlap (batch %lld, seq_len %lld, %d heads, head_dim %d)",
+               (long long)a->out_stride[0], (long long)a->out_stride[1], (long long)a->out_stride[2],
+               (long long)a->batch, (long long)a->seq_len, s->num_heads, s->head_dim);
+  int64_t nlse; /* B * H * N <= out's elements (distinct: checked above) */
+  DA_RETURN_IF(__builtin_mul_overflow(a->batch * s->num_heads * a->seq_len, (int64_t)4, &nlse),
+               DA_ERR_INVALID_ARGUMENT, "lse: batch %lld x %d heads x seq_len %lld floats span more than 2^63 bytes",
+               (long long)a->batch, s->num_heads, (long long)a->seq_len);
+  span[4] = a->lse ? nlse : 0;
+  DA_RETURN_IF(a->lse && (uintptr_t)a->lse % 4, DA_ERR_INVALID_ARGUMENT, "lse (%p) is not aligned to 4 bytes",
+               (void *)a->lse);
+  span[5] = a->workspace ? (int64_t)(a->workspace_bytes > INT64_MAX ? INT64_MAX : a->workspace_bytes) : 0;
+  DA_RETURN_IF(a->workspace && (uintptr_t)a->workspace % 4, DA_ERR_INVALID_ARGUMENT,
+               "workspace (%p) is not aligned to 4 bytes", a->workspace);
+  /* out, lse and the workspace: none overlaps another or an input */
+  static const char *const all[6] = {"q", "k", "v", "out", "lse", "workspace"};
+  const void *p6[6] = {a->q, a->k, a->v, a->out, a->lse, a->workspace};
+  for (int i = 3; i < 6; i++)
+    for (int j = 0; j < i; j++)
+      DA_RETURN_IF(p6[i] && p6[j] && span[i] && overlap(p6[i], span[i], p6[j], span[j]), DA_ERR_INVALID_ARGUMENT,
+                   "%s overlaps %s (bytes [%p, +%lld) and [%p, +%lld)): outputs and the workspace may not share memory "
+                   "with the inputs or each other",
+                   all[i], all[j], p6[i], (long long)span[i], p6[j], (long long)span[j]);
+  return DA_OK;
+}
 
 da_status da_plan_execute(da_plan *p, const da_args *a) {
   const da_context *ctx = p ? p->ctx : NULL;
@@ -572,11 +661,7 @@ da_status da_plan_execute(da_plan *p, const da_args *a) {
                "batch = %lld, seq_len = %lld: out of range (seq_len <= 2^40)", (long long)a->batch,
                (long long)a->seq_len);
   if (a->batch == 0 || a->seq_len == 0) return DA_OK;
-  DA_RETURN_IF(!a->q || !a->k || !a->v || !a->out, DA_ERR_INVALID_ARGUMENT,
-               "q, k, v and out must not be NULL");
-  DA_RETURN_IF(!strides_ok(a->q_stride) || !strides_ok(a->k_stride) || !strides_ok(a->v_stride) ||
-                   !strides_ok(a->out_stride),
-               DA_ERR_INVALID_ARGUMENT, "strides must not be negative");
+  DA_TRY(check_tensors(ctx, &p->spec, a));
   if (p->cuda) return da__cuda_plan_execute(ctx, p->cuda, a, p->ws_limit);
   int64_t work = a->batch * p->spec.num_heads;
   /* a worker's workspace holds a (batch, head)'s rows: fewer workers where the caller's

@@ -32,26 +32,47 @@ const char *da_status_message(da_status s) {
 
 /* The last-error text is per thread: a context shared by threads must not let one
  * thread's failure overwrite the detail another thread is about to read. Each thread
- * remembers the text of its last failure together with the context it was for. */
-static _Thread_local char tls_error[DA_ERROR_MAX];
-static _Thread_local const da_context *tls_error_ctx;
+ * keeps the text of the last failure of its ERR_SLOTS most recently failed contexts
+ * (NULL, the calls without one, among them), so one context's failure does not erase
+ * another's detail before its caller reads it. */
+#define ERR_SLOTS 4
+static _Thread_local struct {
+  const da_context *ctx;
+  unsigned long long used; /* the failure's number on this thread; 0: free */
+  char text[DA_ERROR_MAX];
+} tls_err[ERR_SLOTS];
+static _Thread_local unsigned long long tls_failures;
+
+static int slot_of(const da_context *ctx) {
+  for (int i = 0; i < ERR_SLOTS; i++)
+    if (tls_err[i].used && tls_err[i].ctx == ctx) return i;
+  return -1;
+}
 
 da_status da__set_error(const da_context *ctx, da_status st, const char *fmt, ...) {
+  int i = slot_of(ctx);
+  if (i < 0) { /* a free slot, else the one failed longest ago */
+    i = 0;
+    for (int j = 1; j < ERR_SLOTS; j++)
+      if (tls_err[j].used < tls_err[i].used) i = j;
+  }
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  vsnprintf(tls_err[i].text, sizeof tls_err[i].text, fmt, ap);
   va_end(ap);
-  tls_error_ctx = ctx;
+  tls_err[i].ctx = ctx;
+  tls_err[i].used = ++tls_failures;
   return st;
 }
 
 void da__clear_error(const da_context *ctx) {
-  if (tls_error_ctx == ctx) tls_error[0] = '\0';
+  const int i = slot_of(ctx);
+  if (i >= 0) tls_err[i].used = 0, tls_err[i].text[0] = '\0';
 }
 
 const char *da_context_last_error(const da_context *ctx) {
-  if (tls_error_ctx != ctx) return "";
-  return tls_error;
+  const int i = slot_of(ctx);
+  return i < 0 ? "" : tls_err[i].text;
 }
 
 const char *da_version(void) { return DA_VERSION_STRING; }

@@ -1,0 +1,187 @@
+/* test_api.c - the public API refuses what it cannot do right, with a status and a detail
+ * that names the problem, instead of crashing, overflowing or computing a wrong answer:
+ * invalid specs reach no array (explicit masks), shapes and strides whose tensors pass
+ * 2^63 bytes, outputs that overlap their inputs, each other or themselves, misaligned
+ * pointers, a contextless failure that would erase a context's detail, a second linked
+ * bundle taken for the first, a directory given as a manifest, seeds from 2^63 in JSON.
+ * Host backend (every check here comes before a backend runs).
+ * Run: build/tests/test_api */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen/render.h"
+#include "test_util.h"
+
+static da_spec small_spec(void) {
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 2;
+  s.segment_lengths[0] = 8, s.segment_lengths[1] = 16;
+  s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+  s.num_heads = 2, s.num_kv_heads = 1, s.head_dim = 8;
+  s.dtype = DA_DTYPE_FLOAT32;
+  return s;
+}
+
+static int has(const da_context *ctx, const char *what) { return strstr(da_context_last_error(ctx), what) != NULL; }
+
+static void test_explicit_specs(da_context *ctx) {
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 1, s.segment_lengths[0] = 4, s.dilation_rates[0] = 1;
+  s.sparsity.layout = DA_LAYOUT_EXPLICIT, s.sparsity.block = 1; /* mask left NULL */
+  da_plan *p = (da_plan *)1;
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_ERR_INVALID_SPEC && p == (da_plan *)1 &&
+               has(ctx, "explicit_masks[0]: NULL"),
+           "explicit layout without a mask: %s", da_context_last_error(ctx));
+  static uint8_t mask[16];
+  for (int i = 0; i < DA_MAX_BRANCHES; i++) s.sparsity.explicit_masks[i] = mask;
+  s.num_branches = 40; /* past the arrays */
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_ERR_INVALID_SPEC && has(ctx, "40 branches given"),
+           "40 branches with masks: %s", da_context_last_error(ctx));
+  s.num_branches = 1, s.segment_lengths[0] = (int64_t)1 << 40; /* a 2^40 x 2^40 mask */
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_ERR_INVALID_SPEC && has(ctx, "larger block"),
+           "an explicit mask of 2^80 bytes: %s", da_context_last_error(ctx));
+  /* da_spec_explicit_blocks: -1 past the arrays, no overflow at the extremes */
+  s.num_branches = 100000;
+  TU_CHECK(da_spec_explicit_blocks(&s, 99999) == -1 && da_spec_explicit_blocks(&s, DA_MAX_BRANCHES) == -1,
+           "explicit blocks past DA_MAX_BRANCHES");
+  s.num_branches = 1, s.segment_lengths[0] = INT64_MAX, s.dilation_rates[0] = 1, s.sparsity.block = INT64_MAX;
+  TU_CHECK(da_spec_explicit_blocks(&s, 0) == 1, "ceil(INT64_MAX / INT64_MAX): %lld",
+           (long long)da_spec_explicit_blocks(&s, 0));
+  s.dilation_rates[0] = 2, s.sparsity.block = 1;
+  TU_CHECK(da_spec_explicit_blocks(&s, 0) == INT64_MAX / 2 + 1, "ceil(INT64_MAX / 2)");
+  /* and a valid explicit spec still runs */
+  s.num_branches = 1, s.segment_lengths[0] = 4, s.dilation_rates[0] = 1, s.sparsity.block = 1;
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK, "valid explicit spec: %s", da_context_last_error(ctx));
+  if (p != (da_plan *)1) da_plan_destroy(p);
+}
+
+static void test_tensors(da_context *ctx) {
+  da_spec s = small_spec();
+  da_plan *p;
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK, "plan: %s", da_context_last_error(ctx));
+  const int64_t B = 1, N = 16, nq = B * N * 2 * 8, nk = B * N * 1 * 8;
+  float *q = calloc(nq, 4), *k = calloc(nk, 4), *v = calloc(nk, 4), *o = calloc(nq, 4), *lse = calloc(B * 2 * N, 4);
+  float *o0 = calloc(nq, 4);
+  for (int64_t i = 0; i < nq; i++) q[i] = (float)((i * 7919) % 13) / 13.f - 0.5f;
+  for (int64_t i = 0; i < nk; i++) k[i] = (float)((i * 104729) % 11) / 11.f - 0.5f, v[i] = (float)(i % 5) - 2.f;
+  da_args a;
+  da_args_init(&a, &s, B, N, q, k, v, o, lse);
+  TU_CHECK(da_plan_execute(p, &a) == DA_OK, "plain run: %s", da_context_last_error(ctx));
+  memcpy(o0, o, nq * 4);
+
+  da_args b;
+#define EXPECT(label, detail)                                                                                    \
+  TU_CHECK(da_plan_execute(p, &b) == DA_ERR_INVALID_ARGUMENT && has(ctx, detail), "%s: %s", label,              \
+           da_context_last_error(ctx))
+  b = a, b.batch = INT64_MAX / 2;
+  EXPECT("batch INT64_MAX / 2", "spans more than 2^63");
+  b = a, b.k_stride[1] = INT64_MAX / 4;
+  EXPECT("k_stride[1] INT64_MAX / 4", "k: batch");
+  b = a, b.out_stride[1] = 0;
+  EXPECT("out rows on one another (stride 0)", "rows of out overlap");
+  b = a, b.out_stride[2] = 4; /* heads 4 elements apart, 8 wide */
+  EXPECT("out heads overlapping", "rows of out overlap");
+  b = a, b.out = q;
+  EXPECT("out == q", "out overlaps q");
+  b = a, b.out = k, b.out_stride[0] = b.out_stride[1] = 0; /* out's rows overlap before k is looked at */
+  EXPECT("out on k with 0 strides", "rows of out overlap");
+  b = a, b.lse = q + 3;
+  EXPECT("lse inside q", "lse overlaps q");
+  b = a, b.lse = (float *)o + 8;
+  EXPECT("lse inside out", "lse overlaps out");
+  b = a, b.workspace = o, b.workspace_bytes = 64;
+  EXPECT("workspace on out", "workspace overlaps out");
+  b = a, b.q = (const char *)q + 2;
+  EXPECT("q misaligned", "q (");
+  b = a, b.lse = (float *)((char *)lse + 1);
+  EXPECT("lse misaligned", "lse (");
+  b = a, b.v_stride[2] = -1;
+  EXPECT("negative stride", "must not be negative");
+  /* nothing above touched out */
+  TU_CHECK(!memcmp(o, o0, nq * 4), "a refused execution wrote out");
+  /* q, k, v may share memory (read only), k and v with 0 strides too (one row for all) */
+  b = a, b.v = k;
+  TU_CHECK(da_plan_execute(p, &b) == DA_OK, "v == k: %s", da_context_last_error(ctx));
+  b = a, b.k_stride[0] = 0;
+  TU_CHECK(da_plan_execute(p, &b) == DA_OK, "k batch stride 0: %s", da_context_last_error(ctx));
+  /* a permuted out ([B, H, N, D]) is no overlap */
+  b = a, b.out_stride[0] = 2 * N * 8, b.out_stride[1] = 8, b.out_stride[2] = N * 8;
+  TU_CHECK(da_plan_execute(p, &b) == DA_OK, "out as [B, H, N, D]: %s", da_context_last_error(ctx));
+
+  /* workspace sizes whose product overflows */
+  size_t bytes = 7;
+  TU_CHECK(da_plan_workspace_size(p, INT64_MAX / 2, 1, &bytes) == DA_ERR_INVALID_ARGUMENT && bytes == 7 &&
+               has(ctx, "overflows 64 bits"),
+           "workspace size of batch INT64_MAX / 2: %s", da_context_last_error(ctx));
+
+  /* da_args_init: NULL args is nothing, NULL spec leaves strides 0, an overflowing batch
+   * stride becomes one execute refuses */
+  da_args_init(NULL, &s, 1, 1, q, k, v, o, NULL);
+  da_args_init(&b, NULL, 1, 16, q, k, v, o, NULL);
+  TU_CHECK(b.q == q && b.seq_len == 16 && b.q_stride[0] == 0 && b.q_stride[2] == 0, "args_init(spec NULL)");
+  da_args_init(&b, &s, 1, (int64_t)1 << 62, q, k, v, o, NULL);
+  TU_CHECK(b.q_stride[0] == INT64_MAX, "args_init: overflowing batch stride %lld", (long long)b.q_stride[0]);
+
+  free(q), free(k), free(v), free(o), free(o0), free(lse);
+  da_plan_destroy(p);
+}
+
+/* one context's failure keeps its detail when another context, or a call without one,
+ * fails after it on the same thread */
+static void test_last_error(void) {
+  da_context *a, *b;
+  da_context_create(&a);
+  da_context_create(&b);
+  da_spec s;
+  da_spec_init(&s); /* no branches */
+  da_plan *p;
+  TU_CHECK(da_plan_create(a, &s, DA_BACKEND_HOST, &p) == DA_ERR_INVALID_SPEC, "a");
+  TU_CHECK(da_plan_create(b, &s, (da_backend)99, &p) != DA_OK, "b");
+  size_t n;
+  TU_CHECK(da_plan_workspace_size(NULL, 1, 1, &n) == DA_ERR_INVALID_ARGUMENT, "no context");
+  TU_CHECK(has(a, "0 branches given"), "a's detail after b and a contextless failure: '%s'", da_context_last_error(a));
+  TU_CHECK(has(b, "0 branches given"), "b's detail: '%s'", da_context_last_error(b));
+  TU_CHECK(has(NULL, "must not be NULL"), "the contextless detail: '%s'", da_context_last_error(NULL));
+  da_context_destroy(a);
+  da_context_destroy(b);
+}
+
+static void test_bundles_and_json(da_context *ctx) {
+  /* a second unnamed linked bundle is its own bundle: an invalid one is refused */
+  char good[512], bad[512];
+  snprintf(good, sizeof good, "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[]}",
+           da_version(), DA_CACHE_SCHEMA_VERSION);
+  snprintf(bad, sizeof bad,
+           "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[{\"kernel\":\"K2\"}]}",
+           da_version(), DA_CACHE_SCHEMA_VERSION);
+  da_bundle_data A = {NULL, good, strlen(good), 0, NULL, NULL, NULL}, Bd = {NULL, bad, strlen(bad), 0, NULL, NULL, NULL};
+  TU_CHECK(da_context_register_bundle_data(ctx, &A) == DA_OK, "good linked bundle: %s", da_context_last_error(ctx));
+  TU_CHECK(da_context_register_bundle_data(ctx, &Bd) == DA_ERR_PARSE && has(ctx, "kernels[0]"),
+           "a second, invalid linked bundle: %s", da_context_last_error(ctx));
+  TU_CHECK(da_context_register_bundle_data(ctx, &A) == DA_OK, "the good one again (a no-op)");
+  /* a directory is no manifest */
+  TU_CHECK(da_context_register_bundle(ctx, "/") == DA_ERR_IO && has(ctx, "directory"),
+           "register_bundle(\"/\"): %s", da_context_last_error(ctx));
+
+  /* seeds from 2^63: written as their bit pattern, read back */
+  da_spec s = small_spec(), r;
+  s.sparsity.layout = DA_LAYOUT_RANDOM, s.sparsity.block = 4, s.sparsity.density = 0.5;
+  s.sparsity.seed = UINT64_MAX - 5;
+  char *js = da_spec_to_json(&s), msg[256] = "";
+  TU_CHECK(js && da_spec_from_json(js, strlen(js), &r, msg, sizeof msg) == DA_OK && r.sparsity.seed == s.sparsity.seed,
+           "seed 2^64 - 6 round trip: %s (%s)", msg, js ? js : "no JSON");
+  free(js);
+}
+
+int main(void) {
+  da_context *ctx;
+  TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
+  test_explicit_specs(ctx);
+  test_tensors(ctx);
+  test_last_error();
+  test_bundles_and_json(ctx);
+  da_context_destroy(ctx);
+  return tu_report();
+}
