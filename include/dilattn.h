@@ -167,7 +167,8 @@ DA_API void da_context_destroy(da_context *ctx);
 DA_API const char *da_context_last_error(const da_context *ctx);
 
 /* Validate, plan, render, compile (or fetch a compiled kernel) for backend. AUTO picks
- * CUDA when a driver and GPU are usable, else host (DILATTN_BACKEND=host forces host).
+ * CUDA when a driver and GPU are usable, else host (DILATTN_BACKEND=host forces host for AUTO;
+ * a backend named here wins over the variable).
  * Returns DA_OK, DA_ERR_INVALID_SPEC (checked before anything else reads the spec),
  * DA_ERR_INVALID_ARGUMENT (NULL argument, unknown backend, an environment variable's
  * bad value), DA_ERR_GENERATOR, DA_ERR_COMPILE, DA_ERR_UNSUPPORTED (backend not

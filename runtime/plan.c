@@ -164,17 +164,27 @@ void da_context_destroy(da_context *c) {
   free(c);
 }
 
+/* The backend of a plan: the caller's, or for AUTO the environment's (DILATTN_BACKEND),
+ * else CUDA where it is usable, else host. The environment does not override a backend the
+ * caller names: a program that asked for CUDA passes device pointers, which a host plan
+ * would read as host memory (and the reverse); it is ignored then, with a warning. */
 static da_status pick_backend(const da_context *ctx, da_backend want, da_backend *got) {
-  const char *env = getenv("DILATTN_BACKEND");
-  if (env && *env) {
-    if (!strcmp(env, "host")) want = DA_BACKEND_HOST;
-    else if (!strcmp(env, "cuda")) want = DA_BACKEND_CUDA;
-    else if (strcmp(env, "auto"))
-      return da__set_error(ctx, DA_ERR_INVALID_ARGUMENT,
-                           "DILATTN_BACKEND: '%s' is not auto, host or cuda", env);
-  }
   DA_RETURN_IF(want != DA_BACKEND_AUTO && want != DA_BACKEND_HOST && want != DA_BACKEND_CUDA,
                DA_ERR_INVALID_ARGUMENT, "backend: %d is not auto, host or cuda", (int)want);
+  const char *env = getenv("DILATTN_BACKEND");
+  if (env && *env) {
+    const da_backend e = !strcmp(env, "host") ? DA_BACKEND_HOST : !strcmp(env, "cuda") ? DA_BACKEND_CUDA
+                       : !strcmp(env, "auto") ? DA_BACKEND_AUTO : (da_backend)-1;
+    DA_RETURN_IF((int)e < 0, DA_ERR_INVALID_ARGUMENT, "DILATTN_BACKEND: '%s' is not auto, host or cuda", env);
+    if (want == DA_BACKEND_AUTO) want = e;
+    else if (e != DA_BACKEND_AUTO && e != want) {
+      static int warned;
+      if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        da__log(DA_LOG_WARN, "DILATTN_BACKEND=%s ignored: the caller asked for the %s backend (the variable picks the "
+                             "backend of DA_BACKEND_AUTO, the CLI's --backend auto)",
+                env, want == DA_BACKEND_HOST ? "host" : "cuda");
+    }
+  }
   if (want == DA_BACKEND_HOST) {
     *got = DA_BACKEND_HOST;
     return DA_OK;

@@ -175,6 +175,30 @@ static void test_bundles_and_json(da_context *ctx) {
   free(js);
 }
 
+/* DILATTN_BACKEND picks the backend of AUTO plans only: a backend the caller names wins
+ * (a host plan given a program's device pointers would read them as host memory) */
+static void test_backend_env(da_context *ctx) {
+  da_spec s = small_spec();
+  da_plan *p = NULL;
+  setenv("DILATTN_BACKEND", "host", 1);
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_AUTO, &p) == DA_OK && da_plan_backend(p) == DA_BACKEND_HOST,
+           "DILATTN_BACKEND=host, AUTO: %s", da_context_last_error(ctx));
+  da_plan_destroy(p), p = NULL;
+  const da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &p);
+  TU_CHECK(st == DA_OK ? da_plan_backend(p) == DA_BACKEND_CUDA : st == DA_ERR_UNSUPPORTED && !p,
+           "DILATTN_BACKEND=host, CUDA asked for: %s, a %s plan", da_status_name(st),
+           p && da_plan_backend(p) == DA_BACKEND_HOST ? "host" : "CUDA or no");
+  da_plan_destroy(p), p = NULL;
+  setenv("DILATTN_BACKEND", "cuda", 1);
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK && da_plan_backend(p) == DA_BACKEND_HOST,
+           "DILATTN_BACKEND=cuda, host asked for: %s", da_context_last_error(ctx));
+  da_plan_destroy(p), p = NULL;
+  setenv("DILATTN_BACKEND", "gpu", 1);
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_ERR_INVALID_ARGUMENT && has(ctx, "DILATTN_BACKEND"),
+           "DILATTN_BACKEND=gpu: %s", da_context_last_error(ctx));
+  unsetenv("DILATTN_BACKEND");
+}
+
 int main(void) {
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
@@ -182,6 +206,7 @@ int main(void) {
   test_tensors(ctx);
   test_last_error();
   test_bundles_and_json(ctx);
+  test_backend_env(ctx);
   da_context_destroy(ctx);
   return tu_report();
 }
