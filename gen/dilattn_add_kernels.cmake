@@ -1,7 +1,8 @@
 # dilattn_add_kernels.cmake - build-time kernel generation for a user's target.
 #
 #   dilattn_add_kernels(<target> CONFIGS a.json b.json [ARCHS sm_80 sm_90] [NAME bundle]
-#                       [TARGET host|cuda] [MMA sync|wgmma])
+#                       [TARGET host|cuda]
+#                       [MMA sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2])
 #
 # Runs `dilattn gen --compile --bundle NAME` at build time (TARGET cuda, the default
 # when ARCHS are given, compiles a cubin per arch with NVRTC; TARGET host compiles host
@@ -9,8 +10,9 @@
 # kernels as data) to <target>, puts NAME.h (one typed entry point per config: spec,
 # plan, run) on its include path, and links dilattn::dilattn. At run time NAME_<config>_plan
 # registers the bundle with the context, so the plan starts without a compiler
-# (DILATTN_DISABLE_JIT=1 proves it). MMA wgmma builds the sm_90a wgmma path (ARCHS then
-# default to sm_90, the only arch it takes).
+# (DILATTN_DISABLE_JIT=1 proves it). MMA wgmma (or one of its variants, wgmma-ws the one
+# sm_90 devices take by default) builds the sm_90a wgmma path: ARCHS then default to
+# sm_90, the only arch it takes.
 function(dilattn_add_kernels target)
   cmake_parse_arguments(DK "" "NAME;TARGET;MMA" "CONFIGS;ARCHS" ${ARGN})
   if(NOT DK_CONFIGS)
@@ -35,7 +37,7 @@ function(dilattn_add_kernels target)
   set(arch_args "")
   if(DK_TARGET STREQUAL "cuda")
     if(NOT DK_ARCHS)
-      if(DK_MMA STREQUAL "wgmma")
+      if(DK_MMA MATCHES "^wgmma")
         set(DK_ARCHS sm_90)
       else()
         set(DK_ARCHS sm_80 sm_90)
