@@ -199,6 +199,31 @@ static void test_backend_env(da_context *ctx) {
   unsetenv("DILATTN_BACKEND");
 }
 
+/* CC is words, as make takes it: "cc -O1" runs cc with -O1 (it was one program name) */
+static void test_cc_words(void) {
+  /* an empty kernel cache of its own: the kernel is compiled here, not found */
+  char dir[] = "/tmp/dilattn-test-api-XXXXXX";
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("DILATTN_CACHE_DIR", dir, 1);
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_spec s = small_spec();
+  da_plan *p = NULL;
+  setenv("CC", "cc -O1 -DDA_TEST_CC_WORDS", 1);
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK, "CC='cc -O1 ...': %s", da_context_last_error(ctx));
+  da_plan_destroy(p), p = NULL;
+  s.has_scale = 1, s.scale = 0.3126; /* not the plan above */
+  setenv("CC", " \t ", 1);
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_ERR_UNSUPPORTED && has(ctx, "names no C compiler"),
+           "CC blank: %s", da_context_last_error(ctx));
+  unsetenv("CC");
+  da_context_destroy(ctx);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  TU_CHECK(system(cmd) == 0, "rm %s", dir);
+  unsetenv("DILATTN_CACHE_DIR");
+}
+
 int main(void) {
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
@@ -207,6 +232,7 @@ int main(void) {
   test_last_error();
   test_bundles_and_json(ctx);
   test_backend_env(ctx);
+  test_cc_words();
   da_context_destroy(ctx);
   return tu_report();
 }
