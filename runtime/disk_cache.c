@@ -33,20 +33,6 @@ struct da__disk_cache {
   int usable;
 };
 
-static int mkdir_p(const char *path, mode_t mode) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, mode) != 0 && errno != EEXIST) return -1;
-      *p = '/';
-    }
-  if (mkdir(tmp, mode) != 0 && errno != EEXIST) return -1;
-  struct stat st;
-  return (stat(tmp, &st) == 0 && S_ISDIR(st.st_mode)) ? 0 : -1;
-}
-
 da__disk_cache *da__disk_cache_open(void) {
   da__disk_cache *dc = calloc(1, sizeof *dc);
   if (!dc) return NULL;
@@ -59,7 +45,7 @@ da__disk_cache *da__disk_cache_open(void) {
   snprintf(dc->root, sizeof dc->root, "%s/v1", base);
   if (!base[0]) {
     da__log(DA_LOG_WARN, "kernel cache: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME; memory-only");
-  } else if (mkdir_p(dc->root, 0700) != 0 || access(dc->root, W_OK | X_OK) != 0) {
+  } else if (da__mkdir_p(dc->root, 0700) != 0 || access(dc->root, W_OK | X_OK) != 0) {
     da__log(DA_LOG_WARN, "kernel cache: cannot use %s (%s); kernels are cached in memory only", dc->root,
             strerror(errno));
   } else {
@@ -188,7 +174,7 @@ int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, co
                    meta ? "," : "", meta ? meta : "");
   if (n < 0) return -1;
   int rc = -1;
-  if (mkdir_p(dir, 0700) == 0 && da__write_file_atomic(bp, data, size, 0600) == 0 &&
+  if (da__mkdir_p(dir, 0700) == 0 && da__write_file_atomic(bp, data, size, 0600) == 0 &&
       da__write_file_atomic(jp, json, strlen(json), 0600) == 0)
     rc = 0;
   int e = errno;
@@ -209,7 +195,7 @@ int da__disk_cache_lock(da__disk_cache *dc, const char *arch, const char *key) {
   if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return -1;
   char dir[4300], lp[4400];
   snprintf(dir, sizeof dir, "%s/%s/%.2s", dc->root, arch, key);
-  if (mkdir_p(dir, 0700) != 0) return -1;
+  if (da__mkdir_p(dir, 0700) != 0) return -1;
   entry_path(dc, arch, key, ".lock", lp, sizeof lp);
   int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return -1;

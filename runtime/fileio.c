@@ -5,11 +5,14 @@
 #define _GNU_SOURCE
 #include "runtime/fileio.h"
 
+#include "runtime/log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,4 +73,38 @@ int da__write_file_atomic(const char *path, const void *data, size_t len, unsign
     return -1;
   }
   return 0;
+}
+
+int da__mkdir_p(const char *path, unsigned mode) {
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, (mode_t)mode) != 0 && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  if (mkdir(tmp, (mode_t)mode) != 0 && errno != EEXIST) return -1;
+  struct stat st;
+  if (stat(tmp, &st) != 0) return -1;
+  if (!S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return 0;
+}
+
+int da__dump_source(const char *file, const char *text) {
+  const char *dir = getenv("DILATTN_DUMP_DIR");
+  if (!dir || !*dir) return 0;
+  char path[4400];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  if (da__mkdir_p(dir, 0700) == 0 && da__write_file_atomic(path, text, strlen(text), 0600) == 0) return 0;
+  static int warned; /* once a process */
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    da__log(DA_LOG_WARN, "DILATTN_DUMP_DIR: cannot write %s: %s (sources are not dumped)", path, strerror(errno));
+  return -1;
 }

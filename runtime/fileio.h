@@ -14,4 +14,12 @@ DA_HIDDEN char *da__read_file(const char *path, size_t *len);
  * mode is the new file's permission bits. 0 on success, -1 with errno set. */
 DA_HIDDEN int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode);
 
+/* mkdir -p: path and its missing parents (mode for those made). 0 when path is a folder
+ * then, -1 with errno set. */
+DA_HIDDEN int da__mkdir_p(const char *path, unsigned mode);
+
+/* Where DILATTN_DUMP_DIR is set: write text there as file (the folder made as needed).
+ * 0 when written or unset; -1 when it cannot be written (a warning, once a process). */
+DA_HIDDEN int da__dump_source(const char *file, const char *text);
+
 #endif

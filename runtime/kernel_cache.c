@@ -157,7 +157,9 @@ typedef struct {
 
 static da_status build_host(const da_context *ctx, void *arg, void **bytes, size_t *n) {
   const host_job *j = arg;
-  char dir[4096], so[4200];
+  char dir[4096], so[4200], file[300];
+  snprintf(file, sizeof file, "%s.c", j->symbol);
+  (void)da__dump_source(file, j->source); /* DILATTN_DUMP_DIR (warns where it cannot) */
   DA_TRY(da__host_build(ctx, j->source, dir, sizeof dir, so, sizeof so, NULL));
   *bytes = da__read_file(so, n);
   da__host_build_cleanup(dir);

@@ -8,18 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int level_from_env(void) {
+/* The level, and 1 in *junk for a value that is none of the names (warn then). */
+static int level_from_env(int *junk) {
   const char *e = getenv("DILATTN_LOG_LEVEL");
-  if (!e || !*e) return DA_LOG_WARN;
+  *junk = 0;
+  if (!e || !*e || !strcmp(e, "warn")) return DA_LOG_WARN;
   if (!strcmp(e, "off")) return -1;
   if (!strcmp(e, "error")) return DA_LOG_ERROR;
   if (!strcmp(e, "info")) return DA_LOG_INFO;
   if (!strcmp(e, "debug")) return DA_LOG_DEBUG;
+  *junk = 1;
   return DA_LOG_WARN;
 }
 
 void da__log(int level, const char *fmt, ...) {
-  if (level > level_from_env()) return;
+  int junk;
+  const int max = level_from_env(&junk);
+  static int told; /* once a process (every context's creation logs at debug: it is seen) */
+  if (junk && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+    fprintf(stderr, "dilattn: warning: DILATTN_LOG_LEVEL=%s is not off, error, warn, info or debug; using warn\n",
+            getenv("DILATTN_LOG_LEVEL"));
+  if (level > max) return;
   static const char *const names[] = {"error", "warning", "info", "debug"};
   char line[2048];
   va_list ap;

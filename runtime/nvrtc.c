@@ -8,6 +8,9 @@
 #define _GNU_SOURCE
 #include "runtime/nvrtc.h"
 
+#include "runtime/fileio.h"
+#include "runtime/log.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -292,7 +295,7 @@ static int dump(const char *name, const char *source, const char *log, int fresh
   const char *env = getenv("DILATTN_DUMP_DIR");
   if (env && *env) {
     snprintf(dir, sizeof dir, "%s", env);
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    if (da__mkdir_p(dir, 0700) != 0) {
       snprintf(why, why_cap, "cannot create %s: %s", dir, strerror(errno));
       return -1;
     }
@@ -434,7 +437,11 @@ da_status da__nvrtc_compile(const da_context *ctx, const char *source, const cha
   }
 
   char path[4400], why[4400];
-  (void)dump(name, source, NULL, 0, path, sizeof path, why, sizeof why); /* best effort */
+  /* DILATTN_DUMP_DIR: best effort, a warning (once) where it cannot be written */
+  static int dump_warned;
+  if (dump(name, source, NULL, 0, path, sizeof path, why, sizeof why) != 0 && getenv("DILATTN_DUMP_DIR") &&
+      *getenv("DILATTN_DUMP_DIR") && !__atomic_exchange_n(&dump_warned, 1, __ATOMIC_RELAXED))
+    da__log(DA_LOG_WARN, "DILATTN_DUMP_DIR: %s (sources are not dumped)", why);
 
   memset(out, 0, sizeof *out);
   out->cubin = cubin;

@@ -13,6 +13,8 @@
  */
 #include "runtime/pattern_cache.h"
 
+#include "runtime/log.h"
+
 #include <limits.h>
 #include <math.h>
 #include <openssl/evp.h>
@@ -438,10 +440,15 @@ static void free_chain(entry *e) {
 
 /* ---- public (library-internal) API ----------------------------------------------------- */
 
-/* A positive decimal integer from the environment, else 0. */
+/* A positive decimal integer from the environment, else 0 (the default; a value that is
+ * no such number says so). */
 static size_t env_size(const char *name) {
   long v = 0;
-  return da__parse_count(getenv(name), LONG_MAX, &v) ? (size_t)v : 0; /* 0: the default */
+  const char *e = getenv(name);
+  if (da__parse_count(e, LONG_MAX, &v)) return (size_t)v;
+  if (e && *e) da__log(DA_LOG_WARN, "%s=%s is not a whole number of patterns; using the default (%d)", name, e,
+                       DEFAULT_MAX_ENTRIES);
+  return 0;
 }
 
 da_status da__pattern_cache_create(size_t max_entries, da__pattern_cache **out) {

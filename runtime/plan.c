@@ -100,6 +100,7 @@ da_status da_context_create(da_context **out) {
         da__log(DA_LOG_WARN, "DILATTN_BUNDLES: %s", da_context_last_error(c));
     free(list);
   }
+  da__log(DA_LOG_DEBUG, "context %p created", (void *)c);
   *out = c;
   return DA_OK;
 }

@@ -199,7 +199,8 @@ static void test_backend_env(da_context *ctx) {
   unsetenv("DILATTN_BACKEND");
 }
 
-/* CC is words, as make takes it: "cc -O1" runs cc with -O1 (it was one program name) */
+/* CC is words, as make takes it: "cc -O1" runs cc with -O1 (it was one program name);
+ * DILATTN_DUMP_DIR gets the host kernel's source too (it got NVRTC's only) */
 static void test_cc_words(void) {
   /* an empty kernel cache of its own: the kernel is compiled here, not found */
   char dir[] = "/tmp/dilattn-test-api-XXXXXX";
@@ -210,7 +211,15 @@ static void test_cc_words(void) {
   da_spec s = small_spec();
   da_plan *p = NULL;
   setenv("CC", "cc -O1 -DDA_TEST_CC_WORDS", 1);
+  char dump[300], file[600];
+  snprintf(dump, sizeof dump, "%s/dump/sub", dir); /* DILATTN_DUMP_DIR: its folders are made */
+  setenv("DILATTN_DUMP_DIR", dump, 1);
   TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK, "CC='cc -O1 ...': %s", da_context_last_error(ctx));
+  snprintf(file, sizeof file, "%s/%s.c", dump, p ? da_plan_kernel_name(p) : "");
+  FILE *f = fopen(file, "r");
+  TU_CHECK(f != NULL, "DILATTN_DUMP_DIR: no host source %s", file);
+  if (f) fclose(f);
+  unsetenv("DILATTN_DUMP_DIR");
   da_plan_destroy(p), p = NULL;
   s.has_scale = 1, s.scale = 0.3126; /* not the plan above */
   setenv("CC", " \t ", 1);
