@@ -1,5 +1,6 @@
 /* bench_plan.c - how fast a plan starts (issue 4): render time; cold plan creation
- * (render + host compile, and render + NVRTC compile for sm_90 where NVRTC exists); warm
+ * (render + host compile, and render + NVRTC compile where NVRTC exists: mma.sync for
+ * sm_90 and sm_80, the warp-specialized wgmma kernel for sm_90a); warm
  * plan from the disk cache in a new process; warm plan from memory. Each figure is a
  * median with min and max over repetitions, validated first (the plan runs and its
  * output is finite). Prints one JSON object per measurement and a summary against the
@@ -127,21 +128,36 @@ int main(int argc, char **argv) {
   }
   report("cold_plan_host", "ms", stats(v, 6), 1e9, "render + cc -O2 + disk store; no target set");
 
-  /* cold NVRTC for sm_90 */
+  /* cold NVRTC per variant: mma.sync for sm_80 and sm_90, and the kernel an sm_90 device
+   * takes by default (warp-specialized wgmma, sm_90a) */
   int maj, min;
   if (da__nvrtc_version(ctx, &maj, &min) == DA_OK) {
-    for (int i = 0; i < 5; i++) {
-      da_spec s = longnet(0.2 + 0.01 * i);
-      da__rendered r;
-      double t0 = now_us();
-      if (da__render_ex(ctx, &s, DA_TARGET_CUDA, NULL, &r) != DA_OK) return 1;
-      da__nvrtc_result res;
-      if (da__nvrtc_compile(ctx, r.source, "bench.cu", "sm_90", NULL, 0, &res) != DA_OK) return 3;
-      v[i] = (now_us() - t0) / 1e3;
-      da__nvrtc_result_free(&res);
-      da__rendered_free(&r);
+    static const struct {
+      const char *measure, *arch, *note;
+      int mma;
+    } variants[] = {
+        {"cold_plan_nvrtc_sm90", "sm_90", "render + NVRTC to cubin for sm_90, mma.sync (module load excluded)", 0},
+        {"cold_plan_nvrtc_sm80", "sm_80", "render + NVRTC to cubin for sm_80, mma.sync (module load excluded)", 0},
+        {"cold_plan_nvrtc_sm90a_ws", "sm_90a",
+         "render + NVRTC to cubin for sm_90a, warp-specialized wgmma: an sm_90 device's default (module load excluded)",
+         4},
+    };
+    for (int k = 0; k < 3; k++) {
+      for (int i = 0; i < 5; i++) {
+        da_spec s = longnet(0.2 + 0.01 * i + 0.1 * k);
+        da_plan_options o = {0};
+        o.cuda_mma = variants[k].mma;
+        da__rendered r;
+        double t0 = now_us();
+        if (da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) != DA_OK) return 1;
+        da__nvrtc_result res;
+        if (da__nvrtc_compile(ctx, r.source, "bench.cu", variants[k].arch, NULL, 0, &res) != DA_OK) return 3;
+        v[i] = (now_us() - t0) / 1e3;
+        da__nvrtc_result_free(&res);
+        da__rendered_free(&r);
+      }
+      report(variants[k].measure, "ms", stats(v, 5), 500, variants[k].note);
     }
-    report("cold_plan_nvrtc_sm90", "ms", stats(v, 5), 500, "render + NVRTC to cubin for sm_90 (module load excluded)");
   }
 
   /* warm from disk in a new process: each child creates a context and the plan */
