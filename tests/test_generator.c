@@ -189,6 +189,15 @@ static void test_template_dir(void) {
   st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
   TU_CHECK(st == DA_ERR_COMPILE && strstr(da_context_last_error(ctx), "kernel.c"),
            "bad C: %s / %s", da_status_name(st), da_context_last_error(ctx));
+  { /* the failed build's folder is kept for inspection (" on DIR/kernel.c (kept"): not here */
+    const char *on = strstr(da_context_last_error(ctx), " on "), *end = on ? strstr(on, "/kernel.c (kept") : NULL;
+    const int n = on && end ? (int)(end - (on + 4)) : 0;
+    if (n > 0 && n < 4000 && !memchr(on + 4, '\'', (size_t)n)) {
+      char cmd[4200];
+      snprintf(cmd, sizeof cmd, "rm -rf '%.*s'", n, on + 4);
+      TU_CHECK(system(cmd) == 0, "%s", cmd);
+    }
+  }
   /* a missing template names the path */
   unlink(path);
   st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
