@@ -643,8 +643,9 @@ static da_status check_tensors(const da_context *ctx, const da_spec *s, const da
                "out_stride {%lld, %lld, %lld}: rows of out overlap (batch %lld, seq_len %lld, %d heads, head_dim %d)",
                (long long)a->out_stride[0], (long long)a->out_stride[1], (long long)a->out_stride[2],
                (long long)a->batch, (long long)a->seq_len, s->num_heads, s->head_dim);
-  int64_t nlse; /* B * H * N <= out's elements (distinct: checked above) */
-  DA_RETURN_IF(__builtin_mul_overflow(a->batch * s->num_heads * a->seq_len, (int64_t)4, &nlse),
+  int64_t nlse;
+  DA_RETURN_IF(__builtin_mul_overflow(a->batch, (int64_t)s->num_heads, &nlse) ||
+                   __builtin_mul_overflow(nlse, a->seq_len, &nlse) || __builtin_mul_overflow(nlse, (int64_t)4, &nlse),
                DA_ERR_INVALID_ARGUMENT, "lse: batch %lld x %d heads x seq_len %lld floats span more than 2^63 bytes",
                (long long)a->batch, s->num_heads, (long long)a->seq_len);
   span[4] = a->lse ? nlse : 0;
