@@ -2,6 +2,7 @@
  * Exit codes: 0 success, 2 bad input (arguments, config, NPY), 3 compile failure,
  * 4 device or runtime failure, 1 internal error. Output files are written whole (temp
  * file, then rename) or not at all. */
+#define _GNU_SOURCE
 #include "dilattn.h"
 #include "gen/render.h"
 #include "runtime/host_compiler.h"
@@ -17,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lua.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -429,6 +431,113 @@ static da_status execute_plan(da_context *ctx, da_plan *plan, const da_spec *spe
   return st;
 }
 
+/* The folder of path (dir, cap bytes) and its last component: "a/b.npy" -> "a", "b.npy";
+ * "b.npy" -> ".", "b.npy"; "/b.npy" -> "/", "b.npy". */
+static const char *split_path(const char *path, char *dir, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) {
+    snprintf(dir, cap, ".");
+    return path;
+  }
+  size_t n = (size_t)(slash - path);
+  snprintf(dir, cap, "%.*s", (int)(n ? n : 1), path);
+  return slash + 1;
+}
+
+/* 1 when paths a and b name one file: the same device and inode where both exist, else the
+ * same last component in the same folder (folders compared after realpath). */
+static int same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea != eb) return 0;
+  char da[4096], db[4096], ra[PATH_MAX], rb[PATH_MAX];
+  const char *na = split_path(a, da, sizeof da), *nb = split_path(b, db, sizeof db);
+  if (strcmp(na, nb)) return 0;
+  if (!realpath(da, ra) || !realpath(db, rb)) return !strcmp(da, db);
+  return !strcmp(ra, rb);
+}
+
+/* One output of `run`: written to a temp file beside its target, renamed into place only
+ * when every output was written (the one before restored if a later rename fails). */
+typedef struct {
+  const char *flag, *path;
+  char tmp[4200], bak[4200];
+  int have_tmp, have_bak;
+} out_file;
+
+static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *shape, const void *data) {
+  struct stat st;
+  mode_t mode;
+  if (stat(o->path, &st) == 0) {
+    mode = st.st_mode & 0777; /* an existing file keeps its permission bits */
+  } else {
+    mode_t um = umask(0);
+    umask(um);
+    mode = 0666 & ~um;
+  }
+  snprintf(o->tmp, sizeof o->tmp, "%s.tmp-run-XXXXXX", o->path);
+  int fd = mkstemp(o->tmp);
+  if (fd < 0) return fail(EXIT_INPUT, "%s %s: cannot create a temporary file beside it: %s", o->flag, o->path,
+                          strerror(errno));
+  o->have_tmp = 1;
+  int bad = fchmod(fd, mode) != 0;
+  bad = close(fd) != 0 || bad;
+  if (bad) return fail(EXIT_INPUT, "%s %s: cannot prepare a temporary file beside it: %s", o->flag, o->path,
+                       strerror(errno));
+  char msg[1024];
+  if (da__npy_save(o->tmp, dt, ndim, shape, data, msg, sizeof msg) != DA_OK) {
+    size_t n = strlen(o->tmp);
+    const char *why = !strncmp(msg, o->tmp, n) && msg[n] == ':' ? msg + n + 2 : msg; /* the message names the temp */
+    return fail(EXIT_INPUT, "%s %s: %s", o->flag, o->path, why);
+  }
+  return EXIT_OK;
+}
+
+/* Rename the staged outputs into place: all of them, or none (a target replaced before a
+ * later rename failed gets its old file back from a hard link taken first). */
+static int commit_outputs(out_file *o, int n) {
+  for (int i = 0; i < n; i++) { /* hard links to the files about to be replaced */
+    struct stat st;
+    if (stat(o[i].path, &st) != 0) continue;
+    for (int t = 0; t < 8 && !o[i].have_bak; t++) {
+      snprintf(o[i].bak, sizeof o[i].bak, "%s.tmp-old-XXXXXX", o[i].path);
+      int fd = mkstemp(o[i].bak);
+      if (fd < 0) break;
+      close(fd);
+      unlink(o[i].bak);
+      if (link(o[i].path, o[i].bak) == 0) o[i].have_bak = 1;
+      else if (errno != EEXIST) break;
+    }
+  }
+  int done = 0, rc = EXIT_OK;
+  for (; done < n; done++) {
+    if (rename(o[done].tmp, o[done].path) != 0) {
+      rc = fail(EXIT_INPUT, "%s %s: cannot rename the temporary file over it: %s", o[done].flag, o[done].path,
+                strerror(errno));
+      break;
+    }
+    o[done].have_tmp = 0;
+  }
+  for (int i = 0; i < done && rc != EXIT_OK; i++) {
+    if (o[i].have_bak ? rename(o[i].bak, o[i].path) == 0 : unlink(o[i].path) == 0 || errno == ENOENT)
+      o[i].have_bak = 0;
+    else
+      fprintf(stderr, "dilattn: error: %s %s was replaced and could not be restored: %s\n", o[i].flag, o[i].path,
+              strerror(errno));
+  }
+  return rc;
+}
+
+/* Remove whatever staging left: temp files, backups no longer needed. */
+static void cleanup_outputs(out_file *o, int n) {
+  for (int i = 0; i < n; i++) {
+    if (o[i].have_tmp) unlink(o[i].tmp);
+    if (o[i].have_bak) unlink(o[i].bak);
+    o[i].have_tmp = o[i].have_bak = 0;
+  }
+}
+
 static int cmd_run(int argc, char **argv) {
   const char *config = NULL, *qp = NULL, *kp = NULL, *vp = NULL, *outp = NULL, *lsep = NULL;
   const char *backend_s = "auto";
@@ -458,6 +567,12 @@ static int cmd_run(int argc, char **argv) {
   else if (!strcmp(backend_s, "host")) backend = DA_BACKEND_HOST;
   else if (!strcmp(backend_s, "cuda")) backend = DA_BACKEND_CUDA;
   else return fail(EXIT_INPUT, "--backend: '%s' is not auto, host or cuda", backend_s);
+  /* the outputs: two distinct files, neither a folder (checked before anything runs) */
+  if (lsep && same_file(outp, lsep))
+    return fail(EXIT_INPUT, "-o %s and --lse %s name the same file", outp, lsep);
+  struct stat ost;
+  if (stat(outp, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
+  if (lsep && stat(lsep, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
 
   da_spec spec;
   int rc = load_config(config, &spec);
@@ -494,16 +609,14 @@ static int cmd_run(int argc, char **argv) {
     da_status st = execute_plan(ctx, plan, &spec, B, N, &q, &k, &v, out, lse, &exec_ms);
     if (st != DA_OK) rc = fail(exit_code(st), "run: %s", da_context_last_error(ctx));
   }
-  if (rc == EXIT_OK) {
-    if (da__npy_save(outp, q.dtype, 4, q.shape, out, msg, sizeof msg) != DA_OK) {
-      rc = fail(EXIT_INPUT, "-o %s", msg);
-    } else if (lsep) {
-      int64_t shp[3] = {B, spec.num_heads, N};
-      if (da__npy_save(lsep, DA_NPY_F32, 3, shp, lse, msg, sizeof msg) != DA_OK) {
-        rc = fail(EXIT_INPUT, "--lse %s", msg);
-        unlink(outp); /* both outputs or neither */
-      }
-    }
+  if (rc == EXIT_OK) { /* both outputs or neither; an existing file is replaced only by a whole new one */
+    out_file of[2] = {{.flag = "-o", .path = outp}, {.flag = "--lse", .path = lsep}};
+    int nof = lsep ? 2 : 1;
+    int64_t shp[3] = {B, spec.num_heads, N};
+    rc = stage_output(&of[0], q.dtype, 4, q.shape, out);
+    if (rc == EXIT_OK && lsep) rc = stage_output(&of[1], DA_NPY_F32, 3, shp, lse);
+    if (rc == EXIT_OK) rc = commit_outputs(of, nof);
+    cleanup_outputs(of, nof);
   }
   double density = -1;
   if (rc == EXIT_OK && da_plan_density(plan, N, &density) != DA_OK) density = -1;

@@ -231,6 +231,47 @@ def test_run_golden(tmp):
         check(not leftovers, f"temp files left behind: {leftovers}")
 
 
+def golden_run_args(case="gqa_4_to_1"):
+    g = os.path.join(GOLDEN, case)
+    return [os.path.join(g, "case.json"), "--q", os.path.join(g, "q.npy"), "--k", os.path.join(g, "k.npy"),
+            "--v", os.path.join(g, "v.npy"), "--backend", "host"]
+
+
+def test_run_outputs(tmp):
+    """A failing run leaves existing outputs as they were: out is not written (nor removed)
+    when lse cannot be, and the other way round; -o and --lse naming one file, however
+    spelt, are refused before anything runs."""
+    d = os.path.join(tmp, "outs")
+    os.mkdir(d)
+    args = golden_run_args()
+    out, lse = os.path.join(d, "o.npy"), os.path.join(d, "l.npy")
+    for f in (out, lse):
+        open(f, "wb").write(b"keep")
+    rc, so, err = run("run", *args, "-o", out, "--lse", os.path.join(tmp, "nodir", "l.npy"))
+    check(rc == 2 and "l.npy" in err and os.path.exists(out) and open(out, "rb").read() == b"keep",
+          f"run with an unwritable --lse: exit {rc}, out {'kept' if os.path.exists(out) else 'deleted'}: {err}")
+    rc, so, err = run("run", *args, "-o", os.path.join(tmp, "nodir", "o.npy"), "--lse", lse)
+    check(rc == 2 and open(lse, "rb").read() == b"keep", f"run with an unwritable -o: exit {rc}: {err}")
+    check(not [f for f in os.listdir(d) if ".tmp" in f], f"temp files left: {os.listdir(d)}")
+    # both written when both can be
+    rc, so, err = run("run", *args, "-o", out, "--lse", lse)
+    check(rc == 0 and np.load(out).ndim == 4 and np.load(lse).ndim == 3, f"run -o --lse: exit {rc}: {err}")
+    # -o and --lse naming one file: refused (exit 2) before anything runs, nothing written
+    os.symlink(d, os.path.join(tmp, "outs-link"))
+    os.link(out, os.path.join(d, "o-hard.npy"))
+    for o, l in ((out, out), (out, os.path.join(d, ".", "o.npy")), (out, os.path.join(tmp, "outs-link", "o.npy")),
+                 (os.path.join(d, "new.npy"), os.path.join(d, "..", "outs", "new.npy")),
+                 (out, os.path.join(d, "o-hard.npy"))):
+        before = open(out, "rb").read()
+        rc, so, err = run("run", *args, "-o", o, "--lse", l)
+        check(rc == 2 and "same file" in err and not so and open(out, "rb").read() == before
+              and not os.path.exists(os.path.join(d, "new.npy")),
+              f"run -o {o} --lse {l}: exit {rc}: {so} {err}")
+    # a folder as an output: refused before anything runs
+    rc, so, err = run("run", *args, "-o", out, "--lse", d)
+    check(rc == 2 and open(out, "rb").read() == before, f"run --lse <a folder>: exit {rc}: {err}")
+
+
 def f32_to_bf16_bits(x):
     u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -377,6 +418,7 @@ def main():
         test_old_templates(tmp)
         test_run_golden(tmp)
         test_run_bf16(tmp)
+        test_run_outputs(tmp)
         test_bad_inputs(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
