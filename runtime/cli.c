@@ -122,6 +122,45 @@ int da__cli_load_config(const char *path, da_spec *spec);
 
 static int load_config(const char *path, da_spec *spec) { return da__cli_load_config(path, spec); }
 
+/* JSON string literal of s (or null), escaped (quotes, backslashes, control characters),
+ * whole however long: valid until the same slot (0..7) is used again. Shared with tune.c. */
+const char *da__cli_jstr(const char *s, int slot);
+const char *da__cli_jstr(const char *s, int slot) {
+  static char *buf[8];
+  if (!s) return "null";
+  slot &= 7;
+  free(buf[slot]);
+  size_t cap = strlen(s) * 6 + 3;
+  char *o = buf[slot] = malloc(cap);
+  if (!o) return "\"\""; /* out of memory: an empty string, still JSON */
+  size_t n = 0;
+  o[n++] = '"';
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') o[n++] = '\\', o[n++] = (char)c;
+    else if (c == '\n') o[n++] = '\\', o[n++] = 'n';
+    else if (c == '\t') o[n++] = '\\', o[n++] = 't';
+    else if (c < 0x20 || c == 0x7f) n += (size_t)snprintf(o + n, 7, "\\u%04x", c);
+    else o[n++] = (char)c;
+  }
+  o[n++] = '"';
+  o[n] = '\0';
+  return o;
+}
+#define jstr da__cli_jstr
+
+/* A malloc'ed, formatted string ("" when out of memory: never NULL, free() it). */
+static char *da__cli_sprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *da__cli_sprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *o = NULL;
+  if (vasprintf(&o, fmt, ap) < 0) o = calloc(1, 1);
+  va_end(ap);
+  return o;
+}
+
+
 int da__cli_load_config(const char *path, da_spec *spec) {
   char msg[1024];
   size_t len;
@@ -294,9 +333,9 @@ static int cmd_gen(int argc, char **argv) {
           rc = fail(EXIT_INPUT, "cannot write %s: %s", out, strerror(errno));
         else if (compile) add_artifact(it, "host", key, file, bytes, n);
         if (rc == EXIT_OK && report)
-          printf("{\"kernel\":\"%s\",\"arch\":\"host\",\"cc\":\"%s\",\"strategy\":\"%s\","
-                 "\"cache_key\":\"%s\",\"source\":\"%s\",\"compile_ms\":%.1f}\n",
-                 r.kernel_name, da__host_cc(), r.strategy, r.key, path, ms);
+          printf("{\"kernel\":%s,\"arch\":\"host\",\"cc\":%s,\"strategy\":%s,"
+                 "\"cache_key\":%s,\"source\":%s,\"compile_ms\":%.1f}\n",
+                 jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(path, 4), ms);
         else if (rc == EXIT_OK)
           printf("%s\n", out);
         free(bytes);
@@ -323,12 +362,13 @@ static int cmd_gen(int argc, char **argv) {
         else if (compile)
           add_artifact(it, carch, key, file, res.cubin, res.cubin_size);
         if (rc == EXIT_OK && report)
-          printf("{\"kernel\":\"%s\",\"arch\":\"%s\",\"registers\":%d,\"spill_bytes\":%d,"
+          printf("{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
                  "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
-                 "\"strategy\":\"%s\",\"path\":\"%s\",\"threads\":%d,\"cache_key\":\"%s\"}\n",
-                 r.kernel_name, carch, res.registers, res.spill_bytes,
+                 "\"strategy\":%s,\"path\":%s,\"threads\":%d,\"cache_key\":%s}\n",
+                 jstr(r.kernel_name, 0), jstr(carch, 1), res.registers, res.spill_bytes,
                  r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0), res.shared_bytes,
-                 res.stack_bytes, res.wgmma_serialized, res.compile_ms, r.strategy, r.cuda_path, r.threads, r.key);
+                 res.stack_bytes, res.wgmma_serialized, res.compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3), r.threads,
+                 jstr(r.key, 4));
         else if (rc == EXIT_OK)
           printf("%s\n", bin);
         da__nvrtc_result_free(&res);
@@ -623,12 +663,12 @@ static int cmd_run(int argc, char **argv) {
   da_plan_options used = {0, 0, 0, 0, 0};
   if (rc == EXIT_OK) da_plan_get_options(plan, &used);
   if (rc == EXIT_OK)
-    printf("{\"kernel\":\"%s\",\"backend\":\"%s\",\"strategy\":\"%s\",\"batch\":%lld,"
+    printf("{\"kernel\":%s,\"backend\":\"%s\",\"strategy\":%s,\"batch\":%lld,"
            "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"tile_q\":%d,\"tile_k\":%d,\"cuda_mma\":%d,\"execute_ms\":%.2f,"
-           "\"out\":\"%s\",\"lse\":%s%s%s}\n",
-           da_plan_kernel_name(plan), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",
-           da_plan_strategy(plan), (long long)B, (long long)N, spec.num_heads, spec.head_dim,
-           dtype_name(spec.dtype), density, used.tile_q, used.tile_k, used.cuda_mma, exec_ms, outp, lsep ? "\"" : "", lsep ? lsep : "null", lsep ? "\"" : "");
+           "\"out\":%s,\"lse\":%s}\n",
+           jstr(da_plan_kernel_name(plan), 0), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",
+           jstr(da_plan_strategy(plan), 1), (long long)B, (long long)N, spec.num_heads, spec.head_dim,
+           dtype_name(spec.dtype), density, used.tile_q, used.tile_k, used.cuda_mma, exec_ms, jstr(outp, 2), jstr(lsep, 3));
   da_plan_destroy(plan);
   da_context_destroy(ctx);
   da__npy_free(&q);
@@ -639,24 +679,6 @@ static int cmd_run(int argc, char **argv) {
   return rc;
 }
 
-/* JSON string literal of s (or null), escaped; static buffer per slot. */
-static const char *jstr(const char *s, int slot) {
-  static char buf[4][1200];
-  if (!s) return "null";
-  char *o = buf[slot];
-  size_t n = 0;
-  o[n++] = '"';
-  for (; *s && n < sizeof buf[slot] - 8; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') o[n++] = '\\', o[n++] = (char)c;
-    else if (c < 0x20) n += (size_t)snprintf(o + n, 8, "\\u%04x", c);
-    else o[n++] = (char)c;
-  }
-  o[n++] = '"';
-  o[n] = '\0';
-  return o;
-}
-
 static int cmd_info(void) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "command -v '%s' >/dev/null 2>&1", da__host_cc());
@@ -664,32 +686,32 @@ static int cmd_info(void) {
   da_context *ctx = NULL;
   da_context_create(&ctx);
   int maj = 0, min = 0;
-  char nvrtc[1200], cuda[1200];
+  char *nvrtc = NULL, *cuda = NULL, *limit = NULL; /* whole, however long the reasons */
   if (da__nvrtc_version(ctx, &maj, &min) == DA_OK)
-    snprintf(nvrtc, sizeof nvrtc, "{\"available\":true,\"version\":\"%d.%d\"}", maj, min);
+    nvrtc = da__cli_sprintf("{\"available\":true,\"version\":\"%d.%d\"}", maj, min);
   else
-    snprintf(nvrtc, sizeof nvrtc, "{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 0));
+    nvrtc = da__cli_sprintf("{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 4));
   da__cuda *dev = NULL;
   if (da__cuda_get(ctx, &dev) == DA_OK)
-    snprintf(cuda, sizeof cuda, "{\"available\":true,\"device\":%s,\"arch\":\"%s\",\"driver\":%d}",
-             jstr(da__cuda_device_name(dev), 1), da__cuda_arch(dev), da__cuda_driver_version(dev));
+    cuda = da__cli_sprintf("{\"available\":true,\"device\":%s,\"arch\":%s,\"driver\":%d}",
+                           jstr(da__cuda_device_name(dev), 5), jstr(da__cuda_arch(dev), 6), da__cuda_driver_version(dev));
   else
-    snprintf(cuda, sizeof cuda, "{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 1));
+    cuda = da__cli_sprintf("{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 5));
   /* the workspace limit plans would take: bytes, null (none), or why it is refused */
-  char limit[1200];
   size_t limit_bytes = SIZE_MAX;
   if (da__workspace_limit(ctx, &limit_bytes) != DA_OK)
-    snprintf(limit, sizeof limit, "{\"error\":%s}", jstr(da_context_last_error(ctx), 1));
+    limit = da__cli_sprintf("{\"error\":%s}", jstr(da_context_last_error(ctx), 6));
   else if (limit_bytes < SIZE_MAX)
-    snprintf(limit, sizeof limit, "%zu", limit_bytes);
+    limit = da__cli_sprintf("%zu", limit_bytes);
   else
-    snprintf(limit, sizeof limit, "null");
-  printf("{\"version\":\"%s\",\"lua\":\"%s\",\"cache_schema\":%d,"
+    limit = da__cli_sprintf("null");
+  printf("{\"version\":%s,\"lua\":%s,\"cache_schema\":%d,"
          "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s},\"cuda\":%s},\"nvrtc\":%s,"
          "\"template_dir\":%s,\"cache_dir\":%s,\"cache_max_bytes\":%llu,\"workspace_limit\":%s}\n",
-         da_version(), LUA_RELEASE, DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
+         jstr(da_version(), 0), jstr(LUA_RELEASE, 1), DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
          jstr(da__host_cc(), 2), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
-         jstr(getenv("DILATTN_CACHE_DIR"), 0), (unsigned long long)da__disk_cache_max_bytes(), limit);
+         jstr(getenv("DILATTN_CACHE_DIR"), 7), (unsigned long long)da__disk_cache_max_bytes(), limit);
+  free(nvrtc), free(cuda), free(limit);
   da_context_destroy(ctx);
   return EXIT_OK;
 }
@@ -704,7 +726,7 @@ static void print_entry(void *user, const char *arch, const char *key, uint64_t 
     printf("%.*s,\"disk_bytes\":%llu,\"last_used\":%lld}\n", (int)(n - 1), json, (unsigned long long)size,
            (long long)mtime);
   else
-    printf("{\"arch\":\"%s\",\"key\":\"%s\",\"disk_bytes\":%llu}\n", arch, key, (unsigned long long)size);
+    printf("{\"arch\":%s,\"key\":%s,\"disk_bytes\":%llu}\n", jstr(arch, 0), jstr(key, 1), (unsigned long long)size);
 }
 
 static int cmd_cache(int argc, char **argv) {

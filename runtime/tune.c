@@ -214,6 +214,7 @@ static void draw_plot(const char *path, cand_t *c, int n, int best) {
 }
 
 int da__cli_load_config(const char *path, da_spec *spec); /* cli.c */
+const char *da__cli_jstr(const char *s, int slot);         /* cli.c: a JSON string literal, escaped */
 
 static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend, int reps, int threads, FILE *csv,
                     const char *plot, const char *db) {
@@ -329,15 +330,15 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
   if (st != DA_OK) fprintf(stderr, "dilattn: error: %s\n", da_context_last_error(ctx));
   int failed = 0;
   for (int i = 0; i < n; i++) failed += strcmp(c[i].rec.status, "ok") != 0;
-  printf("{\"config\":\"%s\",\"backend\":\"%s\",\"seq_len\":%lld,\"batch\":%lld,\"candidates\":%d,\"failed\":%d,"
+  printf("{\"config\":%s,\"backend\":\"%s\",\"seq_len\":%lld,\"batch\":%lld,\"candidates\":%d,\"failed\":%d,"
          "\"default_ms\":%.4f,\"best_ms\":%.4f,\"speedup\":%.3f,\"best\":{\"tile_q\":%d,\"tile_k\":%d,"
-         "\"fused_min_queries\":%d,\"cuda_mma\":%d,\"strategy\":\"%s\"},\"db\":\"%s\"}\n",
-         config, cuda ? "cuda" : "host", (long long)N, (long long)B, n, failed, c[0].rec.median_ms,
+         "\"fused_min_queries\":%d,\"cuda_mma\":%d,\"strategy\":%s},\"db\":%s}\n",
+         da__cli_jstr(config, 0), cuda ? "cuda" : "host", (long long)N, (long long)B, n, failed, c[0].rec.median_ms,
          best >= 0 ? c[best].rec.median_ms : -1.0,
          best >= 0 && c[0].rec.median_ms > 0 ? c[0].rec.median_ms / c[best].rec.median_ms : 0.0,
          best >= 0 ? c[best].rec.params.tile_q : 0, best >= 0 ? c[best].rec.params.tile_k : 0,
          best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.params.cuda_mma : 0,
-         best >= 0 ? c[best].rec.strategy : "", db);
+         da__cli_jstr(best >= 0 ? c[best].rec.strategy : "", 1), da__cli_jstr(db, 2));
   if (plot) draw_plot(plot, c, n, best);
   free(js);
   da_context_destroy(ctx);

@@ -272,6 +272,36 @@ def test_run_outputs(tmp):
     check(rc == 2 and open(out, "rb").read() == before, f"run --lse <a folder>: exit {rc}: {err}")
 
 
+def test_json_escaped(tmp):
+    """Paths printed into the JSON summaries are escaped: quotes, backslashes, control
+    characters, and long paths are not cut."""
+    d = os.path.join(tmp, 'q"uo\\te\tdir')
+    os.mkdir(d)
+    out, lse = os.path.join(d, 'a"b\\c.npy'), os.path.join(d, "l\nx.npy")
+    rc, so, err = run("run", *golden_run_args(), "-o", out, "--lse", lse)
+    try:
+        summary = json.loads(so)
+        check(rc == 0 and summary["out"] == out and summary["lse"] == lse, f"run summary paths: {summary}")
+    except ValueError as ex:
+        check(False, f"run printed invalid JSON for -o {out!r}: {ex}: {so!r} {err}")
+    rc, so, err = run("gen", os.path.join(GOLDEN, "gqa_4_to_1", "case.json"), "-o", d, "--report")
+    try:
+        rep = json.loads(so)
+        check(rc == 0 and rep["source"].startswith(d + "/"), f"gen --report source: {rep}")
+    except ValueError as ex:
+        check(False, f"gen --report printed invalid JSON for -o {d!r}: {ex}: {so!r} {err}")
+    # a long path (over a thousand bytes) comes back whole
+    deep = tmp
+    for i in range(12):
+        deep = os.path.join(deep, "d" * 100 + str(i))
+    os.makedirs(deep)
+    out = os.path.join(deep, "o.npy")
+    rc, so, err = run("run", *golden_run_args(), "-o", out)
+    check(rc == 0 and json.loads(so)["out"] == out, f"run with a {len(out)}-byte path: exit {rc}: {so[-200:]} {err}")
+    rc, so, err = run("info", env={"DILATTN_TEMPLATE_DIR": deep + '/"'})
+    check(rc == 0 and json.loads(so)["template_dir"] == deep + '/"', f"info, a long template dir: {so[-200:]}")
+
+
 def f32_to_bf16_bits(x):
     u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -419,6 +449,7 @@ def main():
         test_run_golden(tmp)
         test_run_bf16(tmp)
         test_run_outputs(tmp)
+        test_json_escaped(tmp)
         test_bad_inputs(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -121,6 +121,19 @@ try:
         p = run("tune", cfg_a, "--seq-len", "64", opt, val, "--db", bad_db)
         check(p.returncode == 2 and f"{opt} '{val}'" in p.stderr and not os.path.exists(bad_db),
               f"tune {opt} {val}: rc {p.returncode}, {p.stderr.strip()[-200:]}")
+
+    # 7. the summary is JSON whatever the paths hold: the config and database paths escaped
+    odd = os.path.join(tmp, 'o"dd\\dir')
+    os.mkdir(odd)
+    cfg_q = os.path.join(odd, 'c"fg.json')
+    shutil.copy(cfg_b, cfg_q)
+    db_q = os.path.join(odd, 'd"b\tx.jsonl')
+    p = run("tune", cfg_q, "--seq-len", "16", "--reps", "1", "--db", db_q)
+    try:
+        summ = json.loads(p.stdout)
+        check(p.returncode == 0 and summ["config"] == cfg_q and summ["db"] == db_q, f"tune summary paths: {summ}")
+    except ValueError as ex:
+        check(False, f"tune printed invalid JSON for {cfg_q!r}: {ex}: {p.stdout!r} {p.stderr}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
