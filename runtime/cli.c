@@ -751,7 +751,7 @@ static int cmd_cache(int argc, char **argv) {
   return EXIT_OK;
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
   if (argc < 2) return usage();
   const char *cmd = argv[1];
   for (int i = 1; i < argc; i++) {
@@ -775,4 +775,19 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "dilattn: error: unknown command '%s'\n", cmd);
   return usage();
+}
+
+/* A command whose standard output could not be written (a full disk, /dev/full, a closed
+ * descriptor) failed, whatever it did: exit 2 like any output that cannot be written. */
+int main(int argc, char **argv) {
+  int rc = dispatch(argc, argv);
+  errno = 0;
+  int bad = fflush(stdout) != 0;
+  bad = ferror(stdout) || bad;
+  if (bad) {
+    int e = errno;
+    fprintf(stderr, "dilattn: error: cannot write to standard output%s%s\n", e ? ": " : "", e ? strerror(e) : "");
+    if (rc == EXIT_OK) rc = EXIT_INPUT;
+  }
+  return rc;
 }

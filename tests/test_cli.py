@@ -38,6 +38,15 @@ def run(*args, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
+def run_to_full(*args, env=None):
+    """Run with stdout on /dev/full (every write fails with ENOSPC): (exit code, stderr)."""
+    e = dict(os.environ)
+    e.update(env or {})
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([DILATTN, *args], stdout=full, stderr=subprocess.PIPE, text=True, env=e)
+    return p.returncode, p.stderr
+
+
 def tol(dtype):
     return {"float32": 2e-5, "float16": 1e-2, "bfloat16": 3e-2}[dtype]
 
@@ -302,6 +311,20 @@ def test_json_escaped(tmp):
     check(rc == 0 and json.loads(so)["template_dir"] == deep + '/"', f"info, a long template dir: {so[-200:]}")
 
 
+def test_stdout_errors(tmp):
+    """A write error on stdout (here /dev/full) is an error: exit 2 with a message, not 0."""
+    if not os.path.exists("/dev/full"):
+        print("no /dev/full: stdout error checks skipped")
+        return
+    d = os.path.join(tmp, "full")
+    os.mkdir(d)
+    cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
+    for args in (("run", *golden_run_args(), "-o", os.path.join(d, "x.npy")), ("gen", cfg, "-o", d),
+                 ("gen", cfg, "-o", d, "--report"), ("info",), ("cache", "stats"), ("--version",), ("--help",)):
+        rc, err = run_to_full(*args)
+        check(rc == 2 and "standard output" in err, f"{' '.join(args[:2])} >/dev/full: exit {rc}: {err}")
+
+
 def f32_to_bf16_bits(x):
     u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -450,6 +473,7 @@ def main():
         test_run_bf16(tmp)
         test_run_outputs(tmp)
         test_json_escaped(tmp)
+        test_stdout_errors(tmp)
         test_bad_inputs(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -134,6 +134,13 @@ try:
         check(p.returncode == 0 and summ["config"] == cfg_q and summ["db"] == db_q, f"tune summary paths: {summ}")
     except ValueError as ex:
         check(False, f"tune printed invalid JSON for {cfg_q!r}: {ex}: {p.stdout!r} {p.stderr}")
+
+    # 8. a write error on stdout is an error (exit 2), not a success
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([DILATTN, "tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db_q], stdout=full,
+                               stderr=subprocess.PIPE, text=True)
+        check(p.returncode == 2 and "standard output" in p.stderr, f"tune >/dev/full: exit {p.returncode}: {p.stderr}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
