@@ -37,7 +37,7 @@ static FILE *open_tmp(const char *path, char *tmp, size_t cap) {
 }
 
 /* C identifier from a config's file name: "configs/long-net.json" -> "long_net". */
-static void ident_of(const char *path, char *out, size_t cap) {
+void da__bundle_ident(const char *path, char *out, size_t cap) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   size_t n = 0;
@@ -130,7 +130,7 @@ static int write_header(const char *dir, const char *name, const da__bundle_item
   for (int i = 0; i < n; i++) {
     const da__bundle_item *it = &items[i];
     char id[200];
-    ident_of(it->config_path, id, sizeof id);
+    da__bundle_ident(it->config_path, id, sizeof id);
     const char *T = elem_type(it->spec.dtype);
     fprintf(f, "/* %s: %s\n * kernel %s */\n", it->config_path, it->spec_json, it->kernel);
     fprintf(f, "static inline void %s_%s_spec(da_spec *s) {\n", name, id);

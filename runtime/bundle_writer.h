@@ -19,6 +19,12 @@ typedef struct {
   } art[16];
 } da__bundle_item;
 
+/* The identifier of a config in the bundle's entry points (NAME_<ident>_spec/_plan/_run):
+ * its file name up to the first '.', other characters than letters and digits as '_', a
+ * leading 'k' where it would start with a digit or be empty. Two configs with one identifier
+ * cannot share a bundle (gen refuses them). */
+void da__bundle_ident(const char *path, char *out, size_t cap);
+
 /* Write manifest.json, <name>.h and <name>_bundle.c into dir. 0 on success. */
 int da__bundle_write(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc);
 

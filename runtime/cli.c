@@ -173,19 +173,41 @@ int da__cli_load_config(const char *path, da_spec *spec) {
   return EXIT_OK;
 }
 
-/* Split "sm_80,sm_90" into archs[]; each must look like sm_NN or sm_NNa. */
-static int parse_archs(const char *list, char archs[][16], int cap) {
+/* Split "sm_80,sm_90" into archs[]; each item must be sm_ and two or more digits,
+ * optionally followed by one 'a' (sm_90a). -1 with why (cap bytes) for anything else: an
+ * empty item (a leading, trailing or doubled comma), junk, more than cap items. Whether
+ * NVRTC takes the arch is for the compile to say. */
+static int parse_archs(const char *list, char archs[][16], int cap, char *why, size_t why_cap) {
   int n = 0;
   const char *p = list;
-  while (*p) {
+  if (!*p) {
+    snprintf(why, why_cap, "empty");
+    return -1;
+  }
+  for (;;) {
     const char *e = strchr(p, ',');
     size_t len = e ? (size_t)(e - p) : strlen(p);
-    if (n >= cap || len < 4 || len > 15 || strncmp(p, "sm_", 3)) return -1;
-    for (size_t i = 3; i < len; i++)
-      if (!((p[i] >= '0' && p[i] <= '9') || (i == len - 1 && i > 3 && p[i] == 'a'))) return -1;
+    size_t digits = 0;
+    if (len >= 3 && !strncmp(p, "sm_", 3))
+      while (3 + digits < len && p[3 + digits] >= '0' && p[3 + digits] <= '9') digits++;
+    int ok = digits >= 2 && (3 + digits == len || (3 + digits + 1 == len && p[len - 1] == 'a'));
+    if (!len) {
+      snprintf(why, why_cap, "item %d is empty (a stray comma)", n + 1);
+      return -1;
+    }
+    if (!ok || len > 15) {
+      snprintf(why, why_cap, "item %d '%.*s' is not sm_NN or sm_NNa (sm_ and digits, e.g. sm_80, sm_90a)", n + 1,
+               (int)(len > 40 ? 40 : len), p);
+      return -1;
+    }
+    if (n >= cap) {
+      snprintf(why, why_cap, "more than %d arches", cap);
+      return -1;
+    }
     memcpy(archs[n], p, len);
     archs[n++][len] = '\0';
-    p = e ? e + 1 : p + len;
+    if (!e) break;
+    p = e + 1;
   }
   return n;
 }
@@ -260,8 +282,10 @@ static int cmd_gen(int argc, char **argv) {
   int narch = 0;
   if (cuda) {
     /* the wgmma path has one arch: sm_90 (compiled as sm_90a), the default with --mma wgmma */
-    narch = parse_archs(arch ? arch : gopts.cuda_mma >= 2 ? "sm_90" : "sm_80,sm_90", archs, 16);
-    if (narch <= 0) return fail(EXIT_INPUT, "--arch %s: expected a comma-separated list like sm_80,sm_90", arch);
+    char why[200];
+    narch = parse_archs(arch ? arch : gopts.cuda_mma >= 2 ? "sm_90" : "sm_80,sm_90", archs, 16, why, sizeof why);
+    if (narch <= 0)
+      return fail(EXIT_INPUT, "--arch '%s': %s; expected a comma-separated list like sm_80,sm_90", arch, why);
     if (gopts.cuda_mma >= 2) {
       for (int a = 0; a < narch; a++)
         if (!da__cuda_wgmma_arch(archs[a]))
@@ -283,6 +307,20 @@ static int cmd_gen(int argc, char **argv) {
     rc = load_config(configs[i], &items[i].spec);
     items[i].config_path = configs[i];
   }
+  /* a bundle's entry points are NAME_<config>_*, <config> the file name up to its first '.':
+   * two configs giving one identifier would define them twice */
+  for (int i = 0; bundle && i < nconf && rc == EXIT_OK; i++) {
+    char a[200], b[200];
+    da__bundle_ident(configs[i], a, sizeof a);
+    for (int j = 0; j < i && rc == EXIT_OK; j++) {
+      da__bundle_ident(configs[j], b, sizeof b);
+      if (!strcmp(a, b))
+        rc = fail(EXIT_INPUT,
+                  "--bundle %s: configs %s and %s both give the entry points %s_%s_* (the identifier is the "
+                  "file name up to its first '.'); rename one",
+                  bundle, configs[j], configs[i], bundle, a);
+    }
+  }
   da_context *ctx = NULL;
   if (rc == EXIT_OK && da_context_create(&ctx) != DA_OK) rc = fail(EXIT_RUNTIME, "out of memory");
   int maj = 0, min = 0, nopts = 0;
@@ -293,14 +331,18 @@ static int cmd_gen(int argc, char **argv) {
     if (st != DA_OK) rc = fail(exit_code(st), "%s", da_context_last_error(ctx));
     snprintf(nvrtc_ver, sizeof nvrtc_ver, "%d.%d", maj, min);
   }
+  /* render every config (the planner refuses what a path does not serve) before writing any */
+  da__rendered *rendered = calloc((size_t)nconf, sizeof *rendered);
+  if (rc == EXIT_OK && !rendered) rc = fail(EXIT_RUNTIME, "out of memory");
+  for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
+    da_status st = da__render_ex(ctx, &items[i].spec, cuda ? DA_TARGET_CUDA : DA_TARGET_HOST,
+                                 gopts.cuda_mma ? &gopts : NULL, &rendered[i]);
+    if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
+  }
   for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
     da__bundle_item *it = &items[i];
-    da__rendered r;
-    da_status st = da__render_ex(ctx, &it->spec, cuda ? DA_TARGET_CUDA : DA_TARGET_HOST, gopts.cuda_mma ? &gopts : NULL, &r);
-    if (st != DA_OK) {
-      rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
-      break;
-    }
+    da__rendered r = rendered[i];
+    da_status st;
     it->spec_json = da_spec_to_json(&it->spec);
     snprintf(it->kernel, sizeof it->kernel, "%s", r.kernel_name);
     snprintf(it->source_key, sizeof it->source_key, "%s", r.key);
@@ -374,8 +416,9 @@ static int cmd_gen(int argc, char **argv) {
         da__nvrtc_result_free(&res);
       }
     }
-    da__rendered_free(&r);
   }
+  for (int i = 0; rendered && i < nconf; i++) da__rendered_free(&rendered[i]);
+  free(rendered);
   if (rc == EXIT_OK && bundle) {
     if (da__bundle_write(outdir, bundle, items, nconf, nvrtc_ver[0] ? nvrtc_ver : NULL) != 0)
       rc = fail(EXIT_INPUT, "cannot write bundle %s into %s: %s", bundle, outdir, strerror(errno));

@@ -325,6 +325,55 @@ def test_stdout_errors(tmp):
         check(rc == 2 and "standard output" in err, f"{' '.join(args[:2])} >/dev/full: exit {rc}: {err}")
 
 
+def test_gen_checks_first(tmp):
+    """gen refuses before writing anything: a config the path does not serve after one it
+    does, --arch items that are not sm_NN or sm_NNa, and bundle entry points that would
+    clash (two configs giving one identifier)."""
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "example", "longnet.json")
+    f32 = os.path.join(tmp, "f32.json")
+    json.dump(dict(json.load(open(example)), dtype="float32"), open(f32, "w"))
+    d = os.path.join(tmp, "gen-first")
+    os.mkdir(d)
+
+    def empty():
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+
+    rc, so, err = run("gen", example, f32, "--target", "cuda", "--mma", "wgmma", "-o", d)
+    check(rc == 2 and "f32.json" in err and not so and not os.listdir(d),
+          f"gen of a served config then an unserved one: exit {rc}, wrote {os.listdir(d)}, printed {so!r}: {err}")
+    empty()
+    for arch in ("sm_80,", ",sm_80", "sm_80,,sm_90", "sm_8a", "sm_", "sm_80b", "compute_80", "sm_90aa", "SM_80", " sm_80"):
+        rc, so, err = run("gen", example, "--target", "cuda", "--arch", arch, "-o", d)
+        check(rc == 2 and "--arch" in err and not os.listdir(d), f"gen --arch {arch!r}: exit {rc}: {err}")
+        empty()
+    for arch in ("sm_80", "sm_90a", "sm_80,sm_90", "sm_100,sm_120a"):
+        rc, so, err = run("gen", example, "--target", "cuda", "--arch", arch, "-o", d)
+        check(rc == 0, f"gen --arch {arch!r}: exit {rc}: {err}")
+        empty()
+    # bundle identifiers: the config's file name up to its first '.'; a clash is refused
+    cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
+    for names in (("x/cfg.json", "y/cfg.json"), ("model.v1.json", "model.v2.json"), ("a-b.json", "a_b.json")):
+        paths = []
+        for n in names:
+            p = os.path.join(tmp, "bn", n)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            shutil.copy(cfg, p)
+            paths.append(p)
+        rc, so, err = run("gen", *paths, "--bundle", "nm", "-o", d)
+        check(rc == 2 and paths[0] in err and paths[1] in err and "nm_" in err and not os.listdir(d) and not so,
+              f"gen --bundle {names}: exit {rc}, wrote {os.listdir(d)}: {err}")
+        empty()
+    # distinct identifiers: one entry point each
+    a, b = os.path.join(tmp, "bn", "one.json"), os.path.join(tmp, "bn", "two.v1.json")
+    shutil.copy(cfg, a)
+    shutil.copy(cfg, b)
+    rc, so, err = run("gen", a, b, "--bundle", "nm", "-o", d)
+    header = open(os.path.join(d, "nm.h")).read() if rc == 0 else ""
+    check(rc == 0 and header.count("nm_one_spec(da_spec *s)") == 1 and header.count("nm_two_spec(da_spec *s)") == 1,
+          f"gen --bundle of two configs: exit {rc}: {err}")
+
+
 def f32_to_bf16_bits(x):
     u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -474,6 +523,7 @@ def main():
         test_run_outputs(tmp)
         test_json_escaped(tmp)
         test_stdout_errors(tmp)
+        test_gen_checks_first(tmp)
         test_bad_inputs(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
