@@ -740,6 +740,14 @@ static int cmd_info(void) {
                            jstr(da__cuda_device_name(dev), 5), jstr(da__cuda_arch(dev), 6), da__cuda_driver_version(dev));
   else
     cuda = da__cli_sprintf("{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 5));
+  /* the kernel cache's folder as the library chose it (null: none), and whether it is usable
+   * (the context just opened it, creating it if it could) */
+  char base[3900], root[4000];
+  da__disk_cache_base(base, sizeof base);
+  snprintf(root, sizeof root, "%s/v1", base);
+  struct stat cst;
+  int cache_usable = base[0] && stat(root, &cst) == 0 && S_ISDIR(cst.st_mode) && access(root, W_OK | X_OK) == 0;
+  const char *cache_dir = jstr(base[0] ? base : NULL, 7);
   /* the workspace limit plans would take: bytes, null (none), or why it is refused */
   size_t limit_bytes = SIZE_MAX;
   if (da__workspace_limit(ctx, &limit_bytes) != DA_OK)
@@ -750,10 +758,10 @@ static int cmd_info(void) {
     limit = da__cli_sprintf("null");
   printf("{\"version\":%s,\"lua\":%s,\"cache_schema\":%d,"
          "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s},\"cuda\":%s},\"nvrtc\":%s,"
-         "\"template_dir\":%s,\"cache_dir\":%s,\"cache_max_bytes\":%llu,\"workspace_limit\":%s}\n",
+         "\"template_dir\":%s,\"cache_dir\":%s,\"cache_usable\":%s,\"cache_max_bytes\":%llu,\"workspace_limit\":%s}\n",
          jstr(da_version(), 0), jstr(LUA_RELEASE, 1), DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
          jstr(da__host_cc(), 2), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
-         jstr(getenv("DILATTN_CACHE_DIR"), 7), (unsigned long long)da__disk_cache_max_bytes(), limit);
+         cache_dir, cache_usable ? "true" : "false", (unsigned long long)da__disk_cache_max_bytes(), limit);
   free(nvrtc), free(cuda), free(limit);
   da_context_destroy(ctx);
   return EXIT_OK;
@@ -772,6 +780,16 @@ static void print_entry(void *user, const char *arch, const char *key, uint64_t 
     printf("{\"arch\":%s,\"key\":%s,\"disk_bytes\":%llu}\n", jstr(arch, 0), jstr(key, 1), (unsigned long long)size);
 }
 
+/* Why the cache folder root (".../v1") cannot be used, for the error message. */
+static const char *cache_unusable_why(const char *base, const char *root) {
+  struct stat st;
+  if (!base[0]) return "no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME is set";
+  if (stat(root, &st) != 0) return strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "not a folder";
+  if (access(root, W_OK | X_OK) != 0) return strerror(errno);
+  return "not usable";
+}
+
 static int cmd_cache(int argc, char **argv) {
   if (argc < 1) return fail(EXIT_INPUT, "cache: expected stats, list, verify or clear");
   const char *sub = argv[0];
@@ -781,17 +799,38 @@ static int cmd_cache(int argc, char **argv) {
   if (argc > 1) return fail(EXIT_INPUT, "cache %s: unexpected argument %s", sub, argv[1]);
   da__disk_cache *dc = da__disk_cache_open();
   if (!dc) return fail(EXIT_RUNTIME, "out of memory");
-  da__disk_cache_summary sum;
+  if (!da__disk_cache_usable(dc)) { /* a cache the library cannot use: nothing to report, nothing done */
+    char base[3900];
+    da__disk_cache_base(base, sizeof base);
+    int rc = fail(EXIT_RUNTIME, "cache %s: the kernel cache folder %s cannot be used: %s (DILATTN_CACHE_DIR)", sub,
+                  base[0] ? da__disk_cache_root(dc) : "(none)", cache_unusable_why(base, da__disk_cache_root(dc)));
+    da__disk_cache_close(dc);
+    return rc;
+  }
+  /* list: one object per entry and nothing else (the totals are `stats`); clear: what it
+   * removed (removed, removed_bytes) and what is left (entries, bytes), read again after */
+  da__disk_cache_summary sum, after;
   da__disk_cache_scan(dc, verify, clear, list ? print_entry : NULL, NULL, &sum);
-  printf("{\"cache_dir\":%s,\"usable\":%s,\"entries\":%llu,\"bytes\":%llu,\"max_bytes\":%llu",
-         jstr(da__disk_cache_root(dc), 0), da__disk_cache_usable(dc) ? "true" : "false",
-         (unsigned long long)sum.entries, (unsigned long long)sum.bytes,
-         (unsigned long long)da__disk_cache_max_bytes());
-  if (verify) printf(",\"corrupt\":%llu,\"removed\":%llu", (unsigned long long)sum.corrupt, (unsigned long long)sum.removed);
-  if (clear) printf(",\"removed\":%llu", (unsigned long long)sum.removed);
-  printf("}\n");
+  int rc = EXIT_OK;
+  if (clear) {
+    da__disk_cache_scan(dc, 0, 0, NULL, NULL, &after);
+    if (after.entries)
+      rc = fail(EXIT_RUNTIME, "cache clear: %llu entries of %s could not be removed", (unsigned long long)after.entries,
+                da__disk_cache_root(dc));
+  }
+  if (!list) {
+    const da__disk_cache_summary *now = clear ? &after : &sum;
+    printf("{\"cache_dir\":%s,\"usable\":true,\"entries\":%llu,\"bytes\":%llu,\"max_bytes\":%llu",
+           jstr(da__disk_cache_root(dc), 0), (unsigned long long)now->entries, (unsigned long long)now->bytes,
+           (unsigned long long)da__disk_cache_max_bytes());
+    if (verify) printf(",\"corrupt\":%llu,\"removed\":%llu", (unsigned long long)sum.corrupt, (unsigned long long)sum.removed);
+    if (clear)
+      printf(",\"removed\":%llu,\"removed_bytes\":%llu", (unsigned long long)(sum.entries - after.entries),
+             (unsigned long long)(sum.bytes >= after.bytes ? sum.bytes - after.bytes : 0));
+    printf("}\n");
+  }
   da__disk_cache_close(dc);
-  return EXIT_OK;
+  return rc;
 }
 
 static int dispatch(int argc, char **argv) {

@@ -33,15 +33,19 @@ struct da__disk_cache {
   int usable;
 };
 
+void da__disk_cache_base(char *base, size_t cap) {
+  const char *env = getenv("DILATTN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (env && *env) snprintf(base, cap, "%s", env);
+  else if (xdg && *xdg) snprintf(base, cap, "%s/dilattn", xdg);
+  else if (home && *home) snprintf(base, cap, "%s/.cache/dilattn", home);
+  else if (cap) base[0] = '\0';
+}
+
 da__disk_cache *da__disk_cache_open(void) {
   da__disk_cache *dc = calloc(1, sizeof *dc);
   if (!dc) return NULL;
-  const char *env = getenv("DILATTN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   char base[3900];
-  if (env && *env) snprintf(base, sizeof base, "%s", env);
-  else if (xdg && *xdg) snprintf(base, sizeof base, "%s/dilattn", xdg);
-  else if (home && *home) snprintf(base, sizeof base, "%s/.cache/dilattn", home);
-  else base[0] = '\0';
+  da__disk_cache_base(base, sizeof base);
   snprintf(dc->root, sizeof dc->root, "%s/v1", base);
   if (!base[0]) {
     da__log(DA_LOG_WARN, "kernel cache: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME; memory-only");

@@ -374,6 +374,51 @@ def test_gen_checks_first(tmp):
           f"gen --bundle of two configs: exit {rc}: {err}")
 
 
+def test_cache(tmp):
+    """cache list: one object per entry, each with its key; cache clear: what it removed
+    and what is left, unambiguous; a cache folder that cannot be used is an error (exit 4);
+    info: the folder the cache actually uses."""
+    cd = os.path.join(tmp, "kcache")
+    env = {"DILATTN_CACHE_DIR": cd}
+    rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "cache_o.npy"), env=env)
+    check(rc == 0, f"run into a fresh cache: exit {rc}: {err}")
+    rc, so, err = run("cache", "stats", env=env)
+    stats = json.loads(so) if rc == 0 else {}
+    check(rc == 0 and stats.get("entries", 0) >= 1 and stats.get("bytes", 0) > 0, f"cache stats: {rc} {so} {err}")
+    rc, so, err = run("cache", "list", env=env)
+    entries = [json.loads(x) for x in so.splitlines()] if rc == 0 else []
+    check(rc == 0 and len(entries) == stats.get("entries") and all("key" in e and "arch" in e for e in entries),
+          f"cache list: one object per entry, each with a key: {so}")
+    rc, so, err = run("cache", "clear", env=env)
+    cleared = json.loads(so) if rc == 0 else {}
+    check(rc == 0 and cleared.get("removed") == stats.get("entries") and cleared.get("removed_bytes") == stats.get("bytes")
+          and cleared.get("entries") == 0 and cleared.get("bytes") == 0, f"cache clear after {stats}: {so} {err}")
+    rc, so, err = run("cache", "stats", env=env)
+    check(rc == 0 and json.loads(so)["entries"] == 0, f"cache stats after clear: {so}")
+    rc, so, err = run("cache", "list", env=env)
+    check(rc == 0 and so == "", f"cache list of an empty cache prints nothing: {so!r}")
+    # a regular file as the cache folder: every subcommand fails, saying why
+    f = os.path.join(tmp, "cache-is-a-file")
+    open(f, "w").write("x")
+    for sub in ("stats", "list", "verify", "clear"):
+        rc, so, err = run("cache", sub, env={"DILATTN_CACHE_DIR": f})
+        check(rc == 4 and "cache-is-a-file" in err and "dilattn: error: " in err and not so,
+              f"cache {sub} on a regular file: exit {rc}: {so} {err}")
+    check(open(f).read() == "x", "the file in DILATTN_CACHE_DIR was modified")
+    # info: the folder in use, however it was chosen
+    xdg, home = os.path.join(tmp, "xdg"), os.path.join(tmp, "home")
+    for e, want in (({"DILATTN_CACHE_DIR": cd}, cd),
+                    ({"DILATTN_CACHE_DIR": "", "XDG_CACHE_HOME": xdg}, os.path.join(xdg, "dilattn")),
+                    ({"DILATTN_CACHE_DIR": "", "XDG_CACHE_HOME": "", "HOME": home}, os.path.join(home, ".cache", "dilattn"))):
+        rc, so, err = run("info", env=e)
+        info = json.loads(so) if rc == 0 else {}
+        check(rc == 0 and info.get("cache_dir") == want and info.get("cache_usable") is True,
+              f"info with {e}: cache_dir {info.get('cache_dir')!r}, want {want!r}: {err}")
+    rc, so, err = run("info", env={"DILATTN_CACHE_DIR": f})
+    info = json.loads(so) if rc == 0 else {}
+    check(rc == 0 and info.get("cache_dir") == f and info.get("cache_usable") is False, f"info, unusable cache: {so}")
+
+
 def f32_to_bf16_bits(x):
     u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
@@ -524,6 +569,7 @@ def main():
         test_json_escaped(tmp)
         test_stdout_errors(tmp)
         test_gen_checks_first(tmp)
+        test_cache(tmp)
         test_bad_inputs(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
