@@ -22,10 +22,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_CAND 48
+#define MAX_CONFIGS 64 /* configs in one tune run */
 
 typedef struct {
   da_plan_options o;
@@ -194,10 +196,14 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static void draw_plot(const char *path, cand_t *c, int n, int best) {
+/* 0 when the chart was written to path, -1 (with a message) when not. */
+static int draw_plot(const char *path, cand_t *c, int n, int best) {
   const int W = 40 + n * 24, H = 300;
   unsigned char *img = malloc((size_t)W * H * 3);
-  if (!img) return;
+  if (!img) {
+    fprintf(stderr, "dilattn: error: cannot write %s: out of memory\n", path);
+    return -1;
+  }
   memset(img, 255, (size_t)W * H * 3);
   double mx = 0;
   for (int i = 0; i < n; i++)
@@ -209,18 +215,20 @@ static void draw_plot(const char *path, cand_t *c, int n, int best) {
     uint32_t col = !ok ? 0xcc3333 : i == best ? 0x33aa33 : c[i].rec.is_default ? 0x3366cc : 0x999999;
     da__png_rect(img, W, H, x0, H - 20 - hbar, x0 + 18, H - 20, col);
   }
-  if (da__png_write(path, W, H, img) != 0) fprintf(stderr, "dilattn: error: cannot write %s\n", path);
+  int rc = da__png_write(path, W, H, img) != 0 ? -1 : 0;
+  if (rc) fprintf(stderr, "dilattn: error: cannot write %s\n", path);
   free(img);
+  return rc;
 }
 
 int da__cli_load_config(const char *path, da_spec *spec); /* cli.c */
 const char *da__cli_jstr(const char *s, int slot);         /* cli.c: a JSON string literal, escaped */
 
-static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend, int reps, int threads, FILE *csv,
-                    const char *plot, const char *db) {
-  da_spec s;
-  int rc = da__cli_load_config(config, &s);
-  if (rc) return rc;
+/* Tune one config (its spec loaded already): 0, or 4 when no candidate ran or the database
+ * could not be merged; *plot_failed set when the chart could not be written. */
+static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t B, da_backend backend, int reps,
+                    int threads, FILE *csv, const char *plot, const char *db, int *plot_failed) {
+  da_spec s = *spec;
   da_context *ctx;
   if (da_context_create(&ctx) != DA_OK) return 4;
   if (backend == DA_BACKEND_AUTO) backend = da__cuda_get(ctx, &(da__cuda *){0}) == DA_OK ? DA_BACKEND_CUDA : DA_BACKEND_HOST;
@@ -339,14 +347,14 @@ static int tune_one(const char *config, int64_t N, int64_t B, da_backend backend
          best >= 0 ? c[best].rec.params.tile_q : 0, best >= 0 ? c[best].rec.params.tile_k : 0,
          best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.params.cuda_mma : 0,
          da__cli_jstr(best >= 0 ? c[best].rec.strategy : "", 1), da__cli_jstr(db, 2));
-  if (plot) draw_plot(plot, c, n, best);
+  if (plot && draw_plot(plot, c, n, best) != 0) *plot_failed = 1;
   free(js);
   da_context_destroy(ctx);
   return st == DA_OK ? (best >= 0 ? 0 : 4) : 4;
 }
 
 int da__cmd_tune(int argc, char **argv) {
-  const char *configs[64], *csv_path = NULL, *plot = NULL, *backend_s = "host", *db_arg = NULL;
+  const char *configs[MAX_CONFIGS], *csv_path = NULL, *plot = NULL, *backend_s = "host", *db_arg = NULL;
   int nconf = 0, reps = 10, threads = 0;
   int64_t N = 0, B = 1;
   for (int i = 0; i < argc; i++) {
@@ -376,7 +384,15 @@ int da__cmd_tune(int argc, char **argv) {
     else if (a[0] == '-') {
       fprintf(stderr, "dilattn: error: tune: unknown option or missing value: %s\n", a);
       return 2;
-    } else if (nconf < 64) configs[nconf++] = a;
+    } else {
+      if (nconf < MAX_CONFIGS) configs[nconf] = a;
+      nconf++;
+    }
+  }
+  if (nconf > MAX_CONFIGS) {
+    fprintf(stderr, "dilattn: error: tune: at most %d configs in one run (got %d); split them over several runs\n",
+            MAX_CONFIGS, nconf);
+    return 2;
   }
   if (!nconf || N < 1 || N > ((int64_t)1 << 32) || B < 1 || B > 65535 || reps < 1 || reps > 1000) {
     fprintf(stderr, "dilattn: error: tune: needs CONFIG.json... --seq-len N (1..2^32), --batch 1..65535, "
@@ -387,6 +403,34 @@ int da__cmd_tune(int argc, char **argv) {
                        : !strcmp(backend_s, "auto") ? DA_BACKEND_AUTO : (da_backend)-1;
   if ((int)backend < 0) {
     fprintf(stderr, "dilattn: error: --backend: '%s' is not auto, host or cuda\n", backend_s);
+    return 2;
+  }
+  /* every config loaded and validated before anything is tuned or written */
+  da_spec *specs = calloc((size_t)nconf, sizeof *specs);
+  if (!specs) {
+    fprintf(stderr, "dilattn: error: out of memory\n");
+    return 4;
+  }
+  int bad = 0;
+  for (int i = 0; i < nconf; i++) bad |= da__cli_load_config(configs[i], &specs[i]) != 0;
+  /* where the plot and the CSV go: an existing folder, not a folder themselves */
+  const char *outs[2] = {csv_path, plot}, *flags[2] = {"-o", "--plot"};
+  for (int i = 0; i < 2 && !bad; i++) {
+    if (!outs[i]) continue;
+    char dir[4200];
+    const char *slash = strrchr(outs[i], '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == outs[i] ? 1 : slash - outs[i]) : 1, slash ? outs[i] : ".");
+    struct stat st;
+    if (stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "dilattn: error: tune: %s %s: is a folder\n", flags[i], outs[i]);
+      bad = 1;
+    } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "dilattn: error: tune: %s %s: %s is not a folder\n", flags[i], outs[i], dir);
+      bad = 1;
+    }
+  }
+  if (bad) {
+    free(specs);
     return 2;
   }
   char db[4200];
@@ -400,21 +444,32 @@ int da__cmd_tune(int argc, char **argv) {
     csv = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!csv) {
       fprintf(stderr, "dilattn: error: -o %s: %s\n", csv_path, strerror(errno));
+      if (fd >= 0) close(fd), unlink(tmp);
+      free(specs);
       return 2;
     }
     fprintf(csv, "config,backend,seq_len,batch,tile_q,tile_k,fused_min_queries,strategy,status,median_ms,min_ms,"
                  "max_ms,default,best,label,cuda_mma\n");
   }
-  int rc = 0;
+  int rc = 0, plot_failed = 0, stopped = 0;
   for (int i = 0; i < nconf; i++) {
     char pl[4300];
     if (plot && nconf > 1) snprintf(pl, sizeof pl, "%s.%d.png", plot, i);
-    int r = tune_one(configs[i], N, B, backend, reps, threads, csv, plot ? (nconf > 1 ? pl : plot) : NULL, db);
+    int r = tune_one(configs[i], &specs[i], N, B, backend, reps, threads, csv, plot ? (nconf > 1 ? pl : plot) : NULL,
+                     db, &plot_failed);
     if (r && !rc) rc = r;
-    if (r == 2) break;
+    if (r == 2) { /* bad input: stop, and keep the CSV there was (its rows would be partial) */
+      stopped = 1;
+      break;
+    }
   }
-  if (csv) {
-    int ok = fflush(csv) == 0 && fsync(fileno(csv)) == 0;
+  free(specs);
+  if (plot_failed && !rc) rc = 2; /* a plot that cannot be written fails the run, like the CSV */
+  if (csv && stopped) {
+    fclose(csv);
+    unlink(tmp);
+  } else if (csv) {
+    int ok = !ferror(csv) && fflush(csv) == 0 && fsync(fileno(csv)) == 0;
     ok = fclose(csv) == 0 && ok;
     if (!ok || rename(tmp, csv_path) != 0) {
       unlink(tmp);

@@ -141,6 +141,38 @@ try:
             p = subprocess.run([DILATTN, "tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db_q], stdout=full,
                                stderr=subprocess.PIPE, text=True)
         check(p.returncode == 2 and "standard output" in p.stderr, f"tune >/dev/full: exit {p.returncode}: {p.stderr}")
+
+    # 9. every config is loaded before anything is tuned: one bad config is exit 2 with the
+    # existing CSV, the database and stdout untouched; so are more than 64 configs
+    bad_cfg = os.path.join(tmp, "bad.json")
+    json.dump({"segment_lengths": [48], "dilation_rates": [3], "num_heads": 2, "head_dim": 8, "colour": 1},
+              open(bad_cfg, "w"))
+    keep_csv, db9 = os.path.join(tmp, "t.csv"), os.path.join(tmp, "db9.jsonl")
+    for cfgs in ((cfg_b, bad_cfg), (bad_cfg, cfg_b), (cfg_b, os.path.join(tmp, "absent.json"))):
+        open(keep_csv, "w").write("keep\n")
+        p = run("tune", *cfgs, "--seq-len", "16", "--reps", "1", "-o", keep_csv, "--db", db9)
+        check(p.returncode == 2 and cfgs[0 if cfgs[0] != cfg_b else 1] in p.stderr and open(keep_csv).read() == "keep\n"
+              and not os.path.exists(db9) and not p.stdout,
+              f"tune {[os.path.basename(c) for c in cfgs]}: exit {p.returncode}, csv {open(keep_csv).read()[:40]!r}, "
+              f"db {os.path.exists(db9)}: {p.stdout[:100]} {p.stderr.strip()[-200:]}")
+    p = run("tune", *([cfg_b] * 65), "--seq-len", "16", "--reps", "1", "-o", keep_csv, "--db", db9)
+    check(p.returncode == 2 and "64" in p.stderr and open(keep_csv).read() == "keep\n" and not os.path.exists(db9),
+          f"tune of 65 configs: exit {p.returncode}: {p.stderr.strip()[-200:]}")
+    check(not [f for f in os.listdir(tmp) if ".tmp" in f], f"temp files left: {os.listdir(tmp)}")
+
+    # 10. a plot that cannot be written is an error (exit 2), like the CSV; with several
+    # configs the plots are PNG.0.png, PNG.1.png, ...
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--plot", os.path.join(tmp, "nodir", "p.png"), "--db", db9)
+    check(p.returncode == 2 and "p.png" in p.stderr, f"tune --plot into a missing folder: exit {p.returncode}: {p.stderr}")
+    # ... also when that shows only at the end: a name the temp file cannot extend (NAME_MAX)
+    long_png = os.path.join(tmp, "p" * 245 + ".png")
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--plot", long_png, "--db", db9)
+    check(p.returncode == 2 and "cannot write" in p.stderr and not os.path.exists(long_png),
+          f"tune --plot that cannot be written: exit {p.returncode}: {p.stderr[-200:]}")
+    png2 = os.path.join(tmp, "two.png")
+    p = run("tune", cfg_a, cfg_b, "--seq-len", "16", "--reps", "1", "--plot", png2, "--db", db9)
+    check(p.returncode == 0 and all(open(f"{png2}.{i}.png", "rb").read(4) == b"\x89PNG" for i in (0, 1))
+          and not os.path.exists(png2), f"tune --plot of two configs: exit {p.returncode}: {os.listdir(tmp)}")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
