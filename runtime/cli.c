@@ -723,9 +723,7 @@ static int cmd_run(int argc, char **argv) {
 }
 
 static int cmd_info(void) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "command -v '%s' >/dev/null 2>&1", da__host_cc());
-  int cc_ok = strchr(da__host_cc(), '\'') == NULL && system(cmd) == 0;
+  const int cc_ok = da__host_cc_found(); /* CC's first word, on PATH or a path */
   da_context *ctx = NULL;
   da_context_create(&ctx);
   int maj = 0, min = 0;

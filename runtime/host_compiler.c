@@ -25,6 +25,27 @@ const char *da__host_cc(void) {
   return (cc && *cc) ? cc : "cc";
 }
 
+int da__host_cc_found(void) {
+  char prog[1024];
+  const char *cc = da__host_cc();
+  cc += strspn(cc, " \t");
+  const size_t n = strcspn(cc, " \t");
+  if (n == 0 || n >= sizeof prog) return 0;
+  memcpy(prog, cc, n);
+  prog[n] = '\0';
+  if (strchr(prog, '/')) return access(prog, X_OK) == 0;
+  const char *path = getenv("PATH");
+  for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; *p;) {
+    const size_t len = strcspn(p, ":");
+    char file[4200];
+    snprintf(file, sizeof file, "%.*s/%s", (int)(len ? len : 1), len ? p : ".", prog);
+    struct stat st;
+    if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && access(file, X_OK) == 0) return 1;
+    p += len + (p[len] == ':');
+  }
+  return 0;
+}
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

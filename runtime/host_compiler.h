@@ -46,4 +46,7 @@ DA_HIDDEN const char *da__host_flags(void);
 /* Name of the C compiler the host backend uses. */
 DA_HIDDEN const char *da__host_cc(void);
 
+/* 1 when CC's program (its first word) is an executable file: a path, or found on PATH. */
+DA_HIDDEN int da__host_cc_found(void);
+
 #endif

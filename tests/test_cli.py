@@ -71,6 +71,11 @@ def test_info():
         rc, out, err = run("info", env={"DILATTN_CACHE_MAX_BYTES": text})
         check(rc == 0 and json.loads(out)["cache_max_bytes"] == want and ("DILATTN_CACHE_MAX_BYTES" in err) == warns,
               f"info, cache budget {text!r}: {out} {err}")
+    # CC is words (its program the first): the host backend is available with "cc -O3"
+    for text, want in (("cc -O3", True), ("no-such-compiler-xyz cc", False)):
+        rc, out, err = run("info", env={"CC": text})
+        host = json.loads(out)["backends"]["host"] if rc == 0 else {}
+        check(host.get("available") is want and host.get("cc") == text, f"info, CC={text!r}: {out} {err}")
     rc, out, err = run("info", env={"DILATTN_WORKSPACE_LIMIT": "lots"})
     lim = json.loads(out)["workspace_limit"] if rc == 0 else None
     check(isinstance(lim, dict) and "not a number of bytes" in lim.get("error", ""), f"info, limit 'lots': {out} {err}")
