@@ -529,7 +529,8 @@ static const char *split_path(const char *path, char *dir, size_t cap) {
 
 /* 1 when paths a and b name one file: the same device and inode where both exist, else the
  * same last component in the same folder (folders compared after realpath). */
-static int same_file(const char *a, const char *b) {
+int da__cli_same_file(const char *a, const char *b); /* shared with tune.c */
+int da__cli_same_file(const char *a, const char *b) {
   struct stat sa, sb;
   int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
   if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
@@ -651,7 +652,7 @@ static int cmd_run(int argc, char **argv) {
   else if (!strcmp(backend_s, "cuda")) backend = DA_BACKEND_CUDA;
   else return fail(EXIT_INPUT, "--backend: '%s' is not auto, host or cuda", backend_s);
   /* the outputs: two distinct files, neither a folder (checked before anything runs) */
-  if (lsep && same_file(outp, lsep))
+  if (lsep && da__cli_same_file(outp, lsep))
     return fail(EXIT_INPUT, "-o %s and --lse %s name the same file", outp, lsep);
   struct stat ost;
   if (stat(outp, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);

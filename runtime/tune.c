@@ -222,6 +222,23 @@ static int draw_plot(const char *path, cand_t *c, int n, int best) {
 }
 
 int da__cli_load_config(const char *path, da_spec *spec); /* cli.c */
+int da__cli_same_file(const char *a, const char *b);     /* cli.c */
+
+/* A CSV field (RFC 4180): quoted, its quotes doubled (a path with a comma or a quote, a
+ * label with a compiler's message); valid until the same slot (0, 1) is used again. */
+static const char *csv_field(const char *s, int slot) {
+  static char buf[2][2 * 4200 + 3];
+  char *o = buf[slot & 1];
+  size_t n = 0;
+  o[n++] = '"';
+  for (; *s && n < sizeof buf[0] - 3; s++) {
+    if (*s == '"') o[n++] = '"';
+    o[n++] = *s == '\n' || *s == '\r' ? ' ' : *s;
+  }
+  o[n++] = '"';
+  o[n] = '\0';
+  return o;
+}
 const char *da__cli_jstr(const char *s, int slot);         /* cli.c: a JSON string literal, escaped */
 
 /* Tune one config (its spec loaded already): 0, or 4 when no candidate ran or the database
@@ -329,10 +346,10 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
     recs[i] = c[i].rec;
     const da__tune_record *r = &c[i].rec;
     if (csv)
-      fprintf(csv, "%s,%s,%lld,%lld,%d,%d,%d,%s,%s,%.4f,%.4f,%.4f,%d,%s,\"%s\",%d\n", config, r->backend,
+      fprintf(csv, "%s,%s,%lld,%lld,%d,%d,%d,%s,%s,%.4f,%.4f,%.4f,%d,%s,%s,%d\n", csv_field(config, 0), r->backend,
               (long long)N, (long long)B, r->params.tile_q, r->params.tile_k, r->params.fused_min_queries, r->strategy,
-              r->status, r->median_ms, r->min_ms, r->max_ms, r->is_default, i == best ? "best" : "", r->label,
-              r->params.cuda_mma);
+              r->status, r->median_ms, r->min_ms, r->max_ms, r->is_default, i == best ? "best" : "",
+              csv_field(r->label, 1), r->params.cuda_mma);
   }
   da_status st = da__tuning_db_merge(ctx, db, recs, n);
   if (st != DA_OK) fprintf(stderr, "dilattn: error: %s\n", da_context_last_error(ctx));
@@ -354,7 +371,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
 }
 
 int da__cmd_tune(int argc, char **argv) {
-  const char *configs[MAX_CONFIGS], *csv_path = NULL, *plot = NULL, *backend_s = "host", *db_arg = NULL;
+  const char *configs[MAX_CONFIGS], *csv_path = NULL, *plot = NULL, *backend_s = "auto", *db_arg = NULL;
   int nconf = 0, reps = 10, threads = 0;
   int64_t N = 0, B = 1;
   for (int i = 0; i < argc; i++) {
@@ -429,13 +446,22 @@ int da__cmd_tune(int argc, char **argv) {
       bad = 1;
     }
   }
+  char db[4200];
+  if (db_arg) snprintf(db, sizeof db, "%s", db_arg);
+  else da__tuning_db_path(db, sizeof db);
+  /* the CSV, the plot and the database: three files (one would overwrite another) */
+  const char *files[3] = {csv_path, plot, db}, *names[3] = {"-o", "--plot", "the tuning database"};
+  for (int i = 0; i < 3 && !bad; i++)
+    for (int j = 0; j < i && !bad; j++)
+      if (files[i] && files[j] && da__cli_same_file(files[i], files[j])) {
+        fprintf(stderr, "dilattn: error: tune: %s %s and %s %s name the same file\n", names[j], files[j], names[i],
+                files[i]);
+        bad = 1;
+      }
   if (bad) {
     free(specs);
     return 2;
   }
-  char db[4200];
-  if (db_arg) snprintf(db, sizeof db, "%s", db_arg);
-  else da__tuning_db_path(db, sizeof db);
   FILE *csv = NULL;
   char tmp[4300];
   if (csv_path) {

@@ -173,6 +173,25 @@ try:
     p = run("tune", cfg_a, cfg_b, "--seq-len", "16", "--reps", "1", "--plot", png2, "--db", db9)
     check(p.returncode == 0 and all(open(f"{png2}.{i}.png", "rb").read(4) == b"\x89PNG" for i in (0, 1))
           and not os.path.exists(png2), f"tune --plot of two configs: exit {p.returncode}: {os.listdir(tmp)}")
+
+    # 11. the CSV quotes its text fields (a config path with a comma and a quote reads back)
+    odd_dir = os.path.join(tmp, 'a,b"c')
+    os.mkdir(odd_dir)
+    odd_cfg = os.path.join(odd_dir, "cfg.json")
+    shutil.copy(cfg_b, odd_cfg)
+    odd_csv = os.path.join(tmp, "odd.csv")
+    p = run("tune", odd_cfg, "--seq-len", "16", "--reps", "1", "-o", odd_csv, "--db", db9)
+    rows = list(csv.DictReader(open(odd_csv))) if p.returncode == 0 else []
+    check(rows and all(r["config"] == odd_cfg and r["cuda_mma"] != "" for r in rows),
+          f"tune CSV with a comma and a quote in the config path: exit {p.returncode}: {rows[:1]} {p.stderr[-200:]}")
+
+    # 12. -o, --plot and the database are three files
+    same = os.path.join(tmp, "same.out")
+    for args in (("-o", same, "--plot", same, "--db", db9), ("-o", same, "--db", same)):
+        p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", *args)
+        check(p.returncode == 2 and "name the same file" in p.stderr and not os.path.exists(same),
+              f"tune {args}: exit {p.returncode}: {p.stderr[-200:]}")
+
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
