@@ -17,14 +17,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Write via a temp file + rename. */
-static int finish_file(FILE *f, const char *tmp, const char *path) {
+/* A bundle's three files, written to temp files first and renamed into place together
+ * once all three are whole (a failure leaves the bundle there was). */
+typedef struct {
+  char tmp[3][4500], path[3][4400];
+  int n;
+} staged_t;
+
+/* Close a temp file written whole and stage it for path; -1 (and the temp removed) if not. */
+static int finish_file(FILE *f, const char *tmp, const char *path, staged_t *st) {
   int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
+  if (!ok || st->n >= 3) {
     unlink(tmp);
     return -1;
   }
+  snprintf(st->tmp[st->n], sizeof st->tmp[0], "%s", tmp);
+  snprintf(st->path[st->n], sizeof st->path[0], "%s", path);
+  st->n++;
   return 0;
 }
 
@@ -50,7 +60,8 @@ void da__bundle_ident(const char *path, char *out, size_t cap) {
   }
 }
 
-static int write_manifest(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc) {
+static int write_manifest(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc,
+                          staged_t *st) {
   json_t *root = json_object(), *ks = json_array();
   json_object_set_new(root, "format", json_string("dilattn-bundle"));
   json_object_set_new(root, "schema", json_integer(DA_CACHE_SCHEMA_VERSION));
@@ -86,7 +97,7 @@ static int write_manifest(const char *dir, const char *name, const da__bundle_it
   if (f) {
     rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_SORT_KEYS) == 0 ? 0 : -1;
     fputc('\n', f);
-    rc |= finish_file(f, tmp, path);
+    rc |= finish_file(f, tmp, path, st);
   }
   json_decref(root);
   return rc;
@@ -114,7 +125,7 @@ static void write_spec_init(FILE *f, const da_spec *s) {
   }
 }
 
-static int write_header(const char *dir, const char *name, const da__bundle_item *items, int n) {
+static int write_header(const char *dir, const char *name, const da__bundle_item *items, int n, staged_t *st) {
   char path[4400], tmp[4500];
   snprintf(path, sizeof path, "%s/%s.h", dir, name);
   FILE *f = open_tmp(path, tmp, sizeof tmp);
@@ -154,13 +165,14 @@ static int write_header(const char *dir, const char *name, const da__bundle_item
             name, id, T, T, T, T, name, id);
   }
   fprintf(f, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
-  return finish_file(f, tmp, path);
+  return finish_file(f, tmp, path, st);
 }
 
-static int write_data(const char *dir, const char *name, const da__bundle_item *items, int n) {
-  char path[4400], tmp[4500], mpath[4400];
+/* mpath: the manifest's staged temp file (embedded as text) */
+static int write_data(const char *dir, const char *name, const da__bundle_item *items, int n, const char *mpath,
+                      staged_t *st) {
+  char path[4400], tmp[4500];
   snprintf(path, sizeof path, "%s/%s_bundle.c", dir, name);
-  snprintf(mpath, sizeof mpath, "%s/manifest.json", dir);
   FILE *m = fopen(mpath, "rb");
   if (!m) return -1;
   FILE *f = open_tmp(path, tmp, sizeof tmp);
@@ -213,11 +225,28 @@ static int write_data(const char *dir, const char *name, const da__bundle_item *
              "  static const da_bundle_data bundle = {\"%s\", manifest, %zu, %d, files, data, sizes};\n"
              "  return da_context_register_bundle_data(ctx, &bundle);\n}\n",
           name, name, mlen, count);
-  return finish_file(f, tmp, path);
+  return finish_file(f, tmp, path, st);
 }
 
 int da__bundle_write(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc) {
-  if (write_manifest(dir, name, items, n, nvrtc) != 0) return -1;
-  if (write_header(dir, name, items, n) != 0) return -1;
-  return write_data(dir, name, items, n);
+  staged_t st = {.n = 0};
+  int rc = write_manifest(dir, name, items, n, nvrtc, &st);
+  if (rc == 0) rc = write_header(dir, name, items, n, &st);
+  if (rc == 0) rc = write_data(dir, name, items, n, st.tmp[0], &st);
+  /* a rename in one folder fails where the target is a folder: look first, so that none
+   * is replaced unless all are */
+  for (int j = 0; rc == 0 && j < st.n; j++) {
+    struct stat sb;
+    if (stat(st.path[j], &sb) == 0 && S_ISDIR(sb.st_mode)) rc = -1, errno = EISDIR;
+  }
+  int i = 0;
+  for (; rc == 0 && i < st.n; i++) /* all three whole: into place */
+    if (rename(st.tmp[i], st.path[i]) != 0) {
+      rc = -1;
+      break;
+    }
+  const int e = errno;
+  for (int j = rc == 0 ? st.n : i; j < st.n; j++) unlink(st.tmp[j]); /* what was not renamed */
+  errno = e;
+  return rc;
 }

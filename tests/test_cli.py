@@ -377,6 +377,14 @@ def test_gen_checks_first(tmp):
     header = open(os.path.join(d, "nm.h")).read() if rc == 0 else ""
     check(rc == 0 and header.count("nm_one_spec(da_spec *s)") == 1 and header.count("nm_two_spec(da_spec *s)") == 1,
           f"gen --bundle of two configs: exit {rc}: {err}")
+    # a bundle is written whole or not at all: with nm2.h a folder, the manifest there stays
+    d2 = os.path.join(tmp, "bn2")
+    os.makedirs(os.path.join(d2, "nm2.h"))
+    open(os.path.join(d2, "manifest.json"), "w").write("keep\n")
+    rc, so, err = run("gen", a, "--bundle", "nm2", "-o", d2)
+    check(rc == 2 and open(os.path.join(d2, "manifest.json")).read() == "keep\n"
+          and not os.path.exists(os.path.join(d2, "nm2_bundle.c")) and not [f for f in os.listdir(d2) if ".tmp" in f],
+          f"gen --bundle with its header path a folder: exit {rc}, {sorted(os.listdir(d2))}: {err}")
 
 
 def test_cache(tmp):
