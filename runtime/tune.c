@@ -251,6 +251,11 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   if (backend == DA_BACKEND_AUTO) backend = da__cuda_get(ctx, &(da__cuda *){0}) == DA_OK ? DA_BACKEND_CUDA : DA_BACKEND_HOST;
   int cuda = backend == DA_BACKEND_CUDA;
   char *js = da_spec_to_json(&s), hash[65];
+  if (!js) {
+    da_context_destroy(ctx);
+    fprintf(stderr, "dilattn: error: out of memory\n");
+    return 4;
+  }
   da__sha256_hex(js, strlen(js), hash);
   /* candidates: the default first, then the grid */
   cand_t c[MAX_CAND];
@@ -290,11 +295,21 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   /* correctness on a small input, then timing */
   inputs_t small, big;
   int64_t Ns = N < 384 ? N : 384;
-  if (make_inputs(&s, 1, Ns, 1, &small) || make_inputs(&s, B, N, 0, &big)) {
-    fprintf(stderr, "dilattn: error: out of memory for the tuning inputs\n");
+  double *ro = NULL, *rl = NULL;
+  memset(&small, 0, sizeof small), memset(&big, 0, sizeof big);
+  if (make_inputs(&s, 1, Ns, 1, &small) || make_inputs(&s, B, N, 0, &big) ||
+      !(ro = malloc(sizeof(double) * (size_t)small.nq)) ||
+      !(rl = malloc(sizeof(double) * (size_t)(s.num_heads * Ns)))) {
+    fprintf(stderr, "dilattn: error: out of memory for the tuning inputs (batch %lld x seq_len %lld)\n", (long long)B,
+            (long long)N);
+    free(ro), free(rl);
+    free_inputs(&small), free_inputs(&big);
+    for (int i = 0; i < n; i++) da_plan_destroy(c[i].plan);
+    free(js);
+    da_context_destroy(ctx);
+    unsetenv("DILATTN_TUNING");
     return 4;
   }
-  double *ro = malloc(sizeof(double) * (size_t)small.nq), *rl = malloc(sizeof(double) * (size_t)(s.num_heads * Ns));
   da_ref_attention(&s, 1, Ns, small.dq, small.dk, small.dv, ro, rl);
   double vmax = 0;
   for (int64_t i = 0; i < small.nk; i++) vmax = fmax(vmax, fabs(small.dv[i]));
