@@ -264,8 +264,10 @@ DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int6
                          const void *q, const void *k, const void *v, void *out, float *lse);
 
 /* Run the plan. Returns DA_OK, DA_ERR_INVALID_ARGUMENT (NULL pointer, bad shape or
- * stride, a tensor spanning more than 2^63 bytes, rows of out that overlap, out, lse or
- * the workspace overlapping an input or each other (no computation in place), a pointer
+ * stride, a tensor spanning more than 2^63 bytes, elements of out that overlap, out,
+ * lse or the workspace sharing memory with an input or each other (no computation in
+ * place; tensors of one dtype with the same strides, packed in one buffer, are compared
+ * element by element, others by the byte ranges they span), a pointer
  * not aligned to its element size (lse and the workspace: 4 bytes), workspace below
  * da_plan_workspace_min_size, on CUDA a workspace not 16-byte aligned: cudaMalloc's and
  * the pool's always are), DA_ERR_NO_MEMORY (also: DILATTN_WORKSPACE_LIMIT below the least

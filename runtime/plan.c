@@ -577,92 +577,145 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* The bytes a [batch, n, heads, D] tensor with strides st (elements) spans from its
- * pointer: [0, *span). 0 on overflow of int64 (or of the address space from ptr). */
-static int tensor_span(const void *ptr, int64_t batch, int64_t n, int64_t heads, int64_t D, const int64_t *st,
-                       int esize, int64_t *span) {
-  const int64_t ext[4] = {batch, n, heads, D}, str[4] = {st[0], st[1], st[2], 1};
+/* A tensor as the execution checks see it: its first byte, its dimensions (head_dim,
+ * heads, tokens, batch: extent and stride in elements), its element size and the bytes
+ * it spans from base ([0, span)). */
+typedef struct {
+  const char *name;
+  uintptr_t base;
+  int64_t ext[4], str[4];
+  int esize;
+  int64_t span;
+} tview;
+
+/* tv's span; 0 on overflow of int64 (or of the address space from base). */
+static int tensor_span(tview *tv) {
   int64_t last = 0, t;
   for (int i = 0; i < 4; i++)
-    if (__builtin_mul_overflow(ext[i] - 1, str[i], &t) || __builtin_add_overflow(last, t, &last)) return 0;
-  if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, (int64_t)esize, span)) return 0;
-  return (uintptr_t)*span <= UINTPTR_MAX - (uintptr_t)ptr;
+    if (__builtin_mul_overflow(tv->ext[i] - 1, tv->str[i], &t) || __builtin_add_overflow(last, t, &last)) return 0;
+  if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, (int64_t)tv->esize, &tv->span)) return 0;
+  return (uintptr_t)tv->span <= UINTPTR_MAX - tv->base;
 }
 
-/* No two of out's elements share an address: its dimensions, by stride, each step past
- * the whole of the ones below (the layouts of permuted contiguous tensors, padded or not,
- * all pass; a 0 stride over an extent above 1 does not). */
-static int strides_disjoint(int64_t batch, int64_t n, int64_t heads, int64_t D, const int64_t *st) {
-  int64_t ext[4] = {D, heads, n, batch}, str[4] = {1, st[2], st[1], st[0]};
-  for (int i = 1; i < 4; i++) /* insertion sort by stride */
-    for (int j = i; j > 0 && str[j] < str[j - 1]; j--) {
-      int64_t e = ext[j], s = str[j];
-      ext[j] = ext[j - 1], str[j] = str[j - 1], ext[j - 1] = e, str[j - 1] = s;
+/* Dimension order by stride (ascending) of those with an extent above 1 in a or b; the
+ * count. Nested: each stride steps past the whole of the ones below (for a and b's larger
+ * extents), the layouts of permuted contiguous tensors, padded or not; 0 where not. */
+static int nested_dims(const tview *a, const tview *b, int order[4], int *nested) {
+  int n = 0;
+  for (int i = 0; i < 4; i++)
+    if (a->ext[i] > 1 || b->ext[i] > 1) order[n++] = i;
+  for (int i = 1; i < n; i++) /* insertion sort by stride */
+    for (int j = i; j > 0 && a->str[order[j]] < a->str[order[j - 1]]; j--) {
+      const int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
     }
-  int64_t reach = 1; /* elements the dimensions below cover */
-  for (int i = 0; i < 4; i++) {
-    if (ext[i] == 1) continue;
-    if (str[i] < reach) return 0;
-    if (__builtin_mul_overflow(str[i], ext[i], &reach)) return 1; /* tensor_span has refused these */
+  int64_t reach = 1; /* elements the dimensions below span */
+  *nested = 1;
+  for (int i = 0; i < n && *nested; i++) {
+    const int d = order[i];
+    const int64_t e = a->ext[d] > b->ext[d] ? a->ext[d] : b->ext[d];
+    int64_t step;
+    if (a->str[d] < reach || __builtin_mul_overflow(a->str[d], e - 1, &step) ||
+        __builtin_add_overflow(step, reach, &reach))
+      *nested = 0;
   }
-  return 1;
+  return n;
 }
 
-static int overlap(const void *a, int64_t na, const void *b, int64_t nb) {
-  const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + (uintptr_t)nb && y < x + (uintptr_t)na;
+/* Whether some i in a's index box and j in b's meet: sum over dims order[0..k] of
+ * (i - j) * str == delta, c = i - j in [-(b.ext - 1), a.ext - 1]. On nested strides the
+ * dimensions below k reach less than one step of k, so at most two or three c are
+ * possible at each level. */
+static int lattice_meet(const tview *a, const tview *b, const int *order, int k, __int128 delta) {
+  if (k < 0) return delta == 0;
+  __int128 below_a = 0, below_b = 0; /* what the dimensions below k reach, up and down */
+  for (int i = 0; i < k; i++) {
+    const int d = order[i];
+    below_a += (__int128)a->str[d] * (a->ext[d] - 1), below_b += (__int128)a->str[d] * (b->ext[d] - 1);
+  }
+  const int d = order[k];
+  const __int128 st = a->str[d];
+  /* c * st in [delta - below_a, delta + below_b] */
+  __int128 lo = delta - below_a, hi = delta + below_b;
+  __int128 clo = lo >= 0 ? (lo + st - 1) / st : -((-lo) / st), chi = hi >= 0 ? hi / st : -((-hi + st - 1) / st);
+  if (clo < -(__int128)(b->ext[d] - 1)) clo = -(__int128)(b->ext[d] - 1);
+  if (chi > (__int128)(a->ext[d] - 1)) chi = a->ext[d] - 1;
+  for (__int128 c = clo; c <= chi; c++)
+    if (lattice_meet(a, b, order, k - 1, delta - c * st)) return 1;
+  return 0;
+}
+
+/* Whether tensors a and b share a byte: their spans intersect and, where both have one
+ * element size and the same strides on nested dimensions (q, k, v and out packed in one
+ * buffer, [B, N, 4, H, D] say), some element of one is an element of the other; where
+ * not, intersecting spans count as shared. */
+static int tensors_meet(const tview *a, const tview *b) {
+  if (!a->span || !b->span || !(a->base < b->base + (uintptr_t)b->span && b->base < a->base + (uintptr_t)a->span))
+    return 0;
+  if (a->esize != b->esize) return 1;
+  const intptr_t bytes = (intptr_t)(b->base - a->base); /* |bytes| < a span: no overflow */
+  if (bytes % a->esize) return 1;
+  for (int i = 0; i < 4; i++)
+    if ((a->ext[i] > 1 || b->ext[i] > 1) && a->str[i] != b->str[i]) return 1;
+  int order[4], nested;
+  const int n = nested_dims(a, b, order, &nested);
+  return !nested || lattice_meet(a, b, order, n - 1, (__int128)(bytes / a->esize));
 }
 
 /* What every backend checks of an execution's tensors: pointers, strides, alignment to
- * the element, sizes that fit 64 bits, and outputs that overlap neither themselves nor
- * the inputs nor a caller's workspace (a kernel reads q, k and v after it has written
- * rows of out: an alias gives wrong results, not an error). */
+ * the element, sizes that fit 64 bits, and outputs that share no byte with themselves, the
+ * inputs or a caller's workspace (a kernel reads q, k and v after it has written rows of
+ * out: an alias gives wrong results, not an error). */
 static da_status check_tensors(const da_context *ctx, const da_spec *s, const da_args *a) {
   DA_RETURN_IF(!a->q || !a->k || !a->v || !a->out, DA_ERR_INVALID_ARGUMENT, "q, k, v and out must not be NULL");
-  static const char *const names[4] = {"q", "k", "v", "out"};
-  const void *ptr[4] = {a->q, a->k, a->v, a->out};
-  const int64_t *st[4] = {a->q_stride, a->k_stride, a->v_stride, a->out_stride};
-  const int64_t heads[4] = {s->num_heads, s->num_kv_heads, s->num_kv_heads, s->num_heads};
   const int esize = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
-  int64_t span[6];
+  const int64_t B = a->batch, N = a->seq_len, H = s->num_heads, Hkv = s->num_kv_heads, D = s->head_dim;
+  tview t[6] = {{"q", (uintptr_t)a->q, {D, H, N, B}, {1, a->q_stride[2], a->q_stride[1], a->q_stride[0]}, esize, 0},
+                {"k", (uintptr_t)a->k, {D, Hkv, N, B}, {1, a->k_stride[2], a->k_stride[1], a->k_stride[0]}, esize, 0},
+                {"v", (uintptr_t)a->v, {D, Hkv, N, B}, {1, a->v_stride[2], a->v_stride[1], a->v_stride[0]}, esize, 0},
+                {"out", (uintptr_t)a->out, {D, H, N, B}, {1, a->out_stride[2], a->out_stride[1], a->out_stride[0]},
+                 esize, 0},
+                /* lse [B, H, N] fp32: its tokens are its contiguous dimension */
+                {"lse", (uintptr_t)a->lse, {1, H, N, B}, {1, N, 1, 0}, 4, 0},
+                /* a caller's workspace: bytes */
+                {"workspace", (uintptr_t)a->workspace, {1, 1, 1, 1}, {1, 1, 1, 1}, 1, 0}};
   for (int i = 0; i < 4; i++) {
-    DA_RETURN_IF(st[i][0] < 0 || st[i][1] < 0 || st[i][2] < 0, DA_ERR_INVALID_ARGUMENT,
-                 "%s_stride {%lld, %lld, %lld}: strides must not be negative", names[i], (long long)st[i][0],
-                 (long long)st[i][1], (long long)st[i][2]);
-    DA_RETURN_IF((uintptr_t)ptr[i] % (uintptr_t)esize, DA_ERR_INVALID_ARGUMENT,
-                 "%s (%p) is not aligned to its element size (%d bytes)", names[i], ptr[i], esize);
-    DA_RETURN_IF(!tensor_span(ptr[i], a->batch, a->seq_len, heads[i], s->head_dim, st[i], esize, &span[i]),
-                 DA_ERR_INVALID_ARGUMENT,
-                 "%s: batch %lld x seq_len %lld x %lld heads x head_dim %d with strides {%lld, %lld, %lld} spans more "
-                 "than 2^63 bytes",
-                 names[i], (long long)a->batch, (long long)a->seq_len, (long long)heads[i], s->head_dim,
-                 (long long)st[i][0], (long long)st[i][1], (long long)st[i][2]);
+    tview *v = &t[i];
+    DA_RETURN_IF(v->str[1] < 0 || v->str[2] < 0 || v->str[3] < 0, DA_ERR_INVALID_ARGUMENT,
+                 "%s_stride {%lld, %lld, %lld}: strides must not be negative", v->name, (long long)v->str[3],
+                 (long long)v->str[2], (long long)v->str[1]);
+    DA_RETURN_IF(v->base % (uintptr_t)esize, DA_ERR_INVALID_ARGUMENT,
+                 "%s (%p) is not aligned to its element size (%d bytes)", v->name, (void *)v->base, esize);
+    DA_RETURN_IF(!tensor_span(v), DA_ERR_INVALID_ARGUMENT,
+                 "%s: batch %lld x seq_len %lld x %lld heads x head_dim %lld with strides {%lld, %lld, %lld} spans "
+                 "more than 2^63 bytes",
+                 v->name, (long long)B, (long long)N, (long long)v->ext[1], (long long)D, (long long)v->str[3],
+                 (long long)v->str[2], (long long)v->str[1]);
   }
-  DA_RETURN_IF(!strides_disjoint(a->batch, a->seq_len, s->num_heads, s->head_dim, a->out_stride),
-               DA_ERR_INVALID_ARGUMENT,
-               "out_stride {%lld, %lld, %lld}: rows of out overlap (batch %lld, seq_len %lld, %d heads, head_dim %d)",
-               (long long)a->out_stride[0], (long long)a->out_stride[1], (long long)a->out_stride[2],
-               (long long)a->batch, (long long)a->seq_len, s->num_heads, s->head_dim);
-  int64_t nlse;
-  DA_RETURN_IF(__builtin_mul_overflow(a->batch, (int64_t)s->num_heads, &nlse) ||
-                   __builtin_mul_overflow(nlse, a->seq_len, &nlse) || __builtin_mul_overflow(nlse, (int64_t)4, &nlse),
-               DA_ERR_INVALID_ARGUMENT, "lse: batch %lld x %d heads x seq_len %lld floats span more than 2^63 bytes",
-               (long long)a->batch, s->num_heads, (long long)a->seq_len);
-  span[4] = a->lse ? nlse : 0;
-  DA_RETURN_IF(a->lse && (uintptr_t)a->lse % 4, DA_ERR_INVALID_ARGUMENT, "lse (%p) is not aligned to 4 bytes",
-               (void *)a->lse);
-  span[5] = a->workspace ? (int64_t)(a->workspace_bytes > INT64_MAX ? INT64_MAX : a->workspace_bytes) : 0;
-  DA_RETURN_IF(a->workspace && (uintptr_t)a->workspace % 4, DA_ERR_INVALID_ARGUMENT,
-               "workspace (%p) is not aligned to 4 bytes", a->workspace);
-  /* out, lse and the workspace: none overlaps another or an input */
-  static const char *const all[6] = {"q", "k", "v", "out", "lse", "workspace"};
-  const void *p6[6] = {a->q, a->k, a->v, a->out, a->lse, a->workspace};
+  /* out's own elements are distinct: its nested order (as against itself) */
+  int order[4], nested;
+  nested_dims(&t[3], &t[3], order, &nested);
+  DA_RETURN_IF(!nested, DA_ERR_INVALID_ARGUMENT,
+               "out_stride {%lld, %lld, %lld}: elements of out overlap (batch %lld, seq_len %lld, %lld heads, head_dim "
+               "%lld)",
+               (long long)a->out_stride[0], (long long)a->out_stride[1], (long long)a->out_stride[2], (long long)B,
+               (long long)N, (long long)H, (long long)D);
+  t[4].str[3] = H * N; /* below out's distinct elements: no overflow */
+  DA_RETURN_IF(a->lse && !tensor_span(&t[4]), DA_ERR_INVALID_ARGUMENT,
+               "lse: batch %lld x %lld heads x seq_len %lld floats span more than 2^63 bytes", (long long)B,
+               (long long)H, (long long)N);
+  DA_RETURN_IF(a->lse && t[4].base % 4, DA_ERR_INVALID_ARGUMENT, "lse (%p) is not aligned to 4 bytes", (void *)a->lse);
+  t[5].span = a->workspace ? (int64_t)(a->workspace_bytes > INT64_MAX ? INT64_MAX : a->workspace_bytes) : 0;
+  DA_RETURN_IF(a->workspace && t[5].base % 4, DA_ERR_INVALID_ARGUMENT, "workspace (%p) is not aligned to 4 bytes",
+               a->workspace);
+  /* out, lse and the workspace: none shares a byte with another or an input */
   for (int i = 3; i < 6; i++)
     for (int j = 0; j < i; j++)
-      DA_RETURN_IF(p6[i] && p6[j] && span[i] && overlap(p6[i], span[i], p6[j], span[j]), DA_ERR_INVALID_ARGUMENT,
-                   "%s overlaps %s (bytes [%p, +%lld) and [%p, +%lld)): outputs and the workspace may not share memory "
-                   "with the inputs or each other",
-                   all[i], all[j], p6[i], (long long)span[i], p6[j], (long long)span[j]);
+      DA_RETURN_IF(t[i].base && t[j].base && tensors_meet(&t[i], &t[j]), DA_ERR_INVALID_ARGUMENT,
+                   "%s overlaps %s (bytes [%p, +%lld) and [%p, +%lld)): outputs and the workspace may share no byte "
+                   "with the inputs or each other (no computation in place)",
+                   t[i].name, t[j].name, (void *)t[i].base, (long long)t[i].span, (void *)t[j].base,
+                   (long long)t[j].span);
   return DA_OK;
 }
 

@@ -80,13 +80,13 @@ static void test_tensors(da_context *ctx) {
   b = a, b.k_stride[1] = INT64_MAX / 4;
   EXPECT("k_stride[1] INT64_MAX / 4", "k: batch");
   b = a, b.out_stride[1] = 0;
-  EXPECT("out rows on one another (stride 0)", "rows of out overlap");
+  EXPECT("out rows on one another (stride 0)", "of out overlap");
   b = a, b.out_stride[2] = 4; /* heads 4 elements apart, 8 wide */
-  EXPECT("out heads overlapping", "rows of out overlap");
+  EXPECT("out heads overlapping", "of out overlap");
   b = a, b.out = q;
   EXPECT("out == q", "out overlaps q");
   b = a, b.out = k, b.out_stride[0] = b.out_stride[1] = 0; /* out's rows overlap before k is looked at */
-  EXPECT("out on k with 0 strides", "rows of out overlap");
+  EXPECT("out on k with 0 strides", "of out overlap");
   b = a, b.lse = q + 3;
   EXPECT("lse inside q", "lse overlaps q");
   b = a, b.lse = (float *)o + 8;
@@ -106,6 +106,30 @@ static void test_tensors(da_context *ctx) {
   TU_CHECK(da_plan_execute(p, &b) == DA_OK, "v == k: %s", da_context_last_error(ctx));
   b = a, b.k_stride[0] = 0;
   TU_CHECK(da_plan_execute(p, &b) == DA_OK, "k batch stride 0: %s", da_context_last_error(ctx));
+  /* padded heads with rows packed tight: out_stride {.., 24, 16} holds 2 heads of 8 in 24 */
+  {
+    float *big = calloc(B * N * 24 + 64, 4);
+    b = a, b.out = big, b.out_stride[0] = N * 24, b.out_stride[1] = 24, b.out_stride[2] = 16;
+    TU_CHECK(da_plan_execute(p, &b) == DA_OK, "out heads padded to 16, rows of 24: %s", da_context_last_error(ctx));
+    free(big);
+  }
+  /* q and out packed in one [B, N, 2, H, D] buffer (same strides, disjoint elements): taken,
+   * and the result is the plain run's; shifted by one element they share elements: refused */
+  {
+    float *qo = calloc(B * N * 2 * 2 * 8 + 8, 4);
+    for (int64_t n = 0; n < N; n++) memcpy(qo + n * 32, q + n * 16, 16 * 4); /* q into slot 0 */
+    b = a, b.q = qo, b.out = qo + 16;
+    for (int i = 0; i < 3; i++) b.q_stride[i] = b.out_stride[i] = i == 0 ? N * 32 : i == 1 ? 32 : 8;
+    TU_CHECK(da_plan_execute(p, &b) == DA_OK, "q and out packed: %s", da_context_last_error(ctx));
+    int same = 1;
+    for (int64_t n = 0; n < N; n++) same &= !memcmp(qo + n * 32 + 16, o0 + n * 16, 16 * 4);
+    TU_CHECK(same, "q and out packed: out differs from the plain run's");
+    b.out = qo + 1;
+    EXPECT("out one element into q (same strides)", "out overlaps q");
+    b.out = qo, b.q = qo;
+    EXPECT("out == q (in place)", "out overlaps q");
+    free(qo);
+  }
   /* a permuted out ([B, H, N, D]) is no overlap */
   b = a, b.out_stride[0] = 2 * N * 8, b.out_stride[1] = 8, b.out_stride[2] = N * 8;
   TU_CHECK(da_plan_execute(p, &b) == DA_OK, "out as [B, H, N, D]: %s", da_context_last_error(ctx));
