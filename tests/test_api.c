@@ -152,6 +152,86 @@ static void test_tensors(da_context *ctx) {
   da_plan_destroy(p);
 }
 
+/* The overlap checks against brute force on random small layouts in one buffer: an out
+ * that shares an element with q (or its own) is refused; one with q's strides that shares
+ * none, and elements of its own that are distinct, is taken. */
+static void test_overlap_property(da_context *ctx) {
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+#define RND(n) ((int64_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (n))
+  int refused_bad = 0, taken_good = 0;
+  for (int cfg = 0; cfg < 4; cfg++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = 1, s.segment_lengths[0] = 4, s.dilation_rates[0] = 1;
+    s.num_heads = s.num_kv_heads = 1 + (cfg & 1), s.head_dim = 2 << (cfg >> 1);
+    da_plan *p;
+    if (da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) != DA_OK) {
+      TU_CHECK(0, "plan: %s", da_context_last_error(ctx));
+      continue;
+    }
+    enum { CAP = 4096 };
+    float *buf = calloc(CAP, 4), *kv = calloc(CAP, 4);
+    static uint8_t hitq[CAP], hito[CAP];
+    for (int it = 0; it < 300; it++) {
+      const int64_t H = s.num_heads, D = s.head_dim, N = 1 + RND(4), B = 1 + RND(2);
+      int64_t st[2][3];
+      for (int t = 0; t < 2; t++) { /* a permuted, maybe padded layout, or (out) junk */
+        int64_t ext[3] = {B, N, H}, perm[3] = {0, 1, 2};
+        for (int i = 2; i > 0; i--) {
+          int j = (int)RND(i + 1), x = (int)perm[i];
+          perm[i] = perm[j], perm[j] = x;
+        }
+        int64_t reach = D + RND(3);
+        for (int i = 2; i >= 0; i--) st[t][perm[i]] = reach, reach = reach * ext[perm[i]] + RND(3);
+        if (t == 1 && RND(4) == 0) { /* maybe self-overlapping */
+          const int64_t i = RND(3);
+          st[1][i] = RND(2 * D);
+        }
+        if (t == 1 && RND(2) == 0) memcpy(st[1], st[0], sizeof st[0]); /* q's strides */
+      }
+      const int64_t oq = RND(64), oo = RND(160);
+      memset(hitq, 0, sizeof hitq), memset(hito, 0, sizeof hito);
+      int over = 0, self = 0, fits = 1;
+      for (int t = 0; t < 2; t++)
+        for (int64_t b = 0; b < B; b++)
+          for (int64_t n = 0; n < N; n++)
+            for (int64_t h = 0; h < H; h++)
+              for (int64_t d = 0; d < D; d++) {
+                const int64_t e = (t ? oo : oq) + b * st[t][0] + n * st[t][1] + h * st[t][2] + d;
+                if (e >= CAP) {
+                  fits = 0;
+                  continue;
+                }
+                if (t == 0) hitq[e] = 1;
+                else self |= hito[e], over |= hitq[e], hito[e] = 1;
+              }
+      if (!fits) continue;
+      da_args a;
+      da_args_init(&a, &s, B, N, buf + oq, kv, kv, buf + oo, NULL);
+      memcpy(a.q_stride, st[0], sizeof st[0]);
+      memcpy(a.out_stride, st[1], sizeof st[1]);
+      memset(a.k_stride, 0, sizeof a.k_stride), a.k_stride[2] = D; /* kv read only */
+      memcpy(a.v_stride, a.k_stride, sizeof a.k_stride);
+      const da_status r = da_plan_execute(p, &a);
+      const int same = !memcmp(st[0], st[1], sizeof st[0]);
+      if (self || over) {
+        TU_CHECK(r == DA_ERR_INVALID_ARGUMENT, "layout %d/%d (self %d, shares with q %d) taken", cfg, it, self, over);
+        refused_bad += r == DA_ERR_INVALID_ARGUMENT;
+      } else if (same) {
+        TU_CHECK(r == DA_OK, "layout %d/%d: disjoint, same strides, refused: %s", cfg, it, da_context_last_error(ctx));
+        taken_good += r == DA_OK;
+      }
+    }
+    free(buf), free(kv);
+    da_plan_destroy(p);
+  }
+  TU_CHECK(refused_bad > 20 && taken_good > 20, "property: %d refused, %d taken: too few of either", refused_bad,
+           taken_good);
+  printf("overlap property: %d overlapping layouts refused, %d disjoint ones with q's strides taken\n", refused_bad,
+         taken_good);
+#undef RND
+}
+
 /* one context's failure keeps its detail when another context, or a call without one,
  * fails after it on the same thread */
 static void test_last_error(void) {
@@ -262,6 +342,7 @@ int main(void) {
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
   test_explicit_specs(ctx);
   test_tensors(ctx);
+  test_overlap_property(ctx);
   test_last_error();
   test_bundles_and_json(ctx);
   test_backend_env(ctx);
