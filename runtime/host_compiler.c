@@ -110,25 +110,36 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
     return da__set_error(ctx, DA_ERR_IO, "host compile: cannot write %s: %s", src, strerror(e));
   }
   const char *cc = da__host_cc();
-  /* CC is words, as make takes it ("ccache cc", "gcc -m64"; no quoting): the first is
-   * the program, the rest follow our flags, so that they win ("cc -O3") */
-  char words[1024], *w[17];
-  int nw = 0;
+  /* CC is words, as make takes it (no quoting): the words up to the first option are the
+   * command ("ccache cc", "gcc"), the options follow ours, so that they win ("cc -O3") */
+  char words[4096], *w[64];
+  int nw = 0, ncmd = 0;
+  if (strlen(cc) >= sizeof words) {
+    remove_dir(dir, build_files);
+    return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: CC is %zu bytes long (at most %zu)", strlen(cc),
+                         sizeof words - 1);
+  }
   snprintf(words, sizeof words, "%s", cc);
-  for (char *save = NULL, *t = strtok_r(words, " \t", &save); t && nw < 16; t = strtok_r(NULL, " \t", &save))
+  for (char *save = NULL, *t = strtok_r(words, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+    if (nw == 64) {
+      remove_dir(dir, build_files);
+      return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: CC has more than 64 words");
+    }
+    if (t[0] != '-' && ncmd == nw) ncmd++;
     w[nw++] = t;
-  if (nw == 0 || strlen(cc) >= sizeof words) {
+  }
+  if (ncmd == 0) {
     remove_dir(dir, build_files);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: CC='%.200s' names no C compiler (set CC to one)", cc);
   }
   /* -fno-math-errno lets expf/logf inline; no -ffast-math: infinities carry meaning. */
   static const char *const flags[] = {HOST_CFLAGS};
   const int nflags = (int)(sizeof flags / sizeof *flags);
-  char *argv[1 + 8 + 16 + 5];
+  char *argv[64 + 8 + 5];
   int na = 0;
-  argv[na++] = w[0];
+  for (int i = 0; i < ncmd; i++) argv[na++] = w[i];
   for (int i = 0; i < nflags; i++) argv[na++] = (char *)flags[i];
-  for (int i = 1; i < nw; i++) argv[na++] = w[i];
+  for (int i = ncmd; i < nw; i++) argv[na++] = w[i];
   argv[na++] = "-o", argv[na++] = so, argv[na++] = src, argv[na++] = "-lm", argv[na] = NULL;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
