@@ -248,8 +248,17 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   da_spec s = *spec;
   da_context *ctx;
   if (da_context_create(&ctx) != DA_OK) return 4;
+  /* auto: DILATTN_BACKEND where set (as for run; checked in da__cmd_tune), else CUDA where usable */
+  const char *env_be = getenv("DILATTN_BACKEND");
+  if (backend == DA_BACKEND_AUTO && env_be && !strcmp(env_be, "host")) backend = DA_BACKEND_HOST;
+  if (backend == DA_BACKEND_AUTO && env_be && !strcmp(env_be, "cuda")) backend = DA_BACKEND_CUDA;
   if (backend == DA_BACKEND_AUTO) backend = da__cuda_get(ctx, &(da__cuda *){0}) == DA_OK ? DA_BACKEND_CUDA : DA_BACKEND_HOST;
   int cuda = backend == DA_BACKEND_CUDA;
+  if (cuda && da__cuda_get(ctx, &(da__cuda *){0}) != DA_OK) { /* before compiling a sweep that cannot run */
+    fprintf(stderr, "dilattn: error: tune %s: the CUDA backend: %s\n", config, da_context_last_error(ctx));
+    da_context_destroy(ctx);
+    return 4;
+  }
   char *js = da_spec_to_json(&s), hash[65];
   if (!js) {
     da_context_destroy(ctx);
@@ -435,6 +444,11 @@ int da__cmd_tune(int argc, char **argv) {
                        : !strcmp(backend_s, "auto") ? DA_BACKEND_AUTO : (da_backend)-1;
   if ((int)backend < 0) {
     fprintf(stderr, "dilattn: error: --backend: '%s' is not auto, host or cuda\n", backend_s);
+    return 2;
+  }
+  const char *env_be = getenv("DILATTN_BACKEND");
+  if (env_be && *env_be && strcmp(env_be, "auto") && strcmp(env_be, "host") && strcmp(env_be, "cuda")) {
+    fprintf(stderr, "dilattn: error: DILATTN_BACKEND: '%s' is not auto, host or cuda\n", env_be);
     return 2;
   }
   /* every config loaded and validated before anything is tuned or written */

@@ -20,6 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, report  # noqa: E402
 
 DILATTN = os.path.abspath(sys.argv[1])
+# tune's --backend defaults to auto: the variable keeps these sweeps on the host on a GPU
+# machine too (section 14 checks that it is read)
+os.environ["DILATTN_BACKEND"] = "host"
 
 
 def run(*args, env=None):
@@ -184,6 +187,16 @@ try:
     rows = list(csv.DictReader(open(odd_csv))) if p.returncode == 0 else []
     check(rows and all(r["config"] == odd_cfg and r["cuda_mma"] != "" for r in rows),
           f"tune CSV with a comma and a quote in the config path: exit {p.returncode}: {rows[:1]} {p.stderr[-200:]}")
+
+    # 14. DILATTN_BACKEND picks the backend of --backend auto (the default), as for run:
+    # junk is exit 2; cuda where no GPU is usable is exit 4 before anything compiles
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db9, env={"DILATTN_BACKEND": "gpu"})
+    check(p.returncode == 2 and "DILATTN_BACKEND" in p.stderr, f"DILATTN_BACKEND=gpu: exit {p.returncode}: {p.stderr}")
+    info = json.loads(run("info").stdout)
+    if not info["backends"]["cuda"]["available"]:
+        p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db9, env={"DILATTN_BACKEND": "cuda"})
+        check(p.returncode == 4 and "CUDA backend" in p.stderr and not p.stdout,
+              f"DILATTN_BACKEND=cuda without a GPU: exit {p.returncode}: {p.stdout[:100]} {p.stderr[-200:]}")
 
     # 12. -o, --plot and the database are three files
     same = os.path.join(tmp, "same.out")
