@@ -141,7 +141,23 @@ const char *da__cli_jstr(const char *s, int slot) {
     else if (c == '\n') o[n++] = '\\', o[n++] = 'n';
     else if (c == '\t') o[n++] = '\\', o[n++] = 't';
     else if (c < 0x20 || c == 0x7f) n += (size_t)snprintf(o + n, 7, "\\u%04x", c);
-    else o[n++] = (char)c;
+    else if (c < 0x80) o[n++] = (char)c;
+    else { /* UTF-8 as it is; a byte that starts no valid sequence (a Latin-1 path) as U+FFFD */
+      const unsigned char *u = (const unsigned char *)s;
+      const int len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+      int ok = len > 0;
+      for (int i = 1; ok && i < len; i++) ok = u[i] >= 0x80 && u[i] <= 0xbf;
+      if (ok && len >= 3) /* no overlong forms, surrogates or code points past U+10FFFF */
+        ok = !(c == 0xe0 && u[1] < 0xa0) && !(c == 0xed && u[1] > 0x9f) && !(c == 0xf0 && u[1] < 0x90) &&
+             !(c == 0xf4 && u[1] > 0x8f);
+      if (ok) {
+        memcpy(o + n, s, (size_t)len);
+        n += (size_t)len, s += len - 1;
+      } else {
+        memcpy(o + n, "\\ufffd", 6);
+        n += 6;
+      }
+    }
   }
   o[n++] = '"';
   o[n] = '\0';
@@ -814,8 +830,8 @@ static int cmd_cache(int argc, char **argv) {
   if (clear) {
     da__disk_cache_scan(dc, 0, 0, NULL, NULL, &after);
     if (after.entries)
-      rc = fail(EXIT_RUNTIME, "cache clear: %llu entries of %s could not be removed", (unsigned long long)after.entries,
-                da__disk_cache_root(dc));
+      rc = fail(EXIT_RUNTIME, "cache clear: %llu entries are in %s after the clear (not removable, or added meanwhile)",
+                (unsigned long long)after.entries, da__disk_cache_root(dc));
   }
   if (!list) {
     const da__disk_cache_summary *now = clear ? &after : &sum;
@@ -824,8 +840,8 @@ static int cmd_cache(int argc, char **argv) {
            (unsigned long long)da__disk_cache_max_bytes());
     if (verify) printf(",\"corrupt\":%llu,\"removed\":%llu", (unsigned long long)sum.corrupt, (unsigned long long)sum.removed);
     if (clear)
-      printf(",\"removed\":%llu,\"removed_bytes\":%llu", (unsigned long long)(sum.entries - after.entries),
-             (unsigned long long)(sum.bytes >= after.bytes ? sum.bytes - after.bytes : 0));
+      printf(",\"removed\":%llu,\"removed_bytes\":%llu", (unsigned long long)sum.removed, /* the clear's own count */
+             (unsigned long long)sum.bytes);
     printf("}\n");
   }
   da__disk_cache_close(dc);

@@ -298,6 +298,15 @@ def test_json_escaped(tmp):
         check(rc == 0 and summary["out"] == out and summary["lse"] == lse, f"run summary paths: {summary}")
     except ValueError as ex:
         check(False, f"run printed invalid JSON for -o {out!r}: {ex}: {so!r} {err}")
+    # a path that is not UTF-8 (a Latin-1 byte): the JSON stays UTF-8, the byte as U+FFFD
+    latin = os.fsencode(d) + b"/a\xffb.npy"
+    p = subprocess.run([DILATTN, "run", *golden_run_args(), "-o", latin], capture_output=True)
+    try:
+        summary = json.loads(p.stdout.decode("utf-8"))
+        check(p.returncode == 0 and summary["out"] == d + "/a\ufffdb.npy" and os.path.exists(latin),
+              f"run -o <a Latin-1 path>: {summary}")
+    except ValueError as ex:
+        check(False, f"run printed invalid UTF-8 JSON for a Latin-1 path: {ex}: {p.stdout!r}")
     rc, so, err = run("gen", os.path.join(GOLDEN, "gqa_4_to_1", "case.json"), "-o", d, "--report")
     try:
         rep = json.loads(so)
