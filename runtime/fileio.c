@@ -38,7 +38,7 @@ char *da__read_file(const char *path, size_t *len) {
   close(fd);
   if (!buf || done != (size_t)st.st_size) {
     free(buf);
-    errno = EIO;
+    errno = buf ? EIO : ENOMEM;
     return NULL;
   }
   buf[done] = '\0';

@@ -77,7 +77,10 @@ int main(int argc, char **argv) {
   da_context *c;
   da_context_create(&c);
   TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "register: %s", da_context_last_error(c));
+  const size_t arts = da__bundles_count(da__context_kernels(c)->bundles);
   TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "registering twice");
+  TU_CHECK(arts > 0 && da__bundles_count(da__context_kernels(c)->bundles) == arts,
+           "registering twice added artifacts: %zu, then %zu", arts, da__bundles_count(da__context_kernels(c)->bundles));
   TU_CHECK(runs(c), "plan from the bundle: %s", da_context_last_error(c));
   da__kernel_cache *kc = da__context_kernels(c);
   TU_CHECK(kc->bundle_hits == 1 && kc->builds == 0 && kc->disk_hits == 0, "order: bundle %lld disk %lld builds %lld",
