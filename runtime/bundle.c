@@ -173,7 +173,7 @@ int da__bundles_find(da__bundles *b, const char *arch, const char *key, const ch
   if (!b) return 0;
   pthread_mutex_lock(&b->mu);
   art_t *hit = NULL, *other = NULL;
-  for (size_t i = 0; i < b->n && !hit; i++) {
+  for (size_t i = b->n; i-- > 0 && !hit;) { /* newest first: a manifest registered again after a rebuild wins */
     art_t *t = &b->arts[i];
     if (!strcmp(t->key, key) && !strcmp(t->arch, arch)) hit = t;
     else if (source_key && !strcmp(t->source_key, source_key) && strcmp(t->arch, arch)) other = t;

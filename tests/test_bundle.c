@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gen/render.h"
+#include "runtime/bundle.h"
 #include "runtime/fileio.h"
 #include "runtime/kernel_cache.h"
 #include "test_util.h"
@@ -61,7 +63,40 @@ static void variant(const char *name, const char *expr, char *manifest_out, size
   snprintf(manifest_out, cap, "%s/%s/manifest.json", base, name);
 }
 
+/* A manifest registered again after its artifacts were rebuilt (same origin, new manifest):
+ * lookups take the newest registration, not the old entry whose checksum no longer holds. */
+static void test_newest_first(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  da__bundles *b = da__bundles_create();
+  const char *const key = "1111111111111111111111111111111111111111111111111111111111111111";
+  const char *const src = "2222222222222222222222222222222222222222222222222222222222222222";
+  static const unsigned char old_art[] = "old kernel", new_art[] = "rebuilt kernel";
+  const unsigned char *blobs[2] = {old_art, new_art};
+  const size_t sizes[2] = {sizeof old_art, sizeof new_art};
+  for (int v = 0; v < 2; v++) {
+    char sha[65], text[1024];
+    da__sha256_hex(blobs[v], sizes[v], sha);
+    snprintf(text, sizeof text,
+             "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[{\"kernel\":\"K\","
+             "\"source_key\":\"%s\",\"artifacts\":[{\"arch\":\"host\",\"key\":\"%s\",\"file\":\"k.so\","
+             "\"size\":%zu,\"sha256\":\"%s\"}]}]}",
+             da_version(), DA_CACHE_SCHEMA_VERSION, src, key, sizes[v], sha);
+    const char *names[1] = {"k.so"};
+    TU_CHECK(da__bundles_add(ctx, b, text, strlen(text), "bundle-x", NULL, names, &blobs[v], &sizes[v], 1) == DA_OK,
+             "register version %d: %s", v, da_context_last_error(ctx));
+  }
+  void *bytes = NULL;
+  size_t n = 0;
+  TU_CHECK(da__bundles_find(b, "host", key, src, &bytes, &n) == 1 && n == sizeof new_art && !memcmp(bytes, new_art, n),
+           "lookup after re-registration: %s", bytes ? (const char *)bytes : "(none)");
+  free(bytes);
+  da__bundles_destroy(b);
+  da_context_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
+  test_newest_first();
   if (argc < 2 || !mkdtemp(base)) return 1;
   snprintf(bdir, sizeof bdir, "%s/bundle", base);
   snprintf(cfg, sizeof cfg, "%s/example.json", base);
