@@ -8,7 +8,6 @@
  * Skips (exit 0, "skipped" line) when NVRTC is not installed.
  * Run: build/tests/test_cuda_matrix [NSPECS]   (ctest -R cuda_matrix) */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +30,7 @@ typedef struct {
 } job_t;
 
 static job_t jobs[MAX_SPECS];
-static int njobs, next_job;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int njobs;
 static const char *archs[2] = {"sm_80", "sm_90"};
 static const int smem_limit[2] = {163 * 1024, 227 * 1024};
 
@@ -186,54 +184,44 @@ static void build_matrix(int n) {
 /* DA_MATRIX_ONLY=i compiles spec i alone (the number a failure names), to look at it */
 static int only = -1;
 
-static void *worker(void *arg) {
-  (void)arg;
-  da_context *ctx;
-  da_context_create(&ctx);
-  for (;;) {
-    pthread_mutex_lock(&mu);
-    int i = next_job++;
-    pthread_mutex_unlock(&mu);
-    if (i >= njobs) break;
-    job_t *j = &jobs[i];
-    if (only >= 0 && i != only) continue; /* DA_MATRIX_ONLY */
-    da__rendered r;
-    if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, &j->opts, &r) != DA_OK) {
-      snprintf(j->err, sizeof j->err, "render: %s", da_context_last_error(ctx));
-      j->status[0] = j->status[1] = -1;
+static void compile_job(da_context *ctx, int i, void *user) {
+  (void)user;
+  job_t *j = &jobs[i];
+  if (only >= 0 && i != only) return; /* DA_MATRIX_ONLY */
+  da__rendered r;
+  if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, &j->opts, &r) != DA_OK) {
+    snprintf(j->err, sizeof j->err, "render: %s", da_context_last_error(ctx));
+    j->status[0] = j->status[1] = -1;
+    return;
+  }
+  snprintf(j->name, sizeof j->name, "%s", r.kernel_name);
+  snprintf(j->strategy, sizeof j->strategy, "%s", r.strategy);
+  snprintf(j->path, sizeof j->path, "%s", r.cuda_path);
+  j->dyn_smem = r.smem_bytes;
+  for (int a = 0; a < 2; a++) {
+    da__nvrtc_result res;
+    char file[300], arch[16];
+    snprintf(file, sizeof file, "%s.cu", r.kernel_name);
+    if (da__cuda_compile_arch(ctx, archs[a], r.cuda_path, arch) != DA_OK) { /* wgmma on sm_80 */
+      j->skip[a] = 1;
       continue;
     }
-    snprintf(j->name, sizeof j->name, "%s", r.kernel_name);
-    snprintf(j->strategy, sizeof j->strategy, "%s", r.strategy);
-    snprintf(j->path, sizeof j->path, "%s", r.cuda_path);
-    j->dyn_smem = r.smem_bytes;
-    for (int a = 0; a < 2; a++) {
-      da__nvrtc_result res;
-      char file[300], arch[16];
-      snprintf(file, sizeof file, "%s.cu", r.kernel_name);
-      if (da__cuda_compile_arch(ctx, archs[a], r.cuda_path, arch) != DA_OK) { /* wgmma on sm_80 */
-        j->skip[a] = 1;
-        continue;
-      }
-      if (da__nvrtc_compile(ctx, r.source, file, arch, NULL, 0, &res) != DA_OK) {
-        snprintf(j->err, sizeof j->err, "%s: %.400s", archs[a], da_context_last_error(ctx));
-        j->status[a] = -1;
-        continue;
-      }
-      if (da__cuda_check_regs(ctx, r.kernel_name, r.launch_regs, res.registers) != DA_OK) {
-        snprintf(j->err, sizeof j->err, "%s: %.400s", archs[a], da_context_last_error(ctx));
-        j->status[a] = -1;
-      }
-      j->regs[a] = res.registers;
-      j->spill[a] = res.spill_bytes;
-      j->serialized[a] = res.wgmma_serialized;
-      j->smem[a] = r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0);
-      da__nvrtc_result_free(&res);
+    if (da__nvrtc_compile(ctx, r.source, file, arch, NULL, 0, &res) != DA_OK) {
+      snprintf(j->err, sizeof j->err, "%s: %.400s", archs[a], da_context_last_error(ctx));
+      j->status[a] = -1;
+      continue;
     }
-    da__rendered_free(&r);
+    if (da__cuda_check_regs(ctx, r.kernel_name, r.launch_regs, res.registers) != DA_OK) {
+      snprintf(j->err, sizeof j->err, "%s: %.400s", archs[a], da_context_last_error(ctx));
+      j->status[a] = -1;
+    }
+    j->regs[a] = res.registers;
+    j->spill[a] = res.spill_bytes;
+    j->serialized[a] = res.wgmma_serialized;
+    j->smem[a] = r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0);
+    da__nvrtc_result_free(&res);
   }
-  da_context_destroy(ctx);
-  return NULL;
+  da__rendered_free(&r);
 }
 
 /* Host backend with the CUDA plan's tile shape against the reference on a short input. */
@@ -287,9 +275,7 @@ int main(int argc, char **argv) {
   }
   build_matrix(n);
   if (getenv("DA_MATRIX_ONLY")) only = atoi(getenv("DA_MATRIX_ONLY"));
-  pthread_t th[2];
-  for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, NULL);
-  for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  tu_parallel_jobs(njobs, 2, compile_job, NULL);
   if (only >= 0 && only < njobs) {
     const job_t *j = &jobs[only];
     for (int a = 0; a < 2; a++)

@@ -7,7 +7,6 @@
  * compile failure and never time it). The sweep itself runs only on a GPU.
  * Skips the compiles (not the rest) when NVRTC is not installed.
  * Run: build/tests/test_tune_candidates */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +26,7 @@ typedef struct {
 } job_t;
 
 static job_t jobs[512];
-static int njobs, next_job, have_nvrtc;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int njobs, have_nvrtc;
 
 static void longnet(da_spec *s, int branches, int head_dim, int causal) {
   da_spec_init(s);
@@ -41,38 +39,28 @@ static void longnet(da_spec *s, int branches, int head_dim, int causal) {
   s->causal = causal;
 }
 
-static void *worker(void *arg) {
-  (void)arg;
-  da_context *ctx;
-  da_context_create(&ctx);
-  for (;;) {
-    pthread_mutex_lock(&mu);
-    int i = next_job++;
-    pthread_mutex_unlock(&mu);
-    if (i >= njobs) break;
-    job_t *j = &jobs[i];
-    da__rendered r;
-    if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, &j->o, &r) != DA_OK) {
-      snprintf(j->err, sizeof j->err, "refused: %s", da_context_last_error(ctx));
-      continue;
-    }
-    if (have_nvrtc && j->o.cuda_mma >= 4) {
-      da__nvrtc_result res;
-      char file[300];
-      snprintf(file, sizeof file, "%s.cu", r.kernel_name);
-      if (da__nvrtc_compile(ctx, r.source, file, "sm_90a", NULL, 0, &res) != DA_OK) {
-        snprintf(j->err, sizeof j->err, "compile: %.500s", da_context_last_error(ctx));
-      } else {
-        j->regs = res.registers, j->spill = res.spill_bytes;
-        if (da__cuda_check_regs(ctx, r.kernel_name, r.launch_regs, res.registers) != DA_OK)
-          snprintf(j->err, sizeof j->err, "%.500s", da_context_last_error(ctx));
-        da__nvrtc_result_free(&res);
-      }
-    }
-    da__rendered_free(&r);
+static void compile_job(da_context *ctx, int i, void *user) {
+  (void)user;
+  job_t *j = &jobs[i];
+  da__rendered r;
+  if (da__render_ex(ctx, &j->spec, DA_TARGET_CUDA, &j->o, &r) != DA_OK) {
+    snprintf(j->err, sizeof j->err, "refused: %s", da_context_last_error(ctx));
+    return;
   }
-  da_context_destroy(ctx);
-  return NULL;
+  if (have_nvrtc && j->o.cuda_mma >= 4) {
+    da__nvrtc_result res;
+    char file[300];
+    snprintf(file, sizeof file, "%s.cu", r.kernel_name);
+    if (da__nvrtc_compile(ctx, r.source, file, "sm_90a", NULL, 0, &res) != DA_OK) {
+      snprintf(j->err, sizeof j->err, "compile: %.500s", da_context_last_error(ctx));
+    } else {
+      j->regs = res.registers, j->spill = res.spill_bytes;
+      if (da__cuda_check_regs(ctx, r.kernel_name, r.launch_regs, res.registers) != DA_OK)
+        snprintf(j->err, sizeof j->err, "%.500s", da_context_last_error(ctx));
+      da__nvrtc_result_free(&res);
+    }
+  }
+  da__rendered_free(&r);
 }
 
 int main(void) {
@@ -123,9 +111,7 @@ int main(void) {
       jobs[njobs++].o = o[k];
     }
   }
-  pthread_t th[2];
-  for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, worker, NULL);
-  for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
+  tu_parallel_jobs(njobs, 2, compile_job, NULL);
   int compiled = 0;
   for (int i = 0; i < njobs; i++) {
     const job_t *j = &jobs[i];

@@ -1,6 +1,8 @@
 /* test_util.c - helpers shared by the tests (see test_util.h). */
 #include "test_util.h"
 
+#include <pthread.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -99,3 +101,37 @@ uint64_t tu_rand(uint64_t *s) {
 }
 
 double tu_uniform(uint64_t *s) { return (double)(tu_rand(s) >> 11) * 0x1.0p-53; }
+
+typedef struct {
+  int n, next;
+  pthread_mutex_t mu;
+  void (*fn)(da_context *, int, void *);
+  void *user;
+} tu_jobs;
+
+static void *tu_jobs_worker(void *arg) {
+  tu_jobs *J = arg;
+  da_context *ctx;
+  if (da_context_create(&ctx) != DA_OK) return NULL;
+  for (;;) {
+    pthread_mutex_lock(&J->mu);
+    const int i = J->next++;
+    pthread_mutex_unlock(&J->mu);
+    if (i >= J->n) break;
+    J->fn(ctx, i, J->user);
+  }
+  da_context_destroy(ctx);
+  return NULL;
+}
+
+void tu_parallel_jobs(int n, int threads, void (*fn)(da_context *ctx, int i, void *user), void *user) {
+  tu_jobs J = {n, 0, PTHREAD_MUTEX_INITIALIZER, fn, user};
+  pthread_t th[64];
+  if (threads < 1) threads = 1;
+  if (threads > 64) threads = 64;
+  int started = 0;
+  for (int t = 0; t < threads; t++) started += pthread_create(&th[started], NULL, tu_jobs_worker, &J) == 0;
+  if (!started) tu_jobs_worker(&J); /* no thread: here */
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&J.mu);
+}

@@ -26,6 +26,10 @@ extern int tu_passed, tu_failed;
 /* Print "N passed, M failed" and return the exit status. */
 int tu_report(void);
 
+/* fn(ctx, i, user) for i in [0, n), on `threads` threads that take the next index in turn,
+ * each with a context of its own (compile matrices: a job's time varies). */
+void tu_parallel_jobs(int n, int threads, void (*fn)(da_context *ctx, int i, void *user), void *user);
+
 /* Element conversions for inputs in any dtype. */
 double tu_load(da_dtype t, const void *p, int64_t i);
 void tu_store(da_dtype t, void *p, int64_t i, double x); /* rounds to nearest */
