@@ -841,7 +841,7 @@ static int cmd_cache(int argc, char **argv) {
     if (verify) printf(",\"corrupt\":%llu,\"removed\":%llu", (unsigned long long)sum.corrupt, (unsigned long long)sum.removed);
     if (clear)
       printf(",\"removed\":%llu,\"removed_bytes\":%llu", (unsigned long long)sum.removed, /* the clear's own count */
-             (unsigned long long)sum.bytes);
+             (unsigned long long)sum.removed_bytes);
     printf("}\n");
   }
   da__disk_cache_close(dc);

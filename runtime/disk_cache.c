@@ -87,12 +87,15 @@ static void entry_path(const da__disk_cache *dc, const char *arch, const char *k
 }
 
 
-static void remove_entry(const da__disk_cache *dc, const char *arch, const char *key) {
+/* 0 when both files are gone (removed now or already), -1 when one stays. */
+static int remove_entry(const da__disk_cache *dc, const char *arch, const char *key) {
   char p[4400];
+  int rc = 0;
   entry_path(dc, arch, key, ".json", p, sizeof p);
-  unlink(p);
+  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
   entry_path(dc, arch, key, ".bin", p, sizeof p);
-  unlink(p);
+  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
+  return rc;
 }
 
 /* Verify an entry: returns the artifact bytes (malloc'ed) or NULL with why set. */
@@ -333,12 +336,12 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
     sum->bytes += e->size;
     if (visit) visit(user, e->arch, e->key, e->size, e->mtime, json ? json : "{}");
     free(json);
-    if (remove_all) {
-      remove_entry(dc, e->arch, e->key);
+    if (remove_all && remove_entry(dc, e->arch, e->key) == 0) { /* counted where it went */
       char lp[4400];
       entry_path(dc, e->arch, e->key, ".lock", lp, sizeof lp);
       unlink(lp);
       sum->removed++;
+      sum->removed_bytes += e->size;
     }
   }
   free(v);

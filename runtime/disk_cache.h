@@ -45,7 +45,7 @@ DA_HIDDEN void da__disk_cache_unlock(int fd);
 /* Maintenance (dilattn cache ...). Each entry visited once; callbacks get the entry's
  * arch, key, artifact size, mtime and the .json text. */
 typedef struct {
-  uint64_t entries, bytes, corrupt, removed;
+  uint64_t entries, bytes, corrupt, removed, removed_bytes; /* removed_bytes: by a clear */
 } da__disk_cache_summary;
 typedef void (*da__disk_cache_visit)(void *user, const char *arch, const char *key, uint64_t size,
                                      int64_t mtime, const char *json);

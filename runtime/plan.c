@@ -647,19 +647,25 @@ static int lattice_meet(const tview *a, const tview *b, const int *order, int k,
 
 /* Whether tensors a and b share a byte: their spans intersect and, where both have one
  * element size and the same strides on nested dimensions (q, k, v and out packed in one
- * buffer, [B, N, 4, H, D] say), some element of one is an element of the other; where
- * not, intersecting spans count as shared. */
+ * buffer, [B, N, 4, H, D] say), some element of one is an element of the other (1); where
+ * not, intersecting spans count as shared (2). 0: no byte shared. */
 static int tensors_meet(const tview *a, const tview *b) {
   if (!a->span || !b->span || !(a->base < b->base + (uintptr_t)b->span && b->base < a->base + (uintptr_t)a->span))
     return 0;
-  if (a->esize != b->esize) return 1;
+  if (a->esize != b->esize) return 2;
   const intptr_t bytes = (intptr_t)(b->base - a->base); /* |bytes| < a span: no overflow */
-  if (bytes % a->esize) return 1;
-  for (int i = 0; i < 4; i++)
-    if ((a->ext[i] > 1 || b->ext[i] > 1) && a->str[i] != b->str[i]) return 1;
+  if (bytes % a->esize) return 2;
+  /* a dimension of extent 1 picks no element by its stride: it takes the other's (k of one
+   * kv head with head stride 0 beside an out of two heads, packed) */
+  tview x = *a, y = *b;
+  for (int i = 0; i < 4; i++) {
+    if (x.ext[i] == 1) x.str[i] = y.str[i];
+    if (y.ext[i] == 1) y.str[i] = x.str[i];
+    if ((x.ext[i] > 1 || y.ext[i] > 1) && x.str[i] != y.str[i]) return 2;
+  }
   int order[4], nested;
-  const int n = nested_dims(a, b, order, &nested);
-  return !nested || lattice_meet(a, b, order, n - 1, (__int128)(bytes / a->esize));
+  const int n = nested_dims(&x, &y, order, &nested);
+  return !nested ? 2 : lattice_meet(&x, &y, order, n - 1, (__int128)(bytes / a->esize));
 }
 
 /* What every backend checks of an execution's tensors: pointers, strides, alignment to
@@ -710,12 +716,17 @@ static da_status check_tensors(const da_context *ctx, const da_spec *s, const da
                a->workspace);
   /* out, lse and the workspace: none shares a byte with another or an input */
   for (int i = 3; i < 6; i++)
-    for (int j = 0; j < i; j++)
-      DA_RETURN_IF(t[i].base && t[j].base && tensors_meet(&t[i], &t[j]), DA_ERR_INVALID_ARGUMENT,
-                   "%s overlaps %s (bytes [%p, +%lld) and [%p, +%lld)): outputs and the workspace may share no byte "
-                   "with the inputs or each other (no computation in place)",
-                   t[i].name, t[j].name, (void *)t[i].base, (long long)t[i].span, (void *)t[j].base,
-                   (long long)t[j].span);
+    for (int j = 0; j < i; j++) {
+      const int meet = t[i].base && t[j].base ? tensors_meet(&t[i], &t[j]) : 0;
+      DA_RETURN_IF(meet, DA_ERR_INVALID_ARGUMENT,
+                   "%s overlaps %s (%s; bytes [%p, +%lld) and [%p, +%lld)): outputs and the workspace may share no "
+                   "memory with the inputs or each other (no computation in place)",
+                   t[i].name, t[j].name,
+                   meet == 1 ? "they share elements"
+                             : "their byte ranges intersect; layouts with different strides or dtypes are not compared "
+                               "element by element",
+                   (void *)t[i].base, (long long)t[i].span, (void *)t[j].base, (long long)t[j].span);
+    }
   return DA_OK;
 }
 

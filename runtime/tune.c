@@ -252,9 +252,10 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   const char *env_be = getenv("DILATTN_BACKEND");
   if (backend == DA_BACKEND_AUTO && env_be && !strcmp(env_be, "host")) backend = DA_BACKEND_HOST;
   if (backend == DA_BACKEND_AUTO && env_be && !strcmp(env_be, "cuda")) backend = DA_BACKEND_CUDA;
-  if (backend == DA_BACKEND_AUTO) backend = da__cuda_get(ctx, &(da__cuda *){0}) == DA_OK ? DA_BACKEND_CUDA : DA_BACKEND_HOST;
+  /* (the library's own test for AUTO: a driver, a GPU and NVRTC) */
+  if (backend == DA_BACKEND_AUTO) backend = da__cuda_backend_available(ctx) == DA_OK ? DA_BACKEND_CUDA : DA_BACKEND_HOST;
   int cuda = backend == DA_BACKEND_CUDA;
-  if (cuda && da__cuda_get(ctx, &(da__cuda *){0}) != DA_OK) { /* before compiling a sweep that cannot run */
+  if (cuda && da__cuda_backend_available(ctx) != DA_OK) { /* before compiling a sweep that cannot run */
     fprintf(stderr, "dilattn: error: tune %s: the CUDA backend: %s\n", config, da_context_last_error(ctx));
     da_context_destroy(ctx);
     return 4;

@@ -130,6 +130,25 @@ static void test_tensors(da_context *ctx) {
     EXPECT("out == q (in place)", "out overlaps q");
     free(qo);
   }
+  /* q, k, v and out packed per token (2 + 1 + 1 + 2 heads of 8), k and v with head stride
+   * 0 (one kv head: the stride picks nothing): taken, with the plain run's result */
+  {
+    float *pk = calloc(B * N * 48, 4);
+    for (int64_t n = 0; n < N; n++) {
+      memcpy(pk + n * 48, q + n * 16, 16 * 4);
+      memcpy(pk + n * 48 + 16, k + n * 8, 8 * 4);
+      memcpy(pk + n * 48 + 24, v + n * 8, 8 * 4);
+    }
+    b = a, b.q = pk, b.k = pk + 16, b.v = pk + 24, b.out = pk + 32;
+    const int64_t st[3] = {N * 48, 48, 8}, kst[3] = {N * 48, 48, 0};
+    memcpy(b.q_stride, st, sizeof st), memcpy(b.out_stride, st, sizeof st);
+    memcpy(b.k_stride, kst, sizeof kst), memcpy(b.v_stride, kst, sizeof kst);
+    TU_CHECK(da_plan_execute(p, &b) == DA_OK, "q, k, v, out packed, kv head stride 0: %s", da_context_last_error(ctx));
+    int same = 1;
+    for (int64_t n = 0; n < N; n++) same &= !memcmp(pk + n * 48 + 32, o0 + n * 16, 16 * 4);
+    TU_CHECK(same, "q, k, v, out packed: out differs from the plain run's");
+    free(pk);
+  }
   /* a permuted out ([B, H, N, D]) is no overlap */
   b = a, b.out_stride[0] = 2 * N * 8, b.out_stride[1] = 8, b.out_stride[2] = N * 8;
   TU_CHECK(da_plan_execute(p, &b) == DA_OK, "out as [B, H, N, D]: %s", da_context_last_error(ctx));

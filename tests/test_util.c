@@ -112,7 +112,10 @@ typedef struct {
 static void *tu_jobs_worker(void *arg) {
   tu_jobs *J = arg;
   da_context *ctx;
-  if (da_context_create(&ctx) != DA_OK) return NULL;
+  if (da_context_create(&ctx) != DA_OK) { /* a failure, not a worker that quietly checks nothing */
+    TU_CHECK(0, "tu_parallel_jobs: a worker could not create its context");
+    return NULL;
+  }
   for (;;) {
     pthread_mutex_lock(&J->mu);
     const int i = J->next++;
