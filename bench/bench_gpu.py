@@ -283,11 +283,11 @@ def main():
                     row["tile_variants"][spec_t] = dict(error=str(e))
                     continue
                 finally:
-                    for name, value in saved.items():  # (not k, v: the key and value tensors)
+                    for var, value in saved.items():  # (not name: the config's; not k, v: the tensors)
                         if value is None:
-                            os.environ.pop(name, None)
+                            os.environ.pop(var, None)
                         else:
-                            os.environ[name] = value
+                            os.environ[var] = value
                 run_v = lambda p=vplan: p.execute(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), B, N, stream=stream)
                 run_v()
                 torch.cuda.synchronize()
