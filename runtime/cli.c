@@ -532,7 +532,8 @@ static da_status execute_plan(da_context *ctx, da_plan *plan, const da_spec *spe
 
 /* The folder of path (dir, cap bytes) and its last component: "a/b.npy" -> "a", "b.npy";
  * "b.npy" -> ".", "b.npy"; "/b.npy" -> "/", "b.npy". */
-static const char *split_path(const char *path, char *dir, size_t cap) {
+const char *da__cli_split_path(const char *path, char *dir, size_t cap); /* shared with tune.c */
+const char *da__cli_split_path(const char *path, char *dir, size_t cap) {
   const char *slash = strrchr(path, '/');
   if (!slash) {
     snprintf(dir, cap, ".");
@@ -552,7 +553,7 @@ int da__cli_same_file(const char *a, const char *b) {
   if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
   if (ea != eb) return 0;
   char da[4096], db[4096], ra[PATH_MAX], rb[PATH_MAX];
-  const char *na = split_path(a, da, sizeof da), *nb = split_path(b, db, sizeof db);
+  const char *na = da__cli_split_path(a, da, sizeof da), *nb = da__cli_split_path(b, db, sizeof db);
   if (strcmp(na, nb)) return 0;
   if (!realpath(da, ra) || !realpath(db, rb)) return !strcmp(da, db);
   return !strcmp(ra, rb);

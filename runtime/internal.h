@@ -20,6 +20,12 @@ DA_HIDDEN void da__clear_error(const da_context *ctx);
 DA_HIDDEN int da__parse_bytes(const char *s, uint64_t *out);
 /* A count from the environment: decimal digits only, at most max. 1 with *out set, or 0. */
 DA_HIDDEN int da__parse_count(const char *s, long max, long *out);
+
+/* The backend a plan created with `want` runs on (runtime/plan.c): want itself, or for
+ * DA_BACKEND_AUTO the DILATTN_BACKEND's choice, else CUDA where a driver, a GPU and NVRTC
+ * are usable, else host. DA_ERR_INVALID_ARGUMENT for a bad value; CUDA asked for and not
+ * usable: the reason. */
+DA_HIDDEN da_status da__pick_backend(const da_context *ctx, da_backend want, da_backend *got);
 /* DILATTN_WORKSPACE_LIMIT in bytes (SIZE_MAX: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
 DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
 

@@ -169,7 +169,7 @@ void da_context_destroy(da_context *c) {
  * else CUDA where it is usable, else host. The environment does not override a backend the
  * caller names: a program that asked for CUDA passes device pointers, which a host plan
  * would read as host memory (and the reverse); it is ignored then, with a warning. */
-static da_status pick_backend(const da_context *ctx, da_backend want, da_backend *got) {
+da_status da__pick_backend(const da_context *ctx, da_backend want, da_backend *got) {
   DA_RETURN_IF(want != DA_BACKEND_AUTO && want != DA_BACKEND_HOST && want != DA_BACKEND_CUDA,
                DA_ERR_INVALID_ARGUMENT, "backend: %d is not auto, host or cuda", (int)want);
   const char *env = getenv("DILATTN_BACKEND");
@@ -372,7 +372,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   char msg[512];
   if (da_spec_validate(spec, msg, sizeof msg) != DA_OK) return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
   da_backend be = DA_BACKEND_HOST;
-  DA_TRY(pick_backend(ctx, backend, &be));
+  DA_TRY(da__pick_backend(ctx, backend, &be));
   da_plan_options eff;
   int auto_mma = 0;
   DA_TRY(env_cuda_mma(ctx, be, spec, opts, &eff, &opts, &auto_mma));

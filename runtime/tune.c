@@ -223,6 +223,7 @@ static int draw_plot(const char *path, cand_t *c, int n, int best) {
 
 int da__cli_load_config(const char *path, da_spec *spec); /* cli.c */
 int da__cli_same_file(const char *a, const char *b);     /* cli.c */
+const char *da__cli_split_path(const char *path, char *dir, size_t cap); /* cli.c */
 
 /* A CSV field (RFC 4180): quoted, its quotes doubled (a path with a comma or a quote, a
  * label with a compiler's message); valid until the same slot (0, 1) is used again. */
@@ -248,18 +249,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   da_spec s = *spec;
   da_context *ctx;
   if (da_context_create(&ctx) != DA_OK) return 4;
-  /* auto: DILATTN_BACKEND where set (as for run; checked in da__cmd_tune), else CUDA where usable */
-  const char *env_be = getenv("DILATTN_BACKEND");
-  if (backend == DA_BACKEND_AUTO && env_be && !strcmp(env_be, "host")) backend = DA_BACKEND_HOST;
-  if (backend == DA_BACKEND_AUTO && env_be && !strcmp(env_be, "cuda")) backend = DA_BACKEND_CUDA;
-  /* (the library's own test for AUTO: a driver, a GPU and NVRTC) */
-  if (backend == DA_BACKEND_AUTO) backend = da__cuda_backend_available(ctx) == DA_OK ? DA_BACKEND_CUDA : DA_BACKEND_HOST;
-  int cuda = backend == DA_BACKEND_CUDA;
-  if (cuda && da__cuda_backend_available(ctx) != DA_OK) { /* before compiling a sweep that cannot run */
-    fprintf(stderr, "dilattn: error: tune %s: the CUDA backend: %s\n", config, da_context_last_error(ctx));
-    da_context_destroy(ctx);
-    return 4;
-  }
+  int cuda = backend == DA_BACKEND_CUDA; /* (resolved by da__cmd_tune) */
   char *js = da_spec_to_json(&s), hash[65];
   if (!js) {
     da_context_destroy(ctx);
@@ -447,10 +437,15 @@ int da__cmd_tune(int argc, char **argv) {
     fprintf(stderr, "dilattn: error: --backend: '%s' is not auto, host or cuda\n", backend_s);
     return 2;
   }
-  const char *env_be = getenv("DILATTN_BACKEND");
-  if (env_be && *env_be && strcmp(env_be, "auto") && strcmp(env_be, "host") && strcmp(env_be, "cuda")) {
-    fprintf(stderr, "dilattn: error: DILATTN_BACKEND: '%s' is not auto, host or cuda\n", env_be);
-    return 2;
+  { /* the backend as a plan would take it (DILATTN_BACKEND for auto), before anything compiles */
+    da_context *bctx;
+    if (da_context_create(&bctx) != DA_OK) return 4;
+    const da_status st = da__pick_backend(bctx, backend, &backend);
+    if (st != DA_OK)
+      fprintf(stderr, "dilattn: error: tune: %s%s\n", st == DA_ERR_INVALID_ARGUMENT ? "" : "the CUDA backend: ",
+              da_context_last_error(bctx));
+    da_context_destroy(bctx);
+    if (st != DA_OK) return st == DA_ERR_INVALID_ARGUMENT ? 2 : 4;
   }
   /* every config loaded and validated before anything is tuned or written */
   da_spec *specs = calloc((size_t)nconf, sizeof *specs);
@@ -465,8 +460,7 @@ int da__cmd_tune(int argc, char **argv) {
   for (int i = 0; i < 2 && !bad; i++) {
     if (!outs[i]) continue;
     char dir[4200];
-    const char *slash = strrchr(outs[i], '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == outs[i] ? 1 : slash - outs[i]) : 1, slash ? outs[i] : ".");
+    da__cli_split_path(outs[i], dir, sizeof dir);
     struct stat st;
     if (stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)) {
       fprintf(stderr, "dilattn: error: tune: %s %s: is a folder\n", flags[i], outs[i]);
