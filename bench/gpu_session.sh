@@ -22,6 +22,8 @@
 #   bash bench/gpu_session.sh tests      # info, NVRTC on the device, test_gpu golden/random/unaligned/large/huge/wgmma
 #   bash bench/gpu_session.sh sanitize   # compute-sanitizer memcheck + racecheck on the small suite
 #   bash bench/gpu_session.sh bench      # bench_gpu.py: full and causal, tile variants
+#   bash bench/gpu_session.sh profile    # where the time goes: each branch alone beside the whole plan, SDPA per
+#                                        # backend (where_time_goes.py), then ncu's sections of every kernel
 #   bash bench/gpu_session.sh tune       # dilattn tune on the LongNet configs of bench/configs (fused vs split, tiles)
 #   bash bench/gpu_session.sh            # all four in one go (will not fit one call)
 # Everything it prints also lands in $OUT (or /tmp/dilattn-gpu): logs, bench JSON, plot.
@@ -130,6 +132,23 @@ if [ "$phase" = bench ] || [ "$phase" = all ]; then
   tiles=${BENCH_TILES:+--tiles $BENCH_TILES}
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so $tiles --out "$out/bench_gpu.json" --plot "$out/bench_gpu.png"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so $tiles --causal --configs longnet5,longnet2 --out "$out/bench_gpu_causal.json" --plot "$out/bench_gpu_causal.png"
+fi
+if [ "$phase" = profile ]; then
+  # issue 3's open gaps (LongNet 5-branch, causal or not; causal LongNet 2-branch): the
+  # branches one at a time against the whole plan, and which SDPA kernel we are compared with
+  for c in "longnet5 --causal" "longnet2 --causal" "longnet5"; do
+    set -- $c
+    run timeout 120 python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs $c --out "$out/where_$1${2:+_causal}.json"
+  done
+  # ncu (Firecracker machines only; --clock-control none, METHOD.md): every kernel of the
+  # causal plans and of SDPA on the same N, once each after a warm-up. The metric names
+  # this ncu has for the tensor pipes first, so a later call can ask for them by name
+  ncu --query-metrics 2>/dev/null | grep -i -E 'tensor|gmma' > "$out/ncu_metrics.txt"
+  run timeout 300 ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
+    --log-file "$out/ncu.csv" python3 bench/where_time_goes.py --lib $B/libdilattn.so --mode ncu \
+    --configs longnet5,longnet2 --causal
 fi
 if [ "$phase" = tune ] || [ "$phase" = all ]; then
   for c in longnet5_causal longnet5 longnet2_causal; do
