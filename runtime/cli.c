@@ -62,7 +62,7 @@ static int fail(int code, const char *fmt, ...) {
 static void usage_to(FILE *f) {
   fputs("usage:\n"
         "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
-        "               [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2] [--compile] [--bundle NAME]\n"
+        "               [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2] [--compile] [--bundle NAME] [--threads T]\n"
         "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "               [--backend auto|host|cuda]\n"
         "  dilattn tune  CONFIG.json... --seq-len N [--batch B] [--backend auto|host|cuda] [-o RESULTS.csv]\n"
@@ -255,12 +255,59 @@ static void add_artifact(da__bundle_item *it, const char *arch, const char *key,
   it->nart++;
 }
 
+/* One compile of gen: a config's kernel for one arch (CUDA) or for the host. */
+typedef struct {
+  da_context *ctx;
+  const da__rendered *r;
+  const char *arch; /* as given (sm_90); NULL: the host */
+  const char *const *opts;
+  int nopts;
+  int exit; /* EXIT_OK, or the failure's exit code with err */
+  char err[DA_ERROR_MAX];
+  char carch[16];        /* the arch compiled for (wgmma: sm_90a) */
+  da__nvrtc_result res;  /* CUDA */
+  char *bytes;           /* the host's shared object */
+  size_t size;
+  double ms;
+} gen_job;
+
+static int gen_compile(void *user, int j) {
+  gen_job *J = &((gen_job *)user)[j];
+  da_status st;
+  if (J->arch) {
+    st = da__cuda_compile_arch(J->ctx, J->arch, J->r->cuda_path, J->carch); /* wgmma: sm_90 -> sm_90a */
+    char name[340];
+    snprintf(name, sizeof name, "%s.cu", J->r->kernel_name);
+    if (st == DA_OK) st = da__nvrtc_compile(J->ctx, J->r->source, name, J->carch, J->opts, J->nopts, &J->res);
+    if (st == DA_OK && (st = da__cuda_check_regs(J->ctx, J->r->kernel_name, J->r->launch_regs, J->res.registers)) != DA_OK)
+      da__nvrtc_result_free(&J->res);
+  } else {
+    char dir[4096], so[4200];
+    st = da__host_build(J->ctx, J->r->source, dir, sizeof dir, so, sizeof so, &J->ms);
+    if (st == DA_OK) {
+      J->bytes = slurp(so, &J->size, J->err, sizeof J->err);
+      da__host_build_cleanup(dir);
+      if (!J->bytes) J->exit = EXIT_RUNTIME;
+    }
+  }
+  if (st != DA_OK) {
+    snprintf(J->err, sizeof J->err, "%s", da_context_last_error(J->ctx));
+    J->exit = exit_code(st);
+  }
+  return J->exit != EXIT_OK; /* one failure fails gen: start no more */
+}
+
 static int cmd_gen(int argc, char **argv) {
   const char *outdir = ".", *target = "host", *arch = NULL, *bundle = NULL, *mma = NULL;
   int report = 0, compile = 0, nconf = 0;
+  long threads = 0; /* compile threads (0: the online CPUs) */
   const char *configs[256];
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch") ||
+    if (!strcmp(argv[i], "--threads")) {
+      if (i + 1 >= argc) return fail(EXIT_INPUT, "--threads needs a value");
+      if (!da__parse_count(argv[++i], 1024, &threads))
+        return fail(EXIT_INPUT, "gen: --threads '%s': not a whole number in 0..1024", argv[i]);
+    } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch") ||
         !strcmp(argv[i], "--bundle") || !strcmp(argv[i], "--mma")) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
       const char **dst = !strcmp(argv[i], "-o") ? &outdir : !strcmp(argv[i], "--target") ? &target
@@ -355,10 +402,25 @@ static int cmd_gen(int argc, char **argv) {
                                  gopts.cuda_mma ? &gopts : NULL, &rendered[i]);
     if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
   }
+  /* compile every (config, arch) in parallel, then write: a compile that fails leaves
+   * nothing written, not the configs before it */
+  const int per = cuda ? narch : 1, njobs = (compile || report) ? nconf * per : 0;
+  gen_job *jobs = njobs ? calloc((size_t)njobs, sizeof *jobs) : NULL;
+  if (rc == EXIT_OK && njobs && !jobs) rc = fail(EXIT_RUNTIME, "out of memory");
+  if (rc == EXIT_OK && njobs) {
+    for (int j = 0; j < njobs; j++)
+      jobs[j].ctx = ctx, jobs[j].r = &rendered[j / per], jobs[j].arch = cuda ? archs[j % per] : NULL,
+      jobs[j].opts = opts, jobs[j].nopts = nopts;
+    da__parallel_for(njobs, (int)threads, gen_compile, jobs);
+    for (int j = 0; j < njobs && rc == EXIT_OK; j++) /* the first failure in order, as one thread would */
+      if (jobs[j].exit != EXIT_OK) {
+        if (cuda) rc = fail(jobs[j].exit, "%s (%s): %s", configs[j / per], jobs[j].arch, jobs[j].err);
+        else rc = fail(jobs[j].exit, "%s: %s", configs[j / per], jobs[j].err);
+      }
+  }
   for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
     da__bundle_item *it = &items[i];
     da__rendered r = rendered[i];
-    da_status st;
     it->spec_json = da_spec_to_json(&it->spec);
     snprintf(it->kernel, sizeof it->kernel, "%s", r.kernel_name);
     snprintf(it->source_key, sizeof it->source_key, "%s", r.key);
@@ -372,67 +434,50 @@ static int cmd_gen(int argc, char **argv) {
     } else if (!report && !compile) {
       printf("%s\n", path);
     } else if (!cuda) {
-      char dir[4096], so[4200];
-      double ms = 0;
-      st = da__host_build(ctx, r.source, dir, sizeof dir, so, sizeof so, &ms);
-      if (st != DA_OK) {
-        rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
-      } else {
-        size_t n = 0;
-        char msg[256];
-        char *bytes = slurp(so, &n, msg, sizeof msg);
-        da__host_build_cleanup(dir);
-        char key[65], file[340], out[4500];
-        da__host_artifact_key(r.key, key);
-        snprintf(file, sizeof file, "%s.host.so", r.kernel_name);
-        snprintf(out, sizeof out, "%s/%s", outdir, file);
-        if (!bytes) rc = fail(EXIT_RUNTIME, "%s", msg);
-        else if (compile && write_atomic_bytes(out, bytes, n) != 0)
-          rc = fail(EXIT_INPUT, "cannot write %s: %s", out, strerror(errno));
-        else if (compile) add_artifact(it, "host", key, file, bytes, n);
-        if (rc == EXIT_OK && report)
-          printf("{\"kernel\":%s,\"arch\":\"host\",\"cc\":%s,\"strategy\":%s,"
-                 "\"cache_key\":%s,\"source\":%s,\"compile_ms\":%.1f}\n",
-                 jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(path, 4), ms);
-        else if (rc == EXIT_OK)
-          printf("%s\n", out);
-        free(bytes);
-      }
+      const gen_job *J = &jobs[i];
+      char key[65], file[340], out[4500];
+      da__host_artifact_key(r.key, key);
+      snprintf(file, sizeof file, "%s.host.so", r.kernel_name);
+      snprintf(out, sizeof out, "%s/%s", outdir, file);
+      if (compile && write_atomic_bytes(out, J->bytes, J->size) != 0)
+        rc = fail(EXIT_INPUT, "cannot write %s: %s", out, strerror(errno));
+      else if (compile) add_artifact(it, "host", key, file, J->bytes, J->size);
+      if (rc == EXIT_OK && report)
+        printf("{\"kernel\":%s,\"arch\":\"host\",\"cc\":%s,\"strategy\":%s,"
+               "\"cache_key\":%s,\"source\":%s,\"compile_ms\":%.1f}\n",
+               jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(path, 4), J->ms);
+      else if (rc == EXIT_OK)
+        printf("%s\n", out);
     } else {
       for (int a = 0; a < narch && rc == EXIT_OK; a++) {
-        da__nvrtc_result res;
-        char file[340], carch[16];
-        snprintf(file, sizeof file, "%s.cu", r.kernel_name);
-        st = da__cuda_compile_arch(ctx, archs[a], r.cuda_path, carch); /* wgmma: sm_90 -> sm_90a */
-        if (st == DA_OK) st = da__nvrtc_compile(ctx, r.source, file, carch, opts, nopts, &res);
-        if (st == DA_OK && (st = da__cuda_check_regs(ctx, r.kernel_name, r.launch_regs, res.registers)) != DA_OK)
-          da__nvrtc_result_free(&res);
-        if (st != DA_OK) {
-          rc = fail(exit_code(st), "%s (%s): %s", configs[i], archs[a], da_context_last_error(ctx));
-          break;
-        }
-        char bin[4600], key[65];
-        snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, carch);
+        const gen_job *J = &jobs[i * per + a];
+        const da__nvrtc_result *res = &J->res;
+        char file[340], bin[4600], key[65];
+        snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, J->carch);
         snprintf(bin, sizeof bin, "%s/%s", outdir, file);
-        da__cuda_artifact_key(r.key, carch, maj, min, key);
-        if (compile && write_atomic_bytes(bin, res.cubin, res.cubin_size) != 0)
+        da__cuda_artifact_key(r.key, J->carch, maj, min, key);
+        if (compile && write_atomic_bytes(bin, res->cubin, res->cubin_size) != 0)
           rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
         else if (compile)
-          add_artifact(it, carch, key, file, res.cubin, res.cubin_size);
+          add_artifact(it, J->carch, key, file, res->cubin, res->cubin_size);
         if (rc == EXIT_OK && report)
           printf("{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
                  "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
                  "\"strategy\":%s,\"path\":%s,\"threads\":%d,\"cache_key\":%s}\n",
-                 jstr(r.kernel_name, 0), jstr(carch, 1), res.registers, res.spill_bytes,
-                 r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0), res.shared_bytes,
-                 res.stack_bytes, res.wgmma_serialized, res.compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3), r.threads,
+                 jstr(r.kernel_name, 0), jstr(J->carch, 1), res->registers, res->spill_bytes,
+                 r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes,
+                 res->stack_bytes, res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3), r.threads,
                  jstr(r.key, 4));
         else if (rc == EXIT_OK)
           printf("%s\n", bin);
-        da__nvrtc_result_free(&res);
       }
     }
   }
+  for (int j = 0; j < njobs && jobs; j++) {
+    da__nvrtc_result_free(&jobs[j].res);
+    free(jobs[j].bytes);
+  }
+  free(jobs);
   for (int i = 0; rendered && i < nconf; i++) da__rendered_free(&rendered[i]);
   free(rendered);
   if (rc == EXIT_OK && bundle) {

@@ -29,6 +29,13 @@ DA_HIDDEN da_status da__pick_backend(const da_context *ctx, da_backend want, da_
 /* DILATTN_WORKSPACE_LIMIT in bytes (SIZE_MAX: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
 DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
 
+/* The online CPUs (at least 1). */
+DA_HIDDEN int da__online_cpus(void);
+/* fn(user, i) for every i in [0, n), claimed in order by up to `threads` threads (0: the
+ * online CPUs; at most 64), the caller one of them (runtime/parallel.c). fn returning
+ * nonzero: no item not yet claimed starts. Returns the number of items started. */
+DA_HIDDEN int da__parallel_for(int n, int threads, int (*fn)(void *user, int i), void *user);
+
 /* Return status st with a formatted detail when cond holds. Needs a `ctx` in scope. */
 #define DA_RETURN_IF(cond, st, ...)                  \
   do {                                               \

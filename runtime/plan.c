@@ -483,7 +483,7 @@ static int num_threads(int64_t work) {
   long n = 0; /* unset, empty, 0 or junk: the online CPUs */
   if (env && *env && !da__parse_count(env, 1 << 20, &n))
     da__log(DA_LOG_WARN, "DILATTN_NUM_THREADS=%s is not a number of threads; using the online CPUs", env);
-  if (n == 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n == 0) n = da__online_cpus();
   if (n < 1) n = 1;
   if (n > 256) n = 256;
   if (n > work) n = (long)work;

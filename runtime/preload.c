@@ -10,12 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct {
   da_context *ctx;
   const da_spec *specs;
-  int count, next, done;
+  int count, done;
   da_backend backend;
   da_preload_progress progress;
   void *user;
@@ -26,26 +25,21 @@ typedef struct {
   pthread_mutex_t mu;
 } job_t;
 
-static void *worker(void *arg) {
+static int load_one(void *arg, int i) {
   job_t *j = arg;
   da__nvrtc_set_cancel(&j->cancel);
-  for (;;) {
-    pthread_mutex_lock(&j->mu);
-    int i = j->cancel ? j->count : j->next++;
-    pthread_mutex_unlock(&j->mu);
-    if (i >= j->count) break;
-    da_plan *p = NULL;
-    da_status st = da_plan_create(j->ctx, &j->specs[i], j->backend, &p);
-    if (st != DA_OK) snprintf(j->errors[i], sizeof j->errors[i], "%s", da_context_last_error(j->ctx));
-    pthread_mutex_lock(&j->mu);
-    j->status[i] = st;
-    j->plans[i] = p;
-    j->done++;
-    if (j->progress && j->progress(j->user, j->done, j->count, i, st)) j->cancel = 1;
-    pthread_mutex_unlock(&j->mu);
-  }
+  da_plan *p = NULL;
+  da_status st = da_plan_create(j->ctx, &j->specs[i], j->backend, &p);
+  if (st != DA_OK) snprintf(j->errors[i], sizeof j->errors[i], "%s", da_context_last_error(j->ctx));
   da__nvrtc_set_cancel(NULL);
-  return NULL;
+  pthread_mutex_lock(&j->mu);
+  j->status[i] = st;
+  j->plans[i] = p;
+  j->done++;
+  if (j->progress && j->progress(j->user, j->done, j->count, i, st)) j->cancel = 1;
+  const int stop = j->cancel;
+  pthread_mutex_unlock(&j->mu);
+  return stop;
 }
 
 da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count, da_backend backend,
@@ -65,16 +59,7 @@ da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count, da_b
   }
   for (int i = 0; i < count; i++) j.status[i] = DA_ERR_CANCELLED;
   pthread_mutex_init(&j.mu, NULL);
-  int nt = num_threads > 0 ? num_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (nt < 1) nt = 1;
-  if (nt > count) nt = count;
-  if (nt > 64) nt = 64;
-  pthread_t th[64];
-  int started[64] = {0};
-  for (int t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, worker, &j) == 0;
-  worker(&j);
-  for (int t = 1; t < nt; t++)
-    if (started[t]) pthread_join(th[t], NULL);
+  da__parallel_for(count, num_threads, load_one, &j);
   pthread_mutex_destroy(&j.mu);
   da_status result = DA_OK;
   for (int i = 0; i < count && result == DA_OK; i++)

@@ -41,7 +41,7 @@ typedef struct {
   const da_spec *spec;
   da_backend backend;
   cand_t *c;
-  int n, next, done;
+  int n, done;
   pthread_mutex_t mu;
 } compile_job;
 
@@ -66,15 +66,10 @@ static void first_line(char *dst, size_t cap, const char *prefix, const char *te
   dst[strcspn(dst, "\n")] = '\0';
 }
 
-static void *compile_worker(void *arg) {
+static int compile_one(void *arg, int i) {
   compile_job *j = arg;
-  for (;;) {
-    pthread_mutex_lock(&j->mu);
-    int i = j->next++;
-    pthread_mutex_unlock(&j->mu);
-    if (i >= j->n) break;
-    cand_t *c = &j->c[i];
-    if (!strcmp(c->rec.status, "constraints")) goto next;
+  cand_t *c = &j->c[i];
+  if (strcmp(c->rec.status, "constraints")) {
     da_status st = da_plan_create_ex(j->ctx, j->spec, j->backend, &c->o, &c->plan);
     if (st != DA_OK) {
       snprintf(c->rec.status, sizeof c->rec.status, "%s", st == DA_ERR_INVALID_ARGUMENT ? "constraints" : "compile");
@@ -82,12 +77,11 @@ static void *compile_worker(void *arg) {
     } else {
       snprintf(c->rec.strategy, sizeof c->rec.strategy, "%s", da_plan_strategy(c->plan));
     }
-  next:
-    pthread_mutex_lock(&j->mu);
-    progress("compiling", ++j->done, j->n);
-    pthread_mutex_unlock(&j->mu);
   }
-  return NULL;
+  pthread_mutex_lock(&j->mu);
+  progress("compiling", ++j->done, j->n);
+  pthread_mutex_unlock(&j->mu);
+  return 0;
 }
 
 /* Host arrays in the spec's dtype with values in [-1, 1), and their float64 copies. */
@@ -285,13 +279,9 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
    * no options, gets what da_plan_create gives such a plan (the warp-specialized kernel on
    * sm_90 devices) */
   unsetenv("DILATTN_CUDA_MMA");
-  compile_job j = {ctx, &s, backend, c, n, 0, 0, PTHREAD_MUTEX_INITIALIZER};
-  pthread_t th[16];
-  int nt = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (nt > 16) nt = 16;
-  if (nt < 1) nt = 1;
-  for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, compile_worker, &j);
-  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  compile_job j = {ctx, &s, backend, c, n, 0, PTHREAD_MUTEX_INITIALIZER};
+  da__parallel_for(n, threads > 0 ? threads : (da__online_cpus() < 16 ? da__online_cpus() : 16), compile_one, &j);
+  pthread_mutex_destroy(&j.mu);
   /* correctness on a small input, then timing */
   inputs_t small, big;
   int64_t Ns = N < 384 ? N : 384;

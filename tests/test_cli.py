@@ -396,6 +396,44 @@ def test_gen_checks_first(tmp):
           f"gen --bundle with its header path a folder: exit {rc}, {sorted(os.listdir(d2))}: {err}")
 
 
+def test_gen_compile_all_or_nothing(tmp):
+    """gen --compile / --report compiles every (config, arch) before writing any file, in
+    parallel threads (--threads): a compile failing part-way leaves nothing written, and
+    the error names the first failing config as one thread would. Templates copied with a
+    planted #error for configs without a causal mask make the second config fail."""
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "example", "longnet.json")
+    full = os.path.join(tmp, "full.json")
+    json.dump(dict(json.load(open(example)), causal=False), open(full, "w"))
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates")
+    bad = os.path.join(tmp, "planted", "templates")
+    shutil.copytree(src, bad)
+    for name in ("cuda/kernel.cu.tpl", "host/kernel.c.tpl"):
+        with open(os.path.join(bad, name), "a") as f:
+            f.write("{% if not p.causal then %}\n#error planted compile failure\n{% end %}\n")
+    d = os.path.join(tmp, "gen-all")
+    os.mkdir(d)
+    for target, extra in (("cuda", ["--arch", "sm_80,sm_90"]), ("host", [])):
+        for mode in ("--compile", "--report"):
+            for threads in (["--threads", "1"], []):
+                args = ["gen", example, full, "--target", target, *extra, mode, *threads, "-o", d]
+                rc, so, err = run(*args, env={"DILATTN_TEMPLATE_DIR": bad})
+                check(rc == 3 and "full.json" in err and "planted compile failure" in err and not os.listdir(d)
+                      and not so, f"{' '.join(args[1:])} with a failing second config: exit {rc}, "
+                      f"wrote {os.listdir(d)}, printed {so!r}: {err[-300:]}")
+        # without the planted failure: every file, in config order, whatever the threads
+        outs = []
+        for threads in ("1", "2"):
+            rc, so, err = run("gen", example, full, "--target", target, *extra, "--compile", "--threads", threads, "-o", d)
+            outs.append(so)
+            check(rc == 0 and len(so.split()) == (4 if target == "cuda" else 2), f"gen {target} --compile: exit {rc}: {err}")
+            for f in os.listdir(d):
+                os.unlink(os.path.join(d, f))
+        check(outs[0] == outs[1], f"gen {target} --compile prints the same lines with 1 and 2 threads: {outs}")
+    for bad_threads in ("-1", "x", "", "2000"):
+        rc, _, err = run("gen", example, "--threads", bad_threads, "-o", d)
+        check(rc == 2 and "--threads" in err, f"gen --threads {bad_threads!r}: exit {rc}: {err}")
+
+
 def test_cache(tmp):
     """cache list: one object per entry, each with its key; cache clear: what it removed
     and what is left, unambiguous; a cache folder that cannot be used is an error (exit 4);
@@ -591,6 +629,7 @@ def main():
         test_json_escaped(tmp)
         test_stdout_errors(tmp)
         test_gen_checks_first(tmp)
+        test_gen_compile_all_or_nothing(tmp)
         test_cache(tmp)
         test_bad_inputs(tmp)
     finally:
