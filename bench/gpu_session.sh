@@ -70,9 +70,11 @@ fi
 if [ "$phase" = check ] || [ "$phase" = ab-lib ]; then
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   export DILATTN_BASE_TEMPLATES=$B/base/templates
-  # 0x0/split beside 0x0/split@lib: the split plan (its epilogue writes out, no _finish) against
-  # the baseline's, on the configs whose default is fused too
-  ab=${BENCH_TILES:-0x0@lib,0x0@nopdl,0x0/split,0x0/split@lib,128x0:wgmma-ws,0x0:wgmma-ws-p2,64x0:wgmma-ws,128x64,128x64@lib}
+  # the warp-specialized kernel fused and split (its epilogue writes out, no _finish), the
+  # split against the baseline's, on the configs whose default is fused too. The instruction
+  # is named: a library before da__default_mma rendered a variant that sets a tile or the
+  # strategy but no instruction as mma.sync (117dd5d's 0x0/split rows were mma.sync)
+  ab=${BENCH_TILES:-0x0@lib,0x0@nopdl,0x0:wgmma-ws/fused,0x0:wgmma-ws/split,0x0:wgmma-ws/split@lib,128x0:wgmma-ws,0x0:wgmma-ws-p2,64x0:wgmma-ws,128x64:sync}
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs dense2048,longnet2,longnet5 \
     --tiles $ab --reps 10 --out "$out/check_full.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2,longnet5 --causal \
@@ -106,15 +108,15 @@ if [ "$phase" = wgmma ]; then
 fi
 if [ "$phase" = wgmma-bench ]; then
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
-    --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma.json"
+    --tiles 128x64:sync,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
-    --tiles 128x64,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma_causal.json"
+    --tiles 128x64:sync,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,0x0:wgmma-ws,128x64:wgmma-ws --reps 10 --profile --out "$out/bench_wgmma_causal.json"
 fi
 if [ "$phase" = ab ]; then
   # @base: the same variant rendered from build-gpu/base/templates (the issue-slot changes
   # of bench/results/issue-slots.md against the commit before them), timed in one process
   export DILATTN_BASE_TEMPLATES=$B/base/templates DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
-  ab=128x64,128x64@base,128x32@base,0x0:wgmma,0x0:wgmma@base,0x0:wgmma-ws,0x0:wgmma-ws@base
+  ab=128x64:sync,128x64:sync@base,128x32:sync@base,0x0:wgmma,0x0:wgmma@base,0x0:wgmma-ws,0x0:wgmma-ws@base
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet2,dense2048 \
     --tiles $ab --reps 10 --out "$out/bench_ab.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2 --causal \

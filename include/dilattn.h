@@ -305,7 +305,9 @@ typedef struct {
                             (0 = 65536) when the three tunables above are 0 */
   int cuda_mma;          /* CUDA tensor-core instruction: 0 = default (the tuning database's
                             choice, else 4 on sm_90 devices where it serves the spec, else
-                            mma.sync; DILATTN_CUDA_MMA overrides), 1 = mma.sync,
+                            mma.sync; DILATTN_CUDA_MMA overrides), with the tunables above
+                            too: where they are set and that instruction refuses them (or
+                            its kernel does not compile with them), mma.sync; 1 = mma.sync,
                             2 = wgmma (float16/bfloat16, head_dim 64 or 128; sm_90 devices
                             only, compiled for sm_90a), 3 = wgmma with the next key tile's
                             scores issued before this tile's softmax (same conditions;

@@ -26,6 +26,13 @@ DA_HIDDEN int da__parse_count(const char *s, long max, long *out);
  * are usable, else host. DA_ERR_INVALID_ARGUMENT for a bad value; CUDA asked for and not
  * usable: the reason. */
 DA_HIDDEN da_status da__pick_backend(const da_context *ctx, da_backend want, da_backend *got);
+/* The instruction of a CUDA plan whose options leave cuda_mma 0 (runtime/plan.c): opts
+ * itself where it names one or no wgmma path applies (env_mma: DILATTN_CUDA_MMA parsed, 0
+ * unset or auto, 1 sync; serves: the wgmma paths serve the spec on this device), else *eff,
+ * a copy with DILATTN_CUDA_MMA's wgmma variant or the warp-specialized kernel, and
+ * *sync_fallback set where opts sets a tunable (mma.sync if that path refuses them). */
+DA_HIDDEN const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma, int serves, int sparse,
+                                                 da_plan_options *eff, int *sync_fallback);
 /* DILATTN_WORKSPACE_LIMIT in bytes (SIZE_MAX: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
 DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
 

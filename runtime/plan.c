@@ -323,6 +323,10 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   if (r->params.cuda_mma >= 2 && env && !strcmp(env, "sync")) return 0; /* mma.sync forced: not this record */
   *out = r->params;
   out->seq_len_hint = hint;
+  /* older tuners gave their mma.sync candidates cuda_mma 0 with tunables set
+   * (0 is now the default instruction: da__default_mma); theirs name it */
+  if (be == DA_BACKEND_CUDA && !out->cuda_mma && (out->tile_q || out->tile_k || out->fused_min_queries))
+    out->cuda_mma = 1;
   return 1;
 }
 
@@ -333,6 +337,19 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
  * plans keep mma.sync. Like a tuning record, chosen when a spec's plan is first created
  * (the plan memo keeps it). */
 #define DEFAULT_WGMMA 4
+
+const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma, int serves, int sparse,
+                                       da_plan_options *eff, int *sync_fallback) {
+  *sync_fallback = 0;
+  if (opts && opts->cuda_mma) return opts;
+  const int m = env_mma == 0 ? DEFAULT_WGMMA : env_mma; /* DILATTN_CUDA_MMA's variant; sync (1): none */
+  if (m < 2 || !serves) return opts;
+  if (opts) *eff = *opts;
+  else memset(eff, 0, sizeof *eff);
+  eff->cuda_mma = m == 5 && sparse ? 4 : m; /* wgmma-ws-p2 has no sparse form */
+  *sync_fallback = eff->tile_q || eff->tile_k || eff->fused_min_queries;
+  return eff;
+}
 
 /* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws, wgmma-ws-p2: its variants): CUDA plans the wgmma
  * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) take it unless opts
@@ -405,24 +422,41 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   const int untuned = !opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries && !opts->cuda_mma);
   if (st == DA_OK && !hit && untuned && tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
     opts = &tuned;
-  else if (st == DA_OK && !hit && untuned && auto_mma && be == DA_BACKEND_CUDA && da__cuda_wgmma_device_serves(ctx, spec)) {
-    if (opts) eff = *opts;
-    else memset(&eff, 0, sizeof eff);
-    eff.cuda_mma = DEFAULT_WGMMA;
-    opts = &eff;
+  int sync_fallback = 0;
+  if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) {
+    const char *env = getenv("DILATTN_CUDA_MMA");
+    opts = da__default_mma(opts, auto_mma ? 0 : da__cuda_mma_parse(env), da__cuda_wgmma_device_serves(ctx, spec),
+                           spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE, &eff,
+                           &sync_fallback);
   }
-  if (st == DA_OK && hit) {
-    p->r = &hit->r;
-    p->host = hit->host;
-  } else if (st == DA_OK) {
-    st = da__render_ex(ctx, spec, be == DA_BACKEND_CUDA ? DA_TARGET_CUDA : DA_TARGET_HOST, opts, &p->own);
-    if (st == DA_OK) {
-      p->r = &p->own;
-      if (be == DA_BACKEND_HOST)
-        st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r->key, p->r->source, p->r->kernel_name, &p->host);
+  for (;;) {
+    if (st == DA_OK && hit) {
+      p->r = &hit->r;
+      p->host = hit->host;
+    } else if (st == DA_OK) {
+      st = da__render_ex(ctx, spec, be == DA_BACKEND_CUDA ? DA_TARGET_CUDA : DA_TARGET_HOST, opts, &p->own);
+      if (st == DA_OK) {
+        p->r = &p->own;
+        if (be == DA_BACKEND_HOST)
+          st = da__kernel_cache_get_host(ctx, &ctx->kernels, p->r->key, p->r->source, p->r->kernel_name, &p->host);
+      }
     }
+    if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
+    if (st == DA_OK || !sync_fallback || (st != DA_ERR_INVALID_ARGUMENT && st != DA_ERR_COMPILE)) break;
+    /* the default instruction refused the caller's tunables: mma.sync, what such options always had */
+    da__log(DA_LOG_INFO, "plan: %s with tile_q %d, tile_k %d, fused_min_queries %d: %s; mma.sync instead",
+            da__cuda_mma_name(opts->cuda_mma), opts->tile_q, opts->tile_k, opts->fused_min_queries,
+            da_context_last_error(ctx));
+    da__cuda_plan_destroy(p->cuda);
+    p->cuda = NULL;
+    da__rendered_free(&p->own);
+    memset(&p->own, 0, sizeof p->own);
+    p->r = NULL;
+    eff.cuda_mma = 0;
+    sync_fallback = 0;
+    st = DA_OK;
+    da__clear_error(ctx);
   }
-  if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
   if (st == DA_OK && use_memo && !hit) {
     /* remember: the rendered facts move into the memo (first writer wins) */
     memo_entry *e = calloc(1, sizeof *e);

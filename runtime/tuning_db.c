@@ -272,6 +272,7 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
         c[n].tile_q = !cuda ? tqs[a] : mma ? tqs_mma[a] : 0;
         c[n].tile_k = tks[b];
         c[n].fused_min_queries = multi ? fmins[f] : 0;
+        c[n].cuda_mma = cuda; /* mma.sync by name (0 is the default instruction: wgmma-ws on sm_90) */
         n++;
       }
   /* the wgmma paths (cuda_mma = 2, 3, 4) on sm_90 devices: one or two warpgroups of 64 rows;

@@ -360,6 +360,38 @@ static void test_cc_words(void) {
   unsetenv("DILATTN_CACHE_DIR");
 }
 
+/* The instruction of a CUDA plan whose options leave cuda_mma 0 (dilattn.h: the default,
+ * with tunables set or not). Before, a request that set fused_min_queries (to force the
+ * split tiling, as bench_gpu.py's 0x0/split did) or a tuning record of the default
+ * candidate (all 0) rendered mma.sync on sm_90 devices, 0.6x the warp-specialized kernel
+ * (bench/results/gpu-h200-117dd5d-check_full.json: every /split kernel lacks _wgmmaw). */
+static void test_default_mma(void) {
+  da_plan_options o, eff;
+  int fb = -1;
+  memset(&o, 0, sizeof o);
+  const da_plan_options *r = da__default_mma(NULL, 0, 1, 0, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 4 && !eff.tile_q && !fb, "no options on sm_90: warp-specialized (%d)", r ? r->cuda_mma : -1);
+  r = da__default_mma(&o, 0, 1, 0, &eff, &fb); /* a tuning record of the default candidate */
+  TU_CHECK(r == &eff && eff.cuda_mma == 4 && !fb, "all-zero options on sm_90: warp-specialized");
+  o.fused_min_queries = 1 << 30; /* force split */
+  r = da__default_mma(&o, 0, 1, 0, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 4 && eff.fused_min_queries == 1 << 30 && fb == 1,
+           "fused_min_queries set, cuda_mma 0: warp-specialized with the option kept, mma.sync if refused (%d, %d)",
+           r->cuda_mma, fb);
+  o.fused_min_queries = 0, o.tile_q = 64;
+  r = da__default_mma(&o, 5, 1, 1, &eff, &fb); /* DILATTN_CUDA_MMA=wgmma-ws-p2, sparse */
+  TU_CHECK(r == &eff && eff.cuda_mma == 4 && eff.tile_q == 64 && fb == 1, "wgmma-ws-p2 under a sparse layout: 4");
+  r = da__default_mma(&o, 5, 1, 0, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 5, "wgmma-ws-p2 from the environment");
+  r = da__default_mma(&o, 1, 1, 0, &eff, &fb); /* DILATTN_CUDA_MMA=sync */
+  TU_CHECK(r == &o && !fb, "DILATTN_CUDA_MMA=sync: the options as given");
+  r = da__default_mma(&o, 0, 0, 0, &eff, &fb); /* not an sm_90 device, or a spec wgmma does not serve */
+  TU_CHECK(r == &o && !fb, "no wgmma path: the options as given (mma.sync)");
+  o.cuda_mma = 1;
+  r = da__default_mma(&o, 0, 1, 0, &eff, &fb);
+  TU_CHECK(r == &o && !fb, "cuda_mma named: kept");
+}
+
 int main(void) {
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
@@ -370,6 +402,7 @@ int main(void) {
   test_bundles_and_json(ctx);
   test_backend_env(ctx);
   test_cc_words();
+  test_default_mma();
   da_context_destroy(ctx);
   return tu_report();
 }

@@ -103,6 +103,9 @@ int main(void) {
       for (int m = 0; m < k; m++) dup += !memcmp(&o[m], &o[k], sizeof o[k]) && k > 0;
     }
     TU_CHECK(!dup, "spec %d: %d candidates repeat another", i, dup);
+    /* every CUDA candidate but the default names its instruction: cuda_mma 0 is the default
+     * one (da__default_mma), so an mma.sync candidate left at 0 would time wgmma-ws twice */
+    for (int k = 1; k < n; k++) TU_CHECK(o[k].cuda_mma != 0, "spec %d: CUDA candidate %d leaves cuda_mma 0", i, k);
     const int sparse = specs[i].sparsity.layout == DA_LAYOUT_DILATED_SPARSE;
     TU_CHECK(ws_k[0] && (ws_k[1] > 0) == !(sparse && specs[i].head_dim > 64), "spec %d: the warp-specialized kernel is swept at 64 keys %d times, 128 keys %d times",
              i, ws_k[0], ws_k[1]);

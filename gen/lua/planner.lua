@@ -312,8 +312,11 @@ function M.plan_cuda(p, opts)
     -- the rows, split 0.96 to 0.97) ran fused 1.10x to 1.14x and 0.99x to 1.05x faster than
     -- split over N = 16K to 1M on an H200 (bench/results/gpu-h200-ebf7fe1.md): the split's
     -- workspace pass costs more than 8 points of padding there. (Both margins were measured
-    -- while split plans still had _init / _finish passes; gpu_session.sh check times the
-    -- split plan now, 0x0/split against 0x0/split@lib.)
+    -- while split plans still had _init / _finish passes. The 117dd5d session's
+    -- fused-against-split rows, 0x0/split, ran mma.sync split kernels: a tile or strategy
+    -- set without an instruction was mma.sync then, runtime/plan.c da__default_mma. The
+    -- warp-specialized split with its epilogue merge is still untimed against fused;
+    -- gpu_session.sh check times 0x0:wgmma-ws/fused against 0x0:wgmma-ws/split.)
     if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries then
       local split_tq = default_tq("split")
       local margin = split_tq == 192 and 0.10 or 0.05
