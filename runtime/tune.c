@@ -275,7 +275,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   /* compile in parallel; the default spec is the kernel the tuner would replace, so the
    * database is not consulted for it (DILATTN_TUNING=0 for this process) */
   setenv("DILATTN_TUNING", "0", 1);
-  /* each candidate names its instruction (0 with a tunable set: mma.sync); the default one,
+  /* each candidate names its instruction (1: mma.sync); the default one,
    * no options, gets what da_plan_create gives such a plan (the warp-specialized kernel on
    * sm_90 devices) */
   unsetenv("DILATTN_CUDA_MMA");
