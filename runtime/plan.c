@@ -227,10 +227,11 @@ static int put(bytes_t *b, const void *p, size_t n) {
   return 0;
 }
 
-static int memo_key(const da_spec *s, da_backend be, const da_plan_options *o, bytes_t *b) {
+static int memo_key(const da_spec *s, da_backend be, const da_plan_options *o, int env_mma, bytes_t *b) {
   int64_t v[20];
   int n = 0;
   v[n++] = be;
+  v[n++] = env_mma; /* DILATTN_CUDA_MMA decides the instruction of cuda_mma 0 (da__default_mma) */
   v[n++] = o ? o->tile_q : 0;
   v[n++] = o ? o->tile_k : 0;
   v[n++] = o ? o->fused_min_queries : 0;
@@ -393,6 +394,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   da_plan_options eff;
   int auto_mma = 0;
   DA_TRY(env_cuda_mma(ctx, be, spec, opts, &eff, &opts, &auto_mma));
+  const int env_mma = auto_mma ? 0 : da__cuda_mma_parse(getenv("DILATTN_CUDA_MMA"));
   /* templates read from disk may change between calls: no memo then */
   const char *tdir = getenv("DILATTN_TEMPLATE_DIR");
   int use_memo = !(tdir && *tdir);
@@ -400,7 +402,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   uint64_t h = 0;
   memo_entry *hit = NULL;
   if (use_memo) {
-    DA_RETURN_IF(memo_key(spec, be, opts, &key) != 0, DA_ERR_NO_MEMORY, "plan: out of memory");
+    DA_RETURN_IF(memo_key(spec, be, opts, env_mma, &key) != 0, DA_ERR_NO_MEMORY, "plan: out of memory");
     h = fnv1a(key.buf, key.len);
     pthread_mutex_lock(&ctx->memo_mu);
     hit = memo_find(ctx, &key, h);
@@ -424,8 +426,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
     opts = &tuned;
   int sync_fallback = 0;
   if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) {
-    const char *env = getenv("DILATTN_CUDA_MMA");
-    opts = da__default_mma(opts, auto_mma ? 0 : da__cuda_mma_parse(env), da__cuda_wgmma_device_serves(ctx, spec),
+    opts = da__default_mma(opts, env_mma, da__cuda_wgmma_device_serves(ctx, spec),
                            spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE, &eff,
                            &sync_fallback);
   }

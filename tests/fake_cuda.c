@@ -1,0 +1,248 @@
+/* fake_cuda.c - a CUDA driver (libcuda.so.1's entry points, by their versioned names) that
+ * pretends to be one GPU and runs nothing, so that the library's CUDA backend can be tested
+ * on a machine without one (DILATTN_CUDA_LIB=libfake_cuda.so; tests/test_fake_device.c):
+ * plan creation as on an sm_90 device (the instruction the planner picks, its fallbacks,
+ * NVRTC compiles that really happen), and every launch's grid, block, shared memory and
+ * programmatic dependence, which the driver checks as a real one would and logs. Memory is
+ * the host's (cuMemAlloc is calloc, copies are memcpy), so a test may hand host pointers
+ * to a CUDA plan; kernels do not run and outputs stay as they were.
+ *
+ * Environment: FAKE_CUDA_CC (compute capability, default 90), FAKE_CUDA_SMS (132),
+ * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
+ * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D"). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+enum { OK = 0, INVALID_VALUE = 1, NOT_FOUND = 500, INVALID_IMAGE = 200 };
+
+typedef struct {
+  char name[256];
+  int max_dyn_smem; /* cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES), else 48 KiB */
+} fake_func;
+
+typedef struct {
+  const unsigned char *image;
+  size_t size;
+} fake_module;
+
+static int env_int(const char *name, int dflt) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : dflt;
+}
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_line(const char *fmt, ...) {
+  const char *path = getenv("FAKE_CUDA_LOG");
+  if (!path || !*path) return;
+  pthread_mutex_lock(&log_mu);
+  FILE *f = fopen(path, "a");
+  if (f) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+  }
+  pthread_mutex_unlock(&log_mu);
+}
+
+static int context_token;
+static __thread void *current;
+
+CUresult cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
+CUresult cuDriverGetVersion(int *v) {
+  *v = 13000;
+  return OK;
+}
+CUresult cuGetErrorName(CUresult r, const char **s) {
+  *s = r == INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : r == NOT_FOUND ? "CUDA_ERROR_NOT_FOUND"
+     : r == INVALID_IMAGE ? "CUDA_ERROR_INVALID_IMAGE" : "CUDA_ERROR_UNKNOWN";
+  return OK;
+}
+CUresult cuGetErrorString(CUresult r, const char **s) {
+  *s = r == INVALID_VALUE ? "invalid argument (fake driver)" : r == NOT_FOUND ? "named symbol not found (fake driver)"
+     : r == INVALID_IMAGE ? "device kernel image is invalid (fake driver)" : "unknown error (fake driver)";
+  return OK;
+}
+CUresult cuDeviceGet(int *d, int ordinal) {
+  if (ordinal != 0) return INVALID_VALUE;
+  *d = 0;
+  return OK;
+}
+CUresult cuDeviceGetName(char *name, int len, int dev) {
+  (void)dev;
+  snprintf(name, (size_t)len, "Fake GPU sm_%d (dilattn tests)", env_int("FAKE_CUDA_CC", 90));
+  return OK;
+}
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+  (void)dev;
+  const int cc = env_int("FAKE_CUDA_CC", 90);
+  switch (attr) {
+  case 16: *v = env_int("FAKE_CUDA_SMS", 132); return OK;
+  case 75: *v = cc / 10; return OK;
+  case 76: *v = cc % 10; return OK;
+  case 97: *v = env_int("FAKE_CUDA_SMEM", 232448); return OK;
+  default: return INVALID_VALUE;
+  }
+}
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+  (void)dev;
+  *ctx = &context_token;
+  return OK;
+}
+CUresult cuCtxGetCurrent(void **ctx) {
+  *ctx = current;
+  return OK;
+}
+CUresult cuCtxSetCurrent(void *ctx) {
+  current = ctx;
+  return OK;
+}
+CUresult cuCtxPushCurrent_v2(void *ctx) {
+  current = ctx;
+  return OK;
+}
+CUresult cuCtxPopCurrent_v2(void **ctx) {
+  if (ctx) *ctx = current;
+  current = NULL;
+  return OK;
+}
+static CUresult need_context(void) { return current == &context_token ? OK : 201 /* INVALID_CONTEXT */; }
+CUresult cuCtxSynchronize(void) { return need_context(); }
+CUresult cuStreamSynchronize(void *s) {
+  (void)s;
+  return need_context();
+}
+
+/* A cubin is an ELF64 image: its size from the section header table at its end. */
+CUresult cuModuleLoadData(void **mod, const void *image) {
+  if (need_context()) return need_context();
+  const unsigned char *p = image;
+  if (!p || memcmp(p, "\177ELF", 4) || p[4] != 2) return INVALID_IMAGE;
+  uint64_t shoff;
+  uint16_t shentsize, shnum;
+  memcpy(&shoff, p + 0x28, 8);
+  memcpy(&shentsize, p + 0x3a, 2);
+  memcpy(&shnum, p + 0x3c, 2);
+  fake_module *m = calloc(1, sizeof *m);
+  if (!m) return 2;
+  m->image = p, m->size = shoff + (uint64_t)shentsize * shnum;
+  *mod = m;
+  return OK;
+}
+/* Found where the image holds the name as a string (its symbol table). */
+CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
+  fake_module *m = mod;
+  const size_t n = strlen(name) + 1;
+  if (!m || n > sizeof ((fake_func *)0)->name || !memmem(m->image, m->size, name, n)) return NOT_FOUND;
+  fake_func *f = calloc(1, sizeof *f);
+  if (!f) return 2;
+  memcpy(f->name, name, n);
+  f->max_dyn_smem = 48 * 1024;
+  *fn = f; /* (kept until the process ends: a module owns its functions) */
+  return OK;
+}
+CUresult cuModuleUnload(void *mod) {
+  free(mod);
+  return OK;
+}
+CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
+  fake_func *f = fn;
+  if (attr == 8) {
+    if (value < 0 || value > env_int("FAKE_CUDA_SMEM", 232448)) return INVALID_VALUE;
+    f->max_dyn_smem = value;
+  }
+  return OK;
+}
+
+static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, void **params, int dependent) {
+  if (need_context()) return need_context();
+  fake_func *f = fn;
+  if (!f || !params || !gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
+      (unsigned long long)bx * by * bz > 1024 || smem > (unsigned)f->max_dyn_smem)
+    return INVALID_VALUE;
+  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d\n", f->name, gx, gy, gz, bx, by, bz, smem,
+           dependent);
+  return OK;
+}
+CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned smem, void *stream, void **params, void **extra) {
+  (void)stream;
+  if (extra) return INVALID_VALUE;
+  return launch(fn, gx, gy, gz, bx, by, bz, smem, params, 0);
+}
+
+/* cuda.h's CUlaunchConfig and CUlaunchAttribute (64-byte value union) */
+typedef struct {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    unsigned long long align;
+    int programmatic_stream_serialization_allowed;
+  } value;
+} fake_attr;
+typedef struct {
+  unsigned gx, gy, gz, bx, by, bz, smem;
+  void *stream;
+  fake_attr *attrs;
+  unsigned nattrs;
+} fake_config;
+
+static CUresult launch_ex(const fake_config *c, void *fn, void **params, void **extra) {
+  if (!c || extra) return INVALID_VALUE;
+  int dependent = 0;
+  for (unsigned i = 0; i < c->nattrs; i++)
+    if (c->attrs[i].id == 6 /* PROGRAMMATIC_STREAM_SERIALIZATION */)
+      dependent = c->attrs[i].value.programmatic_stream_serialization_allowed;
+  return launch(fn, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem, params, dependent);
+}
+
+CUresult cuMemAlloc_v2(unsigned long long *d, size_t bytes) {
+  if (need_context()) return need_context();
+  void *p = calloc(1, bytes ? bytes : 1);
+  if (!p) return 2;
+  *d = (uintptr_t)p;
+  return OK;
+}
+CUresult cuMemFree_v2(unsigned long long d) {
+  free((void *)(uintptr_t)d);
+  return OK;
+}
+CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *src, size_t n) {
+  memcpy((void *)(uintptr_t)d, src, n);
+  return OK;
+}
+CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long d, size_t n) {
+  memcpy(dst, (const void *)(uintptr_t)d, n);
+  return OK;
+}
+CUresult cuMemAllocAsync(unsigned long long *d, size_t bytes, void *stream) {
+  (void)stream;
+  return cuMemAlloc_v2(d, bytes);
+}
+CUresult cuMemFreeAsync(unsigned long long d, void *stream) {
+  (void)stream;
+  return cuMemFree_v2(d);
+}
+CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) {
+  (void)dev;
+  *pool = &context_token;
+  return OK;
+}
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
+  (void)pool, (void)attr, (void)value;
+  return OK;
+}
+
+CUresult cuLaunchKernelEx(const fake_config *c, void *fn, void **params, void **extra) {
+  return launch_ex(c, fn, params, extra);
+}

@@ -1,0 +1,238 @@
+/* test_fake_device.c - the CUDA backend's decisions and launches on a machine without a
+ * GPU, through tests/fake_cuda.c (a driver that reports one sm_90 device with 132 SMs,
+ * runs no kernel and logs every launch). NVRTC compiles for real.
+ *  - the instruction a plan gets: the warp-specialized kernel by default on sm_90, also
+ *    where the options set a tile or force the strategy but leave cuda_mma 0 (dilattn.h);
+ *    mma.sync where that kernel refuses the options; an explicit cuda_mma is never changed;
+ *  - the launches of an execution: a split plan's branch launches, their grids against the
+ *    tiles of each branch counted here from the spec, the first launch plain and the rest
+ *    programmatic dependent ones (DILATTN_PDL=0: none), runs of tokens under
+ *    DILATTN_WORKSPACE_LIMIT, a fused plan's one launch.
+ * Run: build/tests/test_fake_device build/tests/libfake_cuda.so */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+static char log_path[256];
+
+typedef struct {
+  char name[256];
+  unsigned g[3], b[3], smem;
+  int dependent;
+} launch_t;
+
+/* The launches logged since the last call (the log is emptied). */
+static int read_launches(launch_t *out, int cap) {
+  FILE *f = fopen(log_path, "r");
+  int n = 0;
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    launch_t L;
+    if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d", L.name, &L.g[0], &L.g[1],
+               &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent) == 9 && n < cap)
+      out[n++] = L;
+  }
+  if (f) fclose(f);
+  unlink(log_path);
+  return n;
+}
+
+static int ends_with(const char *s, const char *tail) {
+  size_t a = strlen(s), b = strlen(tail);
+  return a >= b && !strcmp(s + a - b, tail);
+}
+
+static da_spec longnet(int nb, int causal) {
+  static const int64_t w[] = {2048, 4096, 8192, 16384, 32768}, r[] = {1, 2, 4, 6, 12};
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = nb;
+  for (int i = 0; i < nb; i++) s.segment_lengths[i] = w[i], s.dilation_rates[i] = r[i];
+  s.num_heads = 8, s.num_kv_heads = 8, s.head_dim = 64;
+  s.dtype = DA_DTYPE_FLOAT16;
+  s.causal = causal;
+  return s;
+}
+
+static da_plan *plan_tiles(da_context *ctx, const da_spec *s, int tile_q, int tile_k, int fmq, int mma,
+                           da_status *st) {
+  da_plan_options o;
+  memset(&o, 0, sizeof o);
+  o.tile_q = tile_q, o.tile_k = tile_k, o.fused_min_queries = fmq, o.cuda_mma = mma;
+  da_plan *p = NULL;
+  *st = da_plan_create_ex(ctx, s, DA_BACKEND_CUDA, &o, &p);
+  return p;
+}
+
+static da_plan *plan_with(da_context *ctx, const da_spec *s, int tile_q, int fmq, int mma, da_status *st) {
+  return plan_tiles(ctx, s, tile_q, 0, fmq, mma, st);
+}
+
+static int mma_of(const da_plan *p) {
+  da_plan_options o;
+  return p && da_plan_get_options(p, &o) == DA_OK ? o.cuda_mma : -1;
+}
+
+static void test_instruction(da_context *ctx) {
+  const da_spec s = longnet(2, 0);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw") && mma_of(p) == 4,
+           "no options on sm_90: the warp-specialized kernel (%s, %s)", da_status_name(st),
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  /* the strategy forced, no instruction named: before, mma.sync (0.6x on an H200) */
+  p = plan_with(ctx, &s, 0, 1 << 30, 0, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw") && !strcmp(da_plan_strategy(p), "split") &&
+               mma_of(p) == 4,
+           "fused_min_queries 2^30, cuda_mma 0: the warp-specialized split kernel (%s, %s, %s)", da_status_name(st),
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx), p ? da_plan_strategy(p) : "");
+  da_plan_destroy(p);
+  /* tiles the warp-specialized kernel refuses (64 rows run two CTAs an SM, whose shared
+   * memory holds no two stages of 128 keys at head_dim 128) and mma.sync takes: mma.sync,
+   * as such options always got */
+  da_spec s128 = s;
+  s128.head_dim = 128;
+  p = plan_tiles(ctx, &s128, 64, 128, 0, 0, &st);
+  TU_CHECK(st == DA_OK && !strstr(da_plan_kernel_name(p), "_wgmma") && mma_of(p) == 1 && !*da_context_last_error(ctx),
+           "tile_q 64, tile_k 128 at D = 128, cuda_mma 0: mma.sync, no error left (%s, %s, mma %d)", da_status_name(st),
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx), mma_of(p));
+  da_plan_destroy(p);
+  /* named: kept, refused as asked */
+  p = plan_tiles(ctx, &s128, 64, 128, 0, 4, &st);
+  TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && !p && strstr(da_context_last_error(ctx), "tile_k 64"),
+           "tile_q 64, tile_k 128 at D = 128 with cuda_mma 4: refused (%s: %s)", da_status_name(st),
+           da_context_last_error(ctx));
+  p = plan_with(ctx, &s, 0, 1 << 30, 1, &st);
+  TU_CHECK(st == DA_OK && !strstr(da_plan_kernel_name(p), "_wgmma") && mma_of(p) == 1,
+           "cuda_mma 1 with the strategy forced: mma.sync (%s)", p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  setenv("DILATTN_CUDA_MMA", "sync", 1);
+  p = plan_with(ctx, &s, 0, 1 << 30, 0, &st);
+  TU_CHECK(st == DA_OK && !strstr(da_plan_kernel_name(p), "_wgmma"), "DILATTN_CUDA_MMA=sync: mma.sync (%s)",
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  setenv("DILATTN_CUDA_MMA", "wgmma-ws-p2", 1);
+  p = plan_with(ctx, &s, 0, 1 << 30, 0, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw2") && !strcmp(da_plan_strategy(p), "split"),
+           "DILATTN_CUDA_MMA=wgmma-ws-p2 with the strategy forced: that variant, split (%s)",
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  unsetenv("DILATTN_CUDA_MMA");
+}
+
+/* Query tiles of branch i over N tokens: every segment's dilated length in tiles of tq. */
+static int64_t branch_tiles(const da_spec *s, int i, int64_t N, int tq) {
+  const int64_t w = s->segment_lengths[i], r = s->dilation_rates[i];
+  const int64_t seg = w < N ? w : N, L = (seg + r - 1) / r;
+  return (N + w - 1) / w * ((L + tq - 1) / tq) * s->num_heads;
+}
+
+static void run(da_plan *p, const da_spec *s, int64_t N, da_status *st) {
+  const size_t nq = (size_t)N * s->num_heads * s->head_dim, nkv = (size_t)N * s->num_kv_heads * s->head_dim;
+  uint16_t *q = calloc(nq, 2), *k = calloc(nkv, 2), *v = calloc(nkv, 2), *o = calloc(nq, 2);
+  float *lse = calloc((size_t)N * s->num_heads, 4);
+  da_args a;
+  da_args_init(&a, s, 1, N, q, k, v, o, lse);
+  *st = q && k && v && o && lse ? da_plan_execute(p, &a) : DA_ERR_NO_MEMORY;
+  free(q), free(k), free(v), free(o), free(lse);
+}
+
+/* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA,
+ * whatever order the branches launch in: each branch's CTAs once. */
+static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int tq, const char *what) {
+  int used[5] = {0};
+  for (int i = 0; i < 5; i++) {
+    const int64_t want = (branch_tiles(s, i, tokens, tq) + 1) / 2;
+    int found = -1;
+    for (int j = 0; j < 5 && found < 0; j++)
+      if (!used[j] && (int64_t)L[j].g[0] * L[j].g[1] * L[j].g[2] == want) found = j;
+    if (found >= 0) used[found] = 1;
+    TU_CHECK(found >= 0, "%s: branch %d (w %lld, r %lld) over %lld tokens: no launch of %lld CTAs", what, i,
+             (long long)s->segment_lengths[i], (long long)s->dilation_rates[i], (long long)tokens, (long long)want);
+  }
+}
+
+static void test_launches(da_context *ctx) {
+  launch_t L[64];
+  const int64_t N = 65536;
+  read_launches(L, 64);
+  /* LongNet 5-branch causal: split, two tiles a CTA */
+  const da_spec s = longnet(5, 1);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+  TU_CHECK(st == DA_OK && !strcmp(da_plan_strategy(p), "split"), "LongNet 5-branch causal: split (%s)",
+           p ? da_plan_strategy(p) : da_context_last_error(ctx));
+  if (!p) return;
+  da_plan_options o;
+  da_plan_get_options(p, &o);
+  run(p, &s, N, &st);
+  int n = read_launches(L, 64);
+  TU_CHECK(st == DA_OK && n == 5, "5 branch launches: %d (%s: %s)", n, da_status_name(st), da_context_last_error(ctx));
+  for (int i = 0; i < n; i++)
+    TU_CHECK(ends_with(L[i].name, "_branch") && L[i].b[0] == 384 && L[i].dependent == (i > 0) &&
+                 L[i].smem == L[0].smem && L[i].smem > 48 * 1024,
+             "launch %d: %s block %u smem %u dependent %d", i, L[i].name, L[i].b[0], L[i].smem, L[i].dependent);
+  if (n == 5) check_grids(L, &s, N, o.tile_q, "one run");
+  da_plan_destroy(p);
+  /* runs of tokens: a workspace of 100 MiB holds runs of 32768 (the lcm of the w) */
+  setenv("DILATTN_WORKSPACE_LIMIT", "100M", 1);
+  setenv("DILATTN_PDL", "0", 1);
+  p = plan_with(ctx, &s, 0, 0, 0, &st);
+  run(p, &s, N, &st);
+  n = read_launches(L, 64);
+  int deps = 0;
+  for (int i = 0; i < n; i++) deps += L[i].dependent;
+  TU_CHECK(st == DA_OK && n == 10 && !deps, "two runs of 5 launches, none dependent under DILATTN_PDL=0: %d, %d (%s)",
+           n, deps, da_context_last_error(ctx));
+  if (n == 10) check_grids(L, &s, N / 2, o.tile_q, "first of two runs"), check_grids(L + 5, &s, N / 2, o.tile_q, "second run");
+  unsetenv("DILATTN_WORKSPACE_LIMIT");
+  unsetenv("DILATTN_PDL");
+  da_plan_destroy(p);
+  /* LongNet 2-branch causal: fused, one launch */
+  const da_spec s2 = longnet(2, 1);
+  p = plan_with(ctx, &s2, 0, 0, 0, &st);
+  run(p, &s2, N, &st);
+  n = read_launches(L, 64);
+  TU_CHECK(st == DA_OK && n == 1 && ends_with(L[0].name, "_fused") && !L[0].dependent,
+           "LongNet 2-branch causal: one fused launch (%d, %s)", n, n ? L[0].name : da_context_last_error(ctx));
+  da_plan_destroy(p);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s LIBFAKE_CUDA.so\n", argv[0]);
+    return 2;
+  }
+  char cache[] = "/tmp/dilattn-fake-XXXXXX";
+  if (!mkdtemp(cache)) return 2;
+  snprintf(log_path, sizeof log_path, "%s/launches.log", cache);
+  setenv("DILATTN_CUDA_LIB", argv[1], 1);
+  setenv("DILATTN_CACHE_DIR", cache, 1);
+  setenv("FAKE_CUDA_LOG", log_path, 1);
+  setenv("DILATTN_TUNING", "0", 1);
+  unsetenv("DILATTN_CUDA_MMA"), unsetenv("DILATTN_BACKEND"), unsetenv("DILATTN_PDL");
+  unsetenv("DILATTN_WORKSPACE_LIMIT");
+  da_context *ctx;
+  TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
+  da_plan *probe = NULL;
+  const da_spec s = longnet(1, 0);
+  da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &probe);
+  if (st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(ctx), "NVRTC")) {
+    printf("SKIP: no NVRTC (%s)\n", da_context_last_error(ctx));
+    da_context_destroy(ctx);
+    return 0;
+  }
+  TU_CHECK(st == DA_OK, "a CUDA plan on the fake device: %s", da_context_last_error(ctx));
+  da_plan_destroy(probe);
+  test_instruction(ctx);
+  test_launches(ctx);
+  da_context_destroy(ctx);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", cache);
+  return tu_report();
+}
