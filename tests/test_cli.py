@@ -19,6 +19,7 @@ import numpy as np
 
 DILATTN = os.path.abspath(sys.argv[1])
 GOLDEN = os.path.abspath(sys.argv[2])
+FAKE_CUDA = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None  # tests/fake_cuda.c
 passed = failed = 0
 
 
@@ -434,6 +435,39 @@ def test_gen_compile_all_or_nothing(tmp):
         check(rc == 2 and "--threads" in err, f"gen --threads {bad_threads!r}: exit {rc}: {err}")
 
 
+def test_fake_device(tmp):
+    """The CUDA path of the CLI on the fake driver (tests/fake_cuda.c: an sm_90 device that
+    runs nothing, its memory the host's): info names it; run --backend cuda copies the
+    inputs in and out and writes out / lse of the right shapes (zeros: no kernel ran);
+    tune --backend cuda compiles every candidate and, none correct, exits 4."""
+    if not FAKE_CUDA:
+        print("skip: no fake driver given")
+        return
+    env = {"DILATTN_CUDA_LIB": FAKE_CUDA, "DILATTN_CACHE_DIR": os.path.join(tmp, "fake-cache"),
+           "FAKE_CUDA_LOG": os.path.join(tmp, "fake.log"), "DILATTN_TUNING": "0"}
+    rc, so, err = run("info", env=env)
+    info = json.loads(so) if rc == 0 else {}
+    cuda = info.get("backends", {}).get("cuda", {})
+    check(cuda.get("available") and cuda.get("arch") == "sm_90" and "Fake GPU" in cuda.get("device", ""),
+          f"info on the fake device: exit {rc}: {so} {err}")
+    d = os.path.join(tmp, "fake-run")
+    os.mkdir(d)
+    out, lse = os.path.join(d, "o.npy"), os.path.join(d, "l.npy")
+    args = golden_run_args()[:-2]  # (its --backend host)
+    rc, so, err = run("run", *args, "-o", out, "--lse", lse, "--backend", "cuda", env=env)
+    q = np.load(args[args.index("--q") + 1])
+    launches = open(env["FAKE_CUDA_LOG"]).read() if os.path.exists(env["FAKE_CUDA_LOG"]) else ""
+    check(rc == 0 and json.loads(so)["backend"] == "cuda" and np.load(out).shape == q.shape
+          and np.load(lse).shape == (q.shape[0], q.shape[2], q.shape[1]) and "launch da_fwd_" in launches,
+          f"run --backend cuda on the fake device: exit {rc}: {so} {err} {launches}")
+    csv = os.path.join(d, "t.csv")
+    rc, so, err = run("tune", args[0], "--seq-len", "256", "--backend", "cuda", "--reps", "1", "-o", csv,
+                      "--db", os.path.join(d, "db.jsonl"), env=env)
+    rows = open(csv).read().splitlines()[1:] if os.path.exists(csv) else []
+    check(rc == 4 and rows and all(",correctness," in r for r in rows),
+          f"tune --backend cuda on the fake device (no kernel runs): exit {rc}, {len(rows)} rows: {err[-300:]}")
+
+
 def test_cache(tmp):
     """cache list: one object per entry, each with its key; cache clear: what it removed
     and what is left, unambiguous; a cache folder that cannot be used is an error (exit 4);
@@ -630,6 +664,7 @@ def main():
         test_stdout_errors(tmp)
         test_gen_checks_first(tmp)
         test_gen_compile_all_or_nothing(tmp)
+        test_fake_device(tmp)
         test_cache(tmp)
         test_bad_inputs(tmp)
     finally:
