@@ -16,6 +16,7 @@
 #   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
 #                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
 #   bash bench/gpu_session.sh check-lpt  # then: causal defaults vs @lib at 16K (longest first, two tiles a CTA),
+#                                        # the fused grids without a causal mask longest first (16K, 64K),
 #                                        # and a split plan in runs of tokens (@ws100, @ws300) and from the
 #                                        # baseline's templates (@base) at 256K
 #   bash bench/gpu_session.sh ab-lib     # that A/B alone (BENCH_TILES: its variants)
@@ -89,6 +90,10 @@ if [ "$phase" = check-lpt ]; then
   # most at short lengths): the defaults against the baseline's at 16K, dense (single) too
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384 --configs dense2048,longnet2,longnet5 --causal \
     --tiles 0x0@lib --reps 10 --out "$out/check_causal16k.json"
+  # without a causal mask the fused multi-branch grids run longest first too (plan_lpt_heads,
+  # each head's own tile order; bench/lpt_model.py: LongNet 5-branch 1.25x at 16K, 1.05x at 64K)
+  run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet2,longnet5 \
+    --tiles 0x0@lib --reps 10 --out "$out/check_full_lpt.json"
   # split plans in runs of tokens (a workspace limit): LongNet 5-branch causal (split) at
   # 256K, 520 MiB of workspace in one run, against runs of 32768 tokens (@ws100: 65 MiB)
   # and of 131072 (@ws300: two runs); @base: the same plan from the baseline commit's

@@ -18,11 +18,15 @@ Each tile's key tiles are counted per head and window here, exactly (the planner
 window's tiles by their average over heads and windows). Three schedules are compared:
 
   window: the order before plan_lpt, a tile a CTA: grid x (a window's or segment's tiles
-          latest first, windows in turn), then heads, then the batch;
+          latest first, windows in turn; without a causal mask in order), then heads, then
+          the batch;
   lpt:    the kernel's order (kernel.cu.tpl da_lpt_unit: groups of units depth-major), a
           tile a CTA;
   kernel: that order with the kernel's tiles a CTA (WS_TILES, else 1).
 
+Without a causal mask (fused plans of several branches: a head's residue classes are
+covered by different branches, plan_lpt_heads) the tiles are ordered by LPT_TILE_H, each
+head's own order, and `ideal` sorts the whole grid heaviest first.
 A split plan's branch launches are modeled as one list in launch order (programmatic
 dependent launches let the next start as SMs free). Prints one JSON object per config and
 length: efficiency = work (at c0 a tile) / (SMs x the time the last tile ends), and each
@@ -101,8 +105,11 @@ def model(cfg, src, N, B, sms, c0, c1):
         R, G, TPW = define(src, "LCM_R"), define(src, "WIN_G"), define(src, "TILES_PER_WINDOW")
         start = table(src, "RES_TILE_START")
         lpt = table(src, "LPT_TILE")
-        group = int(re.search(r"da_lpt_unit\(l, units, TILES_PER_WINDOW, (\d+),", src).group(1))
+        m = re.search(r"da_lpt_unit\(l, units, TILES_PER_WINDOW, (\d+),", src)
+        group = int(m.group(1)) if m else 1
         nwin = N // G
+
+        causal = bool(cfg.get("causal"))
 
         def cost(h, win, tt):
             c = max(i for i in range(R) if start[i] <= tt)
@@ -113,13 +120,34 @@ def model(cfg, src, N, B, sms, c0, c1):
             for j in range(nb):
                 rel = (win * G) % w[j] + c
                 if rel % r[j] == off[h][j]:
-                    a_last = (rel - off[h][j]) // r[j] + (j0 + nq - 1) * (R // r[j])
+                    if causal:
+                        a_last = (rel - off[h][j]) // r[j] + (j0 + nq - 1) * (R // r[j])
+                    else:  # every key of the row's dilated segment
+                        s0 = win * G - (win * G) % w[j]
+                        a_last = (min(w[j], N - s0) - off[h][j] + r[j] - 1) // r[j] - 1
                     keys += (a_last + 1 + TK - 1) // TK
             return c0 + keys
 
-        order["window"] = [cost(h, x // TPW, TPW - 1 - x % TPW) for b in range(B) for h in range(H) for x in range(nwin * TPW)]
-        order["lpt"] = [cost(u % H, u // H % nwin, lpt[d] if lpt else TPW - 1 - d)
-                        for u, d in lpt_blocks(B * H * nwin, TPW, group)]
+        if causal:
+            order["window"] = [cost(h, x // TPW, TPW - 1 - x % TPW) for b in range(B) for h in range(H)
+                               for x in range(nwin * TPW)]
+            order["lpt"] = [cost(u % H, u // H % nwin, lpt[d] if lpt else TPW - 1 - d)
+                            for u, d in lpt_blocks(B * H * nwin, TPW, group)]
+        else:
+            # window: the grid in order (x window-major, then heads). lpt: the causal kernel's
+            # unit groups (da_lpt_unit), each head's tiles of a window heaviest first by
+            # their cost averaged over the period of windows (the planner's per-head order)
+            order["window"] = [cost(h, x // TPW, x % TPW) for b in range(B) for h in range(H) for x in range(nwin * TPW)]
+            tab = table(src, "LPT_TILE_H")  # the kernel's order (plan_lpt_heads), else as it would be
+            if tab:
+                rank, grp = [tab[h * TPW:(h + 1) * TPW] for h in range(H)], group
+            else:
+                per = min(nwin, 16)
+                rank = [sorted(range(TPW), key=lambda t, h=h: (-sum(cost(h, win, t) for win in range(per)), t))
+                        for h in range(H)]
+                grp = max(1, (2 * sms + TPW - 1) // TPW)
+            order["lpt"] = [cost(u % H, u // H % nwin, rank[u % H][d]) for u, d in lpt_blocks(B * H * nwin, TPW, grp)]
+            order["ideal"] = sorted(order["window"], reverse=True)
         launch_lists = [order["lpt"]]
     else:
         tps, groups = table(src, "BR_TILES_PER_SEG"), table(src, "BR_LPT_GROUP")
@@ -146,11 +174,14 @@ def model(cfg, src, N, B, sms, c0, c1):
     per = int(m.group(1)) if m else 1
     kernel = [c for lst in launch_lists for c in ctas(lst, per, c0, c1)]  # a CTA's tiles are one launch's
     ends = {k: makespan(v, sms) for k, v in (("window", order["window"]), ("lpt", order["lpt"]), ("kernel", kernel))}
+    if "ideal" in order:  # every tile of the grid heaviest first: list scheduling's best order
+        ends["ideal"] = makespan(order["ideal"], sms)
     eff = {k: work / (sms * t) for k, t in ends.items()}
     return dict(seq_len=N, batch=B, heads=H, tiles=len(order["lpt"]), ws_tiles=per, sms=sms, c0=c0, c1=c1,
                 efficiency_window=round(eff["window"], 4), efficiency_lpt=round(eff["lpt"], 4),
                 efficiency_kernel=round(eff["kernel"], 4), speedup_lpt=round(ends["window"] / ends["lpt"], 4),
-                speedup_kernel=round(ends["window"] / ends["kernel"], 4))
+                speedup_kernel=round(ends["window"] / ends["kernel"], 4),
+                **({"efficiency_ideal": round(work / (sms * ends["ideal"]), 4)} if "ideal" in ends else {}))
 
 
 def main():
@@ -166,8 +197,8 @@ def main():
     for path in a.configs:
         with open(path) as f:
             cfg = json.load(f)
-        if not cfg.get("causal"):
-            sys.exit(f"{path}: not causal (every tile of a window then costs the same)")
+        if not cfg.get("causal") and len(cfg["segment_lengths"]) == 1:
+            sys.exit(f"{path}: one branch, not causal: every tile costs the same")
         src = render(a.dilattn, path)
         for N in (int(x) for x in a.lengths.split(",")):
             print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1))))

@@ -212,7 +212,74 @@ static void test_template_dir(void) {
   da_context_destroy(ctx);
 }
 
+/* The fused CUDA grid without a causal mask runs longest first where a head's tiles differ
+ * (planner.lua plan_lpt_heads): LPT_TILE_H holds each head's order of a window's tiles, a
+ * permutation, the class every branch covers first; absent where the tiles of a head cost
+ * the same (one branch, grouped heads), under a sparse layout, and on causal plans (their
+ * own order, LPT_TILE). */
+static int lpt_rows(da_context *ctx, const da_spec *s, int rows[16][64], int *tpw) {
+  da__render_opts o;
+  memset(&o, 0, sizeof o);
+  o.cuda_mma = 4; /* the sm_90 default: mma.sync's 64-row tiles send LongNet 5-branch to split */
+  da__rendered r;
+  if (da__render_ex(ctx, s, DA_TARGET_CUDA, &o, &r) != DA_OK) return -2;
+  const char *src = r.source, *t = strstr(src, "LPT_TILE_H[");
+  int h = -1;
+  *tpw = 0;
+  if (t) {
+    int H = 0;
+    sscanf(t, "LPT_TILE_H[%d][%d]", &H, tpw);
+    const char *q = strstr(t, "= {");
+    for (h = 0; q && h < H && h < 16; h++) {
+      q = strchr(q + 1, '{');
+      for (int i = 0; q && i < *tpw && i < 64; i++) {
+        while (*q && (*q < '0' || *q > '9')) q++;
+        rows[h][i] = (int)strtol(q, (char **)&q, 10);
+      }
+    }
+  }
+  da__rendered_free(&r);
+  return h;
+}
+
+static void test_lpt_heads(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_spec s;
+  da_spec_init(&s);
+  static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
+  s.num_branches = 5;
+  memcpy(s.segment_lengths, w, sizeof w), memcpy(s.dilation_rates, r, sizeof r);
+  s.num_heads = s.num_kv_heads = 8, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16;
+  int rows[16][64], tpw = 0;
+  int H = lpt_rows(ctx, &s, rows, &tpw);
+  TU_CHECK(H == 8 && tpw >= 12, "LongNet 5-branch: LPT_TILE_H of 8 heads (%d, %d tiles a window)", H, tpw);
+  for (int h = 0; h < H && tpw <= 64; h++) {
+    int seen[64] = {0}, ok = 1;
+    for (int i = 0; i < tpw; i++) ok &= rows[h][i] >= 0 && rows[h][i] < tpw && !seen[rows[h][i]]++;
+    TU_CHECK(ok, "head %d: its order is a permutation of the window's %d tiles", h, tpw);
+  }
+  /* head 0 (offset 0 in every branch): residue class 0, the window's first tiles, is in all five */
+  TU_CHECK(H > 0 && rows[0][0] == 0, "head 0 runs class 0 first (%d)", H > 0 ? rows[0][0] : -1);
+  TU_CHECK(H > 1 && rows[1][0] != 0, "head 1 (offsets 1) runs another class first (%d)", H > 1 ? rows[1][0] : -1);
+  da_spec t = s;
+  t.causal = 1;
+  TU_CHECK(lpt_rows(ctx, &t, rows, &tpw) == -1, "causal: no LPT_TILE_H (its own order)");
+  t = s;
+  t.num_branches = 1;
+  TU_CHECK(lpt_rows(ctx, &t, rows, &tpw) == -1, "one branch: no LPT_TILE_H");
+  t = s;
+  t.mode = DA_MODE_GROUPED;
+  TU_CHECK(lpt_rows(ctx, &t, rows, &tpw) == -1, "grouped heads (a branch each): no LPT_TILE_H");
+  t = s;
+  t.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW;
+  t.sparsity.block = 64, t.sparsity.window = 4;
+  TU_CHECK(lpt_rows(ctx, &t, rows, &tpw) == -1, "a sparse layout: no LPT_TILE_H");
+  da_context_destroy(ctx);
+}
+
 int main(void) {
+  test_lpt_heads();
   test_determinism();
   test_templates();
   test_template_dir();

@@ -513,11 +513,70 @@ end
 -- the first one's key loop instead of stalling its start (and no barrier guards a shared
 -- Q tile between the two). Untimed.
 local LPT_CTAS = 2 * 132
+-- Without a causal mask a fused tile still costs what the branches covering its residue
+-- class attend: class c of a window is in branch j for head h where its position in j's
+-- segment falls on the head's offset, so a head's classes differ (LongNet 5-branch, mod
+-- offsets: the class on a head's offsets in all five branches attends 10240 keys at
+-- N = 16K, most others 2048). In grid order the heavy tiles land in the last wave too.
+-- Where a head's tiles differ, the fused grid runs longest first as the causal one does
+-- (groups of units depth-major, da_lpt_unit), with each head's own order of a window's
+-- tiles (p.lpt_order_h: LPT_TILE_H, heaviest first by their key tiles over a period of
+-- windows). One tile a CTA (the pairs of run_tiles are the causal kernels'). Not under a
+-- sparse layout (its skipped blocks are not weighed), nor past LPT_HEAD_ENTRIES heads x
+-- tiles (the table's constant memory). Modeled (bench/lpt_model.py, 132 SMs, a tile = 2 +
+-- its key tiles, H = 8, 192-row tiles): the SMs busy 0.777 / 0.945 / 0.986 of the time to
+-- the last tile at N = 16K / 64K / 256K in grid order, 0.967 / 0.988 / 0.997 this way
+-- (LongNet 5-branch: 1.25x / 1.05x / 1.01x; 2-branch 1.10x / 1.03x / 1.01x). The H200
+-- measured LongNet 5-branch at 308 / 362 / 386 TFLOP/s over those lengths (117dd5d). Untimed.
+local LPT_HEAD_ENTRIES = 8192
+local function plan_lpt_heads(p, group)
+  if p.strategy ~= "fused" or p.sparse or #p.branches < 2 or p.H * p.tiles_per_window > LPT_HEAD_ENTRIES then
+    return
+  end
+  local period = 1
+  for _, b in ipairs(p.branches) do
+    period = period // gcd(period, b.w // p.window_g) * (b.w // p.window_g)
+    if period >= 16 then period = 16 break end
+  end
+  local R, TK, orders, varies = p.lcm_r, p.tile_k, {}, false
+  for h = 1, p.H do
+    local weight, order = {}, {}
+    for c = 0, R - 1 do
+      local w = 0
+      for win = 0, period - 1 do
+        for _, e in ipairs(p.heads[h]) do
+          local b = p.branches[e.branch + 1]
+          local rel = (win * p.window_g) % b.w + c -- the class's first position in the segment
+          if rel % b.r == e.offset then w = w + (b.w - e.offset + b.r - 1) // b.r // TK + 1 end
+        end
+      end
+      for t = p.residue_tile_start[c + 1], p.residue_tile_start[c + 2] - 1 do
+        weight[t] = w
+        order[#order + 1] = t
+        varies = varies or w ~= weight[0]
+      end
+    end
+    table.sort(order, function(a, b2)
+      if weight[a] ~= weight[b2] then return weight[a] > weight[b2] end
+      return a < b2
+    end)
+    orders[h] = order
+  end
+  if not varies then return end
+  p.lpt = true
+  p.lpt_group = group(p.tiles_per_window)
+  for _, b in ipairs(p.branches) do b.lpt_group = group(b.tiles_per_segment) end
+  p.lpt_order_h = orders
+end
+
 function M.plan_lpt(p)
   p.lpt = p.causal
   p.ws_tiles = 1
   p.q_bufs = 1
-  if not p.lpt then return end
+  if not p.lpt then
+    plan_lpt_heads(p, function(tiles) return math.max(1, (LPT_CTAS * (p.min_blocks or 1) + tiles - 1) // tiles) end)
+    return
+  end
   if p.wg_ws and not p.sparse and not p.ws_skip_idle then
     p.ws_tiles = 2
     local q_bytes = p.tile_q * p.D * 2

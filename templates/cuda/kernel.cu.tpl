@@ -34,10 +34,15 @@ __constant__ int RES_TILE_START[{{ p.lcm_r + 1 }}] = { {{ join(p.residue_tile_st
 {% end %}
 __constant__ da_i64 BR_TILES_PER_SEG[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.tiles_per_segment) end) }} };
 {% if p.lpt then %}
-/* causal: blocks longest first within groups of units (planner.lua plan_lpt) */
+/* causal (or a fused grid whose heads' tiles differ): blocks longest first within groups of
+ * units (planner.lua plan_lpt) */
 __constant__ da_i64 BR_LPT_GROUP[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.lpt_group) end) }} };
 {% if p.lpt_order then %}
 __constant__ {{ p.tiles_per_window < 65536 and "unsigned short" or "int" }} LPT_TILE[{{ p.tiles_per_window }}] = { {{ join(p.lpt_order) }} }; /* a window's tile of each depth */
+{% end %}
+{% if p.lpt_order_h then %}
+/* without a causal mask: each head's order of a window's tiles, heaviest first (plan_lpt_heads) */
+__constant__ unsigned short LPT_TILE_H[{{ p.H }}][{{ p.tiles_per_window }}] = { {{ join(p.lpt_order_h, function(o) return "{" .. join(o) .. "}" end) }} };
 {% end %}
 {% end %}
 
@@ -1501,13 +1506,15 @@ template <class F> __device__ __forceinline__ void da_job_each(const da_job &J, 
   }
 }
 {% if p.lpt then %}
-/* Block l of the causal grid: its job (false: none) */
+/* Block l of the causal (or longest-first) grid: its job (false: none) */
 __device__ __forceinline__ bool da_block_job(da_i64 l, const da_cuda_args &A, da_job &J) {
   const da_i64 nwin = (A.seq_len + WIN_G - 1) / WIN_G, units = nwin * NUM_HEADS * A.batch;
   if (l >= units * TILES_PER_WINDOW) return false;
   da_i64 depth;
   const da_i64 u = da_lpt_unit(l, units, TILES_PER_WINDOW, {{ p.lpt_group }}, &depth);
-{% if p.lpt_order then %}
+{% if p.lpt_order_h then %}
+  const da_i64 tt = LPT_TILE_H[u % NUM_HEADS][depth]; /* the head's tiles of the window heaviest first */
+{% elseif p.lpt_order then %}
   const da_i64 tt = LPT_TILE[depth]; /* the window's tiles heaviest first */
 {% else %}
   const da_i64 tt = TILES_PER_WINDOW - 1 - depth; /* residue classes last to first, each class's tiles latest first */
