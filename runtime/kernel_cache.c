@@ -111,7 +111,7 @@ da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const
   return st;
 }
 
-static int jit_disabled(void) {
+int da__jit_disabled(void) {
   const char *e = getenv("DILATTN_DISABLE_JIT");
   return e && *e && strcmp(e, "0");
 }
@@ -129,7 +129,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
     return DA_OK;
   }
-  DA_RETURN_IF(jit_disabled(), DA_ERR_UNSUPPORTED,
+  DA_RETURN_IF(da__jit_disabled(), DA_ERR_UNSUPPORTED,
                "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
                "(%zu artifacts) and not in the disk cache",
                kernel, arch, key, da__bundles_count(c->bundles));

@@ -34,6 +34,9 @@ typedef struct {
 typedef da_status (*da__kproduce)(const da_context *ctx, void *arg, da__kpayload *out);
 
 DA_HIDDEN int da__kernel_cache_init(da__kernel_cache *c);
+/* DILATTN_DISABLE_JIT is set (not empty, not 0): a kernel in no bundle and not on disk is
+ * DA_ERR_UNSUPPORTED. */
+DA_HIDDEN int da__jit_disabled(void);
 DA_HIDDEN void da__kernel_cache_destroy(da__kernel_cache *c); /* unloads and frees all */
 
 /* The payload for key: from memory, or produced now (once, however many threads ask at

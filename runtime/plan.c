@@ -331,8 +331,9 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   return 1;
 }
 
-/* The instruction path of a CUDA plan that sets no tunable and has no tuning record, where
- * the wgmma paths serve its spec on the device (an sm_90 GPU): the warp-specialized kernel.
+/* The instruction path of a CUDA plan whose options name none (cuda_mma 0, tunables set or
+ * not; a tuning record's included) under no DILATTN_CUDA_MMA, where the wgmma paths serve
+ * its spec on the device (an sm_90 GPU): the warp-specialized kernel.
  * On an H200 it ran 1.26x to 2.07x faster than mma.sync on every LongNet and dense config
  * measured, causal or not, D = 64 and 128 (bench/results/gpu-h200-c30ba13.md); elsewhere
  * plans keep mma.sync. Like a tuning record, chosen when a spec's plan is first created
@@ -353,9 +354,10 @@ const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma,
 }
 
 /* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws, wgmma-ws-p2: its variants): CUDA plans the wgmma
- * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) take it unless opts
- * sets a tunable (tile sizes, strategy or instruction: a caller or the tuner that chose
- * them gets what it chose). Returns opts or *eff. Any other value than those, "sync", "auto"
+ * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) that set no tunable
+ * take it here, before the tuning database is consulted (a caller or the tuner that chose
+ * an instruction gets what it chose; options with tunables and cuda_mma 0 get it through
+ * da__default_mma, with mma.sync where it refuses them). Returns opts or *eff. Any other value than those, "sync", "auto"
  * or empty is an error. (sync: the tuning database's wgmma records are skipped, see
  * tuned_options.) Unset, empty or "auto": *auto_mma = 1, the default of da_plan_create_ex
  * (DEFAULT_WGMMA). */
@@ -443,8 +445,12 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
       }
     }
     if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
-    if (st == DA_OK || !sync_fallback || (st != DA_ERR_INVALID_ARGUMENT && st != DA_ERR_COMPILE)) break;
-    /* the default instruction refused the caller's tunables: mma.sync, what such options always had */
+    /* the default instruction refused the caller's tunables, its kernel did not compile, or
+     * JIT is off and no bundle or disk cache holds it: mma.sync, what such options always
+     * had (and what a bundle or cache made for them holds) */
+    if (st == DA_OK || !sync_fallback ||
+        (st != DA_ERR_INVALID_ARGUMENT && st != DA_ERR_COMPILE && !(st == DA_ERR_UNSUPPORTED && da__jit_disabled())))
+      break;
     da__log(DA_LOG_INFO, "plan: %s with tile_q %d, tile_k %d, fused_min_queries %d: %s; mma.sync instead",
             da__cuda_mma_name(opts->cuda_mma), opts->tile_q, opts->tile_k, opts->fused_min_queries,
             da_context_last_error(ctx));

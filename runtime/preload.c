@@ -27,6 +27,10 @@ typedef struct {
 
 static int load_one(void *arg, int i) {
   job_t *j = arg;
+  pthread_mutex_lock(&j->mu); /* cancelled between this thread's claim and now: not started */
+  const int cancelled = j->cancel;
+  pthread_mutex_unlock(&j->mu);
+  if (cancelled) return 1;
   da__nvrtc_set_cancel(&j->cancel);
   da_plan *p = NULL;
   da_status st = da_plan_create(j->ctx, &j->specs[i], j->backend, &p);

@@ -29,6 +29,8 @@ typedef struct {
 typedef struct {
   const unsigned char *image;
   size_t size;
+  fake_func **funcs; /* a module owns its functions: freed with it */
+  int nfuncs;
 } fake_module;
 
 static int env_int(const char *name, int dflt) {
@@ -54,7 +56,7 @@ static void log_line(const char *fmt, ...) {
 }
 
 static int context_token;
-static __thread void *current;
+static __thread void *current, *below; /* the thread's current context, and one pushed under it */
 
 CUresult cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
 CUresult cuDriverGetVersion(int *v) {
@@ -106,12 +108,15 @@ CUresult cuCtxSetCurrent(void *ctx) {
   return OK;
 }
 CUresult cuCtxPushCurrent_v2(void *ctx) {
+  if (below) return INVALID_VALUE; /* (a stack of two is all the library needs) */
+  below = current;
   current = ctx;
   return OK;
 }
 CUresult cuCtxPopCurrent_v2(void **ctx) {
   if (ctx) *ctx = current;
-  current = NULL;
+  current = below;
+  below = NULL;
   return OK;
 }
 static CUresult need_context(void) { return current == &context_token ? OK : 201 /* INVALID_CONTEXT */; }
@@ -143,14 +148,24 @@ CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
   const size_t n = strlen(name) + 1;
   if (!m || n > sizeof ((fake_func *)0)->name || !memmem(m->image, m->size, name, n)) return NOT_FOUND;
   fake_func *f = calloc(1, sizeof *f);
-  if (!f) return 2;
+  fake_func **more = realloc(m->funcs, sizeof *more * (size_t)(m->nfuncs + 1));
+  if (!f || !more) {
+    free(f);
+    if (more) m->funcs = more;
+    return 2;
+  }
   memcpy(f->name, name, n);
   f->max_dyn_smem = 48 * 1024;
-  *fn = f; /* (kept until the process ends: a module owns its functions) */
+  m->funcs = more;
+  m->funcs[m->nfuncs++] = f;
+  *fn = f;
   return OK;
 }
 CUresult cuModuleUnload(void *mod) {
-  free(mod);
+  fake_module *m = mod;
+  for (int i = 0; m && i < m->nfuncs; i++) free(m->funcs[i]);
+  if (m) free(m->funcs);
+  free(m);
   return OK;
 }
 CUresult cuFuncSetAttribute(void *fn, int attr, int value) {

@@ -8,8 +8,13 @@
  *    tiles of each branch counted here from the spec, the first launch plain and the rest
  *    programmatic dependent ones (DILATTN_PDL=0: none), runs of tokens under
  *    DILATTN_WORKSPACE_LIMIT, a fused plan's one launch.
- * Run: build/tests/test_fake_device build/tests/libfake_cuda.so */
+ *  - the fallback to mma.sync also where the warp-specialized kernel does not compile (a
+ *    planted #error in a copy of the templates) or DILATTN_DISABLE_JIT finds it nowhere
+ *    while the disk cache holds the mma.sync one;
+ *  - a caller's own current context survives the library's calls (pushed and popped).
+ * Run: build/tests/test_fake_device build/tests/libfake_cuda.so templates */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -202,9 +207,76 @@ static void test_launches(da_context *ctx) {
   da_plan_destroy(p);
 }
 
+static void test_fallbacks(const char *templates, const char *cache) {
+  const da_spec s = longnet(2, 0);
+  da_status st;
+  /* JIT off: the warp-specialized kernel is nowhere, the mma.sync one of these tiles is on disk */
+  da_context *a, *b;
+  da_context_create(&a);
+  da_plan *p = plan_tiles(a, &s, 128, 64, 0, 1, &st); /* compiles mma.sync 128 x 64 into the disk cache */
+  TU_CHECK(st == DA_OK, "mma.sync 128 x 64: %s", da_context_last_error(a));
+  da_plan_destroy(p);
+  da_context_destroy(a);
+  da_context_create(&b); /* (a new context: no plan memo) */
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  p = plan_tiles(b, &s, 128, 64, 0, 0, &st);
+  TU_CHECK(st == DA_OK && !strstr(da_plan_kernel_name(p), "_wgmma"),
+           "DILATTN_DISABLE_JIT, cuda_mma 0 with tiles whose mma.sync kernel is on disk: that kernel (%s)",
+           p ? da_plan_kernel_name(p) : da_context_last_error(b));
+  da_plan_destroy(p);
+  p = plan_tiles(b, &s, 64, 64, 0, 0, &st); /* neither kernel of these tiles anywhere: the error names one */
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && !p && strstr(da_context_last_error(b), "DILATTN_DISABLE_JIT"),
+           "DILATTN_DISABLE_JIT, nothing on disk: DA_ERR_UNSUPPORTED (%s: %s)", da_status_name(st),
+           da_context_last_error(b));
+  unsetenv("DILATTN_DISABLE_JIT");
+  da_context_destroy(b);
+  /* the warp-specialized kernel fails to compile: mma.sync */
+  char dir[600], cmd[4096];
+  snprintf(dir, sizeof dir, "%s/planted", cache);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp -r '%s/.' '%s/' && printf '%%s\\n' '{%% if p.wg_ws then %%}' "
+           "'#error planted in the warp-specialized kernel' '{%% end %%}' >> '%s/cuda/kernel.cu.tpl'",
+           dir, templates, dir, dir);
+  TU_CHECK(system(cmd) == 0, "%s", cmd);
+  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+  da_context_create(&a);
+  p = plan_tiles(a, &s, 0, 0, 1 << 30, 0, &st);
+  TU_CHECK(st == DA_OK && !strstr(da_plan_kernel_name(p), "_wgmma") && !strcmp(da_plan_strategy(p), "split"),
+           "the strategy forced, the warp-specialized kernel not compiling: mma.sync split (%s)",
+           p ? da_plan_kernel_name(p) : da_context_last_error(a));
+  da_plan_destroy(p);
+  p = plan_tiles(a, &s, 0, 0, 0, 4, &st);
+  TU_CHECK(st == DA_ERR_COMPILE && !p && strstr(da_context_last_error(a), "planted"),
+           "cuda_mma 4 named: the compile error (%s)", da_status_name(st));
+  da_context_destroy(a);
+  unsetenv("DILATTN_TEMPLATE_DIR");
+}
+
+/* A caller with a context of its own current (a framework's, say) keeps it: the library
+ * pushes its primary context for each call and pops it again. */
+static void test_callers_context(da_context *ctx, const char *fake) {
+  void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  int (*set)(void *) = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
+  int (*get)(void **) = lib ? (int (*)(void **))dlsym(lib, "cuCtxGetCurrent") : NULL;
+  TU_CHECK(set && get, "the fake driver's context calls");
+  if (!set || !get) return;
+  static int mine;
+  set(&mine);
+  const da_spec s = longnet(2, 1);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+  if (p) run(p, &s, 4096, &st);
+  void *cur = NULL;
+  get(&cur);
+  TU_CHECK(st == DA_OK && cur == &mine, "the caller's context is current again after a plan and a run (%s)",
+           da_context_last_error(ctx));
+  da_plan_destroy(p);
+  set(NULL);
+  if (lib) dlclose(lib);
+}
+
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s LIBFAKE_CUDA.so\n", argv[0]);
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR\n", argv[0]);
     return 2;
   }
   char cache[] = "/tmp/dilattn-fake-XXXXXX";
@@ -230,7 +302,9 @@ int main(int argc, char **argv) {
   da_plan_destroy(probe);
   test_instruction(ctx);
   test_launches(ctx);
+  test_callers_context(ctx, argv[1]);
   da_context_destroy(ctx);
+  test_fallbacks(argv[2], cache);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", cache);
