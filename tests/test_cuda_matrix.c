@@ -396,8 +396,9 @@ int main(int argc, char **argv) {
    * is a permutation that starts with the two classes' last tiles (7, 15: the most keys)
    * and ends with their first (0, 8); groups of ceil(264 / 16) = 17 windows; two tiles a
    * CTA (run_tiles), each with a Q tile of its own after the four stages (16 KiB more
-   * shared memory). Without a causal mask the grid keeps its order (no table, group 0), a
-   * tile a CTA, one Q tile. */
+   * shared memory). Without a causal mask the grid runs longest first by each head's own
+   * order (plan_lpt_heads: LPT_TILE_H; head 0 runs class 0, which branch 2 covers too, then
+   * class 1; head 1 the other way round), same groups, a tile a CTA, one Q tile. */
   for (int causal = 0; causal < 2; causal++) {
     da_spec t;
     da_spec_init(&t);
@@ -411,7 +412,10 @@ int main(int argc, char **argv) {
       continue;
     }
     const char *tab = strstr(r.source, "LPT_TILE[16] = { ");
-    TU_CHECK(r.tiles_per_window == 16 && r.lpt_group == (causal ? 17 : 0) && !tab == !causal &&
+    const char *tab_h = strstr(r.source, "LPT_TILE_H[8][16] = { {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, "
+                                         "15}, {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}, {0, ");
+    TU_CHECK(!tab_h == !!causal, "lpt (causal %d): each head's order %s", causal, tab_h ? "present" : "absent");
+    TU_CHECK(r.tiles_per_window == 16 && r.lpt_group == 17 && !tab == !causal &&
                  r.ws_tiles == (causal ? 2 : 1) && !strstr(r.source, "run_tiles(Qs") == !causal,
              "lpt (causal %d): %lld tiles a window, group %lld, table %s, %d tiles a CTA", causal,
              (long long)r.tiles_per_window, (long long)r.lpt_group, tab ? "present" : "absent", r.ws_tiles);
