@@ -529,15 +529,23 @@ local LPT_CTAS = 2 * 132
 -- (LongNet 5-branch: 1.25x / 1.05x / 1.01x; 2-branch 1.10x / 1.03x / 1.01x). The H200
 -- measured LongNet 5-branch at 308 / 362 / 386 TFLOP/s over those lengths (117dd5d). Untimed.
 local LPT_HEAD_ENTRIES = 8192
+
+-- The windows after which every branch's segments line up again (at most 16): the tiles'
+-- weights are averaged over them.
+local function window_period(p)
+  local period = 1
+  for _, b in ipairs(p.branches) do
+    period = period // gcd(period, b.w // p.window_g) * (b.w // p.window_g)
+    if period >= 16 then return 16 end
+  end
+  return period
+end
+
 local function plan_lpt_heads(p, group)
   if p.strategy ~= "fused" or p.sparse or #p.branches < 2 or p.H * p.tiles_per_window > LPT_HEAD_ENTRIES then
     return
   end
-  local period = 1
-  for _, b in ipairs(p.branches) do
-    period = period // gcd(period, b.w // p.window_g) * (b.w // p.window_g)
-    if period >= 16 then period = 16 break end
-  end
+  local period = window_period(p)
   local R, TK, orders, varies = p.lcm_r, p.tile_k, {}, false
   for h = 1, p.H do
     local weight, order = {}, {}
@@ -573,10 +581,9 @@ function M.plan_lpt(p)
   p.lpt = p.causal
   p.ws_tiles = 1
   p.q_bufs = 1
-  if not p.lpt then
-    plan_lpt_heads(p, function(tiles) return math.max(1, (LPT_CTAS * (p.min_blocks or 1) + tiles - 1) // tiles) end)
-    return
-  end
+  local per_sm = p.min_blocks or 1
+  local function group(tiles) return math.max(1, (LPT_CTAS * per_sm + tiles - 1) // tiles) end
+  if not p.lpt then return plan_lpt_heads(p, group) end
   if p.wg_ws and not p.sparse and not p.ws_skip_idle then
     p.ws_tiles = 2
     local q_bytes = p.tile_q * p.D * 2
@@ -585,8 +592,6 @@ function M.plan_lpt(p)
       p.smem_bytes = p.smem_bytes + q_bytes
     end
   end
-  local per_sm = p.min_blocks or 1
-  local function group(tiles) return math.max(1, (LPT_CTAS * per_sm + tiles - 1) // tiles) end
   for _, b in ipairs(p.branches) do b.lpt_group = group(b.tiles_per_segment) end
   if p.strategy ~= "fused" then return end
   p.lpt_group = group(p.tiles_per_window)
@@ -602,11 +607,7 @@ function M.plan_lpt(p)
       end
     end
   end
-  local period = 1
-  for _, b in ipairs(p.branches) do
-    period = period // gcd(period, b.w // p.window_g) * (b.w // p.window_g)
-    if period >= 16 then period = 16 break end
-  end
+  local period = window_period(p)
   local R, TQ, TK = p.lcm_r, p.tile_q, p.tile_k
   local weight, order = {}, {}
   for c = 0, R - 1 do
