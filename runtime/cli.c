@@ -300,7 +300,7 @@ static int gen_compile(void *user, int j) {
 static int cmd_gen(int argc, char **argv) {
   const char *outdir = ".", *target = "host", *arch = NULL, *bundle = NULL, *mma = NULL;
   int report = 0, compile = 0, nconf = 0;
-  long threads = 0; /* compile threads (0: the online CPUs) */
+  long threads = 0; /* compile threads (0: the online CPUs, at most 16) */
   const char *configs[256];
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--threads")) {

@@ -357,8 +357,8 @@ const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma,
  * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) that set no tunable
  * take it here, before the tuning database is consulted (a caller or the tuner that chose
  * an instruction gets what it chose; options with tunables and cuda_mma 0 get it through
- * da__default_mma, with mma.sync where it refuses them). Returns opts or *eff. Any other value than those, "sync", "auto"
- * or empty is an error. (sync: the tuning database's wgmma records are skipped, see
+ * da__default_mma, with mma.sync where it refuses them). Returns opts or *eff. Any other
+ * value than those, "sync", "auto" or empty is an error. (sync: the tuning database's wgmma records are skipped, see
  * tuned_options.) Unset, empty or "auto": *auto_mma = 1, the default of da_plan_create_ex
  * (DEFAULT_WGMMA). */
 static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spec *spec,
