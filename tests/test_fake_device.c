@@ -11,7 +11,10 @@
  *  - the fallback to mma.sync also where the warp-specialized kernel does not compile (a
  *    planted #error in a copy of the templates) or DILATTN_DISABLE_JIT finds it nowhere
  *    while the disk cache holds the mma.sync one;
- *  - a caller's own current context survives the library's calls (pushed and popped).
+ *  - a caller's own current context survives the library's calls (pushed and popped);
+ *  - tuning records: the default candidate's (all 0) gives the warp-specialized kernel, as
+ *    the tuner timed it (it gave mma.sync); an older tuner's mma.sync record (tiles set,
+ *    cuda_mma 0) still gives mma.sync.
  * Run: build/tests/test_fake_device build/tests/libfake_cuda.so templates */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -19,6 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gen/render.h"
+#include "runtime/tuning_db.h"
 #include "test_util.h"
 
 static char log_path[256];
@@ -274,6 +279,51 @@ static void test_callers_context(da_context *ctx, const char *fake) {
   if (lib) dlclose(lib);
 }
 
+/* The kernel of a plan of s with no options under a tuning database that holds one ok
+ * record of params (written for this environment: the fake device's). */
+static da_status kernel_tuned(const da_spec *s, da_plan_options params, const char *db, char *name, size_t cap) {
+  da__tune_record r;
+  memset(&r, 0, sizeof r);
+  char *js = da_spec_to_json(s);
+  da__sha256_hex(js, strlen(js), r.spec_hash);
+  free(js);
+  snprintf(r.backend, sizeof r.backend, "cuda");
+  snprintf(r.status, sizeof r.status, "ok");
+  snprintf(r.strategy, sizeof r.strategy, "fused");
+  r.seq_len = 65536, r.batch = 1, r.bucket = da__tuning_bucket(65536), r.params = params;
+  r.median_ms = r.min_ms = r.max_ms = 1.0, r.reps = 1;
+  unlink(db);
+  da_context *ctx; /* a new one: a context reads the database once */
+  da_context_create(&ctx);
+  da_status st = da__tuning_db_merge(ctx, db, &r, 1);
+  TU_CHECK(st == DA_OK, "tuning database %s: %s", db, da_context_last_error(ctx));
+  setenv("DILATTN_TUNING_DB", db, 1);
+  unsetenv("DILATTN_TUNING");
+  da_plan *p = NULL;
+  st = da_plan_create(ctx, s, DA_BACKEND_CUDA, &p);
+  snprintf(name, cap, "%s", p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  setenv("DILATTN_TUNING", "0", 1);
+  unsetenv("DILATTN_TUNING_DB");
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  return st;
+}
+
+static void test_tuned(const char *cache) {
+  const da_spec s = longnet(2, 0);
+  char db[600], name[512];
+  snprintf(db, sizeof db, "%s/tuning.jsonl", cache);
+  da_plan_options none, old_sync;
+  memset(&none, 0, sizeof none);
+  memset(&old_sync, 0, sizeof old_sync);
+  old_sync.tile_q = 128, old_sync.tile_k = 64; /* an mma.sync candidate of an older tuner: cuda_mma 0 */
+  da_status st = kernel_tuned(&s, none, db, name, sizeof name);
+  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmaw"),
+           "a tuning record of the default candidate: the warp-specialized kernel (%s)", name);
+  st = kernel_tuned(&s, old_sync, db, name, sizeof name);
+  TU_CHECK(st == DA_OK && !strstr(name, "_wgmma"), "an older tuner's mma.sync record: mma.sync (%s)", name);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR\n", argv[0]);
@@ -305,6 +355,7 @@ int main(int argc, char **argv) {
   test_callers_context(ctx, argv[1]);
   da_context_destroy(ctx);
   test_fallbacks(argv[2], cache);
+  test_tuned(cache);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", cache);
