@@ -11,6 +11,8 @@
  *  - the fallback to mma.sync also where the warp-specialized kernel does not compile (a
  *    planted #error in a copy of the templates) or DILATTN_DISABLE_JIT finds it nowhere
  *    while the disk cache holds the mma.sync one;
+ *  - a caller's workspace: too small or misaligned refused before any launch, the least
+ *    one taken in runs; a batch past the grid refused;
  *  - a caller's own current context survives the library's calls (pushed and popped);
  *  - tuning records: the default candidate's (all 0) gives the warp-specialized kernel, as
  *    the tuner timed it (it gave mma.sync); an older tuner's mma.sync record (tiles set,
@@ -309,6 +311,48 @@ static da_status kernel_tuned(const da_spec *s, da_plan_options params, const ch
   return st;
 }
 
+/* A caller's workspace: below the least (one run) refused, misaligned refused, the least
+ * taken in runs; a batch past the grid's z refused. */
+static void test_workspace(da_context *ctx) {
+  launch_t L[64];
+  const da_spec s = longnet(5, 1);
+  const int64_t N = 65536;
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+  if (!p) return;
+  size_t least = 0, all = 0;
+  da_plan_workspace_min_size(p, 1, N, &least);
+  da_plan_workspace_size(p, 1, N, &all);
+  TU_CHECK(least > 0 && least * 2 == all, "workspace: %zu bytes for one run of 32768 tokens, %zu for all", least, all);
+  const size_t nq = (size_t)N * 8 * 64;
+  uint16_t *q = calloc(nq, 2), *k = calloc(nq, 2), *v = calloc(nq, 2), *o = calloc(nq, 2);
+  float *lse = calloc((size_t)N * 8, 4);
+  char *ws = aligned_alloc(256, least + 256);
+  da_args a;
+  da_args_init(&a, &s, 1, N, q, k, v, o, lse);
+  read_launches(L, 64);
+  a.workspace = ws, a.workspace_bytes = least - 1;
+  st = da_plan_execute(p, &a);
+  TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && strstr(da_context_last_error(ctx), "workspace") && !read_launches(L, 64),
+           "a workspace a byte short of one run: refused before any launch (%s: %s)", da_status_name(st),
+           da_context_last_error(ctx));
+  a.workspace = ws + 8, a.workspace_bytes = least;
+  st = da_plan_execute(p, &a);
+  TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && strstr(da_context_last_error(ctx), "aligned") && !read_launches(L, 64),
+           "a workspace 8 bytes off 16: refused (%s: %s)", da_status_name(st), da_context_last_error(ctx));
+  a.workspace = ws, a.workspace_bytes = least;
+  st = da_plan_execute(p, &a);
+  TU_CHECK(st == DA_OK && read_launches(L, 64) == 10, "the least workspace: two runs of five launches (%s)",
+           da_context_last_error(ctx));
+  /* 65536 x 1 token: the size of 65536 tokens, one per batch entry */
+  da_args_init(&a, &s, 65536, 1, q, k, v, o, lse);
+  st = da_plan_execute(p, &a);
+  TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && strstr(da_context_last_error(ctx), "65535") && !read_launches(L, 64),
+           "batch 65536: refused (%s: %s)", da_status_name(st), da_context_last_error(ctx));
+  free(q), free(k), free(v), free(o), free(lse), free(ws);
+  da_plan_destroy(p);
+}
+
 static void test_tuned(const char *cache) {
   const da_spec s = longnet(2, 0);
   char db[600], name[512];
@@ -353,6 +397,7 @@ int main(int argc, char **argv) {
   test_instruction(ctx);
   test_launches(ctx);
   test_callers_context(ctx, argv[1]);
+  test_workspace(ctx);
   da_context_destroy(ctx);
   test_fallbacks(argv[2], cache);
   test_tuned(cache);
