@@ -13,14 +13,7 @@
 #include "test_util.h"
 
 static da_spec small_spec(void) {
-  da_spec s;
-  da_spec_init(&s);
-  s.num_branches = 2;
-  s.segment_lengths[0] = 8, s.segment_lengths[1] = 16;
-  s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
-  s.num_heads = 2, s.num_kv_heads = 1, s.head_dim = 8;
-  s.dtype = DA_DTYPE_FLOAT32;
-  return s;
+  return tu_spec(2, (const int64_t[]){8, 16}, (const int64_t[]){1, 2}, 2, 1, 8, DA_DTYPE_FLOAT32);
 }
 
 static int has(const da_context *ctx, const char *what) { return strstr(da_context_last_error(ctx), what) != NULL; }

@@ -19,12 +19,7 @@ static char base[] = "/tmp/dilattn-bundle-XXXXXX";
 static char bdir[600], cfg[600];
 
 static da_spec example(void) {
-  da_spec s;
-  da_spec_init(&s);
-  s.num_branches = 2;
-  s.segment_lengths[0] = 32, s.segment_lengths[1] = 64;
-  s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
-  s.num_heads = 2, s.num_kv_heads = 2, s.head_dim = 8;
+  da_spec s = tu_spec(2, (const int64_t[]){32, 64}, (const int64_t[]){1, 2}, 2, 2, 8, DA_DTYPE_FLOAT32);
   s.has_scale = 1, s.scale = 0.3125;
   return s;
 }

@@ -59,12 +59,7 @@ static int ends_with(const char *s, const char *tail) {
 
 static da_spec longnet(int nb, int causal) {
   static const int64_t w[] = {2048, 4096, 8192, 16384, 32768}, r[] = {1, 2, 4, 6, 12};
-  da_spec s;
-  da_spec_init(&s);
-  s.num_branches = nb;
-  for (int i = 0; i < nb; i++) s.segment_lengths[i] = w[i], s.dilation_rates[i] = r[i];
-  s.num_heads = 8, s.num_kv_heads = 8, s.head_dim = 64;
-  s.dtype = DA_DTYPE_FLOAT16;
+  da_spec s = tu_spec(nb, w, r, 8, 8, 64, DA_DTYPE_FLOAT16);
   s.causal = causal;
   return s;
 }

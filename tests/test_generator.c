@@ -245,12 +245,8 @@ static int lpt_rows(da_context *ctx, const da_spec *s, int rows[16][64], int *tp
 static void test_lpt_heads(void) {
   da_context *ctx;
   da_context_create(&ctx);
-  da_spec s;
-  da_spec_init(&s);
   static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
-  s.num_branches = 5;
-  memcpy(s.segment_lengths, w, sizeof w), memcpy(s.dilation_rates, r, sizeof r);
-  s.num_heads = s.num_kv_heads = 8, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16;
+  da_spec s = tu_spec(5, w, r, 8, 8, 64, DA_DTYPE_FLOAT16);
   int rows[16][64], tpw = 0;
   int H = lpt_rows(ctx, &s, rows, &tpw);
   TU_CHECK(H == 8 && tpw >= 12, "LongNet 5-branch: LPT_TILE_H of 8 heads (%d, %d tiles a window)", H, tpw);

@@ -1,7 +1,7 @@
 /* test_util.c - helpers shared by the tests (see test_util.h). */
 #include "test_util.h"
+#include "runtime/internal.h" /* da__parallel_for */
 
-#include <pthread.h>
 
 #include <math.h>
 #include <string.h>
@@ -103,38 +103,34 @@ uint64_t tu_rand(uint64_t *s) {
 double tu_uniform(uint64_t *s) { return (double)(tu_rand(s) >> 11) * 0x1.0p-53; }
 
 typedef struct {
-  int n, next;
-  pthread_mutex_t mu;
   void (*fn)(da_context *, int, void *);
   void *user;
+  int no_context; /* a job could not create its context */
 } tu_jobs;
 
-static void *tu_jobs_worker(void *arg) {
+static int tu_job(void *arg, int i) {
   tu_jobs *J = arg;
   da_context *ctx;
-  if (da_context_create(&ctx) != DA_OK) { /* a failure, not a worker that quietly checks nothing */
-    TU_CHECK(0, "tu_parallel_jobs: a worker could not create its context");
-    return NULL;
+  if (da_context_create(&ctx) != DA_OK) {
+    __atomic_store_n(&J->no_context, 1, __ATOMIC_RELAXED);
+    return 1;
   }
-  for (;;) {
-    pthread_mutex_lock(&J->mu);
-    const int i = J->next++;
-    pthread_mutex_unlock(&J->mu);
-    if (i >= J->n) break;
-    J->fn(ctx, i, J->user);
-  }
+  J->fn(ctx, i, J->user);
   da_context_destroy(ctx);
-  return NULL;
+  return 0;
 }
 
 void tu_parallel_jobs(int n, int threads, void (*fn)(da_context *ctx, int i, void *user), void *user) {
-  tu_jobs J = {n, 0, PTHREAD_MUTEX_INITIALIZER, fn, user};
-  pthread_t th[64];
-  if (threads < 1) threads = 1;
-  if (threads > 64) threads = 64;
-  int started = 0;
-  for (int t = 0; t < threads; t++) started += pthread_create(&th[started], NULL, tu_jobs_worker, &J) == 0;
-  if (!started) tu_jobs_worker(&J); /* no thread: here */
-  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
-  pthread_mutex_destroy(&J.mu);
+  tu_jobs J = {fn, user, 0};
+  da__parallel_for(n, threads < 1 ? 1 : threads, tu_job, &J);
+  TU_CHECK(!J.no_context, "tu_parallel_jobs: a job could not create its context (the rest did not run)");
+}
+
+da_spec tu_spec(int nb, const int64_t *w, const int64_t *r, int H, int Hkv, int D, da_dtype t) {
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = nb;
+  for (int i = 0; i < nb; i++) s.segment_lengths[i] = w[i], s.dilation_rates[i] = r[i];
+  s.num_heads = H, s.num_kv_heads = Hkv, s.head_dim = D, s.dtype = t;
+  return s;
 }

@@ -26,9 +26,14 @@ extern int tu_passed, tu_failed;
 /* Print "N passed, M failed" and return the exit status. */
 int tu_report(void);
 
-/* fn(ctx, i, user) for i in [0, n), on `threads` threads that take the next index in turn,
- * each with a context of its own (compile matrices: a job's time varies). */
+/* fn(ctx, i, user) for i in [0, n), on `threads` threads that take the next index in turn
+ * (the library's queue, da__parallel_for), each job with a context of its own (compile
+ * matrices: a job's time varies). fn must not TU_CHECK: the counters are not atomic. */
 void tu_parallel_jobs(int n, int threads, void (*fn)(da_context *ctx, int i, void *user), void *user);
+
+/* A LongNet spec (mod offsets, no mask) of nb branches w[i], r[i]: H query and Hkv key /
+ * value heads of head_dim D in dtype t. */
+da_spec tu_spec(int nb, const int64_t *w, const int64_t *r, int H, int Hkv, int D, da_dtype t);
 
 /* Element conversions for inputs in any dtype. */
 double tu_load(da_dtype t, const void *p, int64_t i);
