@@ -411,9 +411,7 @@ static int cmd_gen(int argc, char **argv) {
     for (int j = 0; j < njobs; j++)
       jobs[j].ctx = ctx, jobs[j].r = &rendered[j / per], jobs[j].arch = cuda ? archs[j % per] : NULL,
       jobs[j].opts = opts, jobs[j].nopts = nopts;
-    /* default: the online CPUs, at most 16 (NVRTC takes ~120 MB a compile) */
-    da__parallel_for(njobs, threads ? (int)threads : (da__online_cpus() < 16 ? da__online_cpus() : 16), gen_compile,
-                     jobs);
+    da__parallel_for(njobs, da__compile_threads((int)threads), gen_compile, jobs);
     for (int j = 0; j < njobs && rc == EXIT_OK; j++) /* the first failure in order, as one thread would */
       if (jobs[j].exit != EXIT_OK) {
         if (cuda) rc = fail(jobs[j].exit, "%s (%s): %s", configs[j / per], jobs[j].arch, jobs[j].err);

@@ -38,6 +38,9 @@ DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
 
 /* The online CPUs (at least 1). */
 DA_HIDDEN int da__online_cpus(void);
+/* Threads for NVRTC compiles (gen, tune; ~120 MB each): requested where > 0, else the
+ * online CPUs, at most 16. */
+DA_HIDDEN int da__compile_threads(int requested);
 /* fn(user, i) for every i in [0, n), claimed in order by up to `threads` threads (0: the
  * online CPUs; at most 64), the caller one of them (runtime/parallel.c). fn returning
  * nonzero: no item not yet claimed starts. Returns the number of items started. */

@@ -32,6 +32,11 @@ int da__online_cpus(void) {
   return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }
 
+int da__compile_threads(int requested) {
+  const int cpus = da__online_cpus();
+  return requested > 0 ? requested : cpus < 16 ? cpus : 16;
+}
+
 int da__parallel_for(int n, int threads, int (*fn)(void *user, int i), void *user) {
   if (n <= 0) return 0;
   queue_t q = {n, 0, 0, fn, user, PTHREAD_MUTEX_INITIALIZER};

@@ -280,7 +280,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
    * sm_90 devices) */
   unsetenv("DILATTN_CUDA_MMA");
   compile_job j = {ctx, &s, backend, c, n, 0, PTHREAD_MUTEX_INITIALIZER};
-  da__parallel_for(n, threads > 0 ? threads : (da__online_cpus() < 16 ? da__online_cpus() : 16), compile_one, &j);
+  da__parallel_for(n, da__compile_threads(threads), compile_one, &j);
   pthread_mutex_destroy(&j.mu);
   /* correctness on a small input, then timing */
   inputs_t small, big;
