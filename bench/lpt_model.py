@@ -134,19 +134,13 @@ def model(cfg, src, N, B, sms, c0, c1):
             order["lpt"] = [cost(u % H, u // H % nwin, lpt[d] if lpt else TPW - 1 - d)
                             for u, d in lpt_blocks(B * H * nwin, TPW, group)]
         else:
-            # window: the grid in order (x window-major, then heads). lpt: the causal kernel's
-            # unit groups (da_lpt_unit), each head's tiles of a window heaviest first by
-            # their cost averaged over the period of windows (the planner's per-head order)
+            # window: the grid in order (x window-major, then heads). lpt: the kernel's order,
+            # the causal kernels' unit groups (da_lpt_unit), each head's tiles of a window by
+            # LPT_TILE_H
             order["window"] = [cost(h, x // TPW, x % TPW) for b in range(B) for h in range(H) for x in range(nwin * TPW)]
-            tab = table(src, "LPT_TILE_H")  # the kernel's order (plan_lpt_heads), else as it would be
-            if tab:
-                rank, grp = [tab[h * TPW:(h + 1) * TPW] for h in range(H)], group
-            else:
-                per = min(nwin, 16)
-                rank = [sorted(range(TPW), key=lambda t, h=h: (-sum(cost(h, win, t) for win in range(per)), t))
-                        for h in range(H)]
-                grp = max(1, (2 * sms + TPW - 1) // TPW)
-            order["lpt"] = [cost(u % H, u // H % nwin, rank[u % H][d]) for u, d in lpt_blocks(B * H * nwin, TPW, grp)]
+            tab = table(src, "LPT_TILE_H")  # the kernel's order (plan_lpt_heads); none: grid order
+            order["lpt"] = ([cost(u % H, u // H % nwin, tab[u % H * TPW + d]) for u, d in lpt_blocks(B * H * nwin, TPW, group)]
+                            if tab else order["window"])
             order["ideal"] = sorted(order["window"], reverse=True)
         launch_lists = [order["lpt"]]
     else:
