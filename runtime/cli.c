@@ -12,6 +12,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/bundle.h"
 #include "runtime/bundle_writer.h"
+#include "runtime/cli.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/disk_cache.h"
 #include "runtime/fileio.h"
@@ -118,13 +119,8 @@ static char *slurp(const char *path, size_t *len, char *msg, size_t cap) {
   return buf;
 }
 
-int da__cli_load_config(const char *path, da_spec *spec);
-
 static int load_config(const char *path, da_spec *spec) { return da__cli_load_config(path, spec); }
 
-/* JSON string literal of s (or null), escaped (quotes, backslashes, control characters),
- * whole however long: valid until the same slot (0..7) is used again. Shared with tune.c. */
-const char *da__cli_jstr(const char *s, int slot);
 const char *da__cli_jstr(const char *s, int slot) {
   static char *buf[8];
   if (!s) return "null";
@@ -575,9 +571,6 @@ static da_status execute_plan(da_context *ctx, da_plan *plan, const da_spec *spe
   return st;
 }
 
-/* The folder of path (dir, cap bytes) and its last component: "a/b.npy" -> "a", "b.npy";
- * "b.npy" -> ".", "b.npy"; "/b.npy" -> "/", "b.npy". */
-const char *da__cli_split_path(const char *path, char *dir, size_t cap); /* shared with tune.c */
 const char *da__cli_split_path(const char *path, char *dir, size_t cap) {
   const char *slash = strrchr(path, '/');
   if (!slash) {
@@ -589,9 +582,6 @@ const char *da__cli_split_path(const char *path, char *dir, size_t cap) {
   return slash + 1;
 }
 
-/* 1 when paths a and b name one file: the same device and inode where both exist, else the
- * same last component in the same folder (folders compared after realpath). */
-int da__cli_same_file(const char *a, const char *b); /* shared with tune.c */
 int da__cli_same_file(const char *a, const char *b) {
   struct stat sa, sb;
   int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;

@@ -8,6 +8,7 @@
  * (one bar per candidate: grey ok, blue the default, green the best, red failed). */
 #define _GNU_SOURCE
 #include "runtime/tune.h"
+#include "runtime/cli.h"
 
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
@@ -215,9 +216,6 @@ static int draw_plot(const char *path, cand_t *c, int n, int best) {
   return rc;
 }
 
-int da__cli_load_config(const char *path, da_spec *spec); /* cli.c */
-int da__cli_same_file(const char *a, const char *b);     /* cli.c */
-const char *da__cli_split_path(const char *path, char *dir, size_t cap); /* cli.c */
 
 /* A CSV field (RFC 4180): quoted, its quotes doubled (a path with a comma or a quote, a
  * label with a compiler's message); valid until the same slot (0, 1) is used again. */
@@ -234,7 +232,6 @@ static const char *csv_field(const char *s, int slot) {
   o[n] = '\0';
   return o;
 }
-const char *da__cli_jstr(const char *s, int slot);         /* cli.c: a JSON string literal, escaped */
 
 /* Tune one config (its spec loaded already): 0, or 4 when no candidate ran or the database
  * could not be merged; *plot_failed set when the chart could not be written. */
