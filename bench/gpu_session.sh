@@ -12,6 +12,12 @@
 #   bash bench/gpu_session.sh wgmma      # the sm_90a wgmma paths, first: probe (operand map, chains), suites of the 3 variants
 #   bash bench/gpu_session.sh wgmma-bench # then a short bench of the wgmma variants beside mma.sync (16K, 64K; full, causal)
 #   bash bench/gpu_session.sh ab         # the templates against the baseline's (gpu_carry.sh), same process, same card
+#   bash bench/gpu_session.sh first      # THE FIRST CALL of a session (15 minutes of device time
+#                                        # in all, start included): the open questions by value,
+#                                        # each under its own limit, inside FIRST_BUDGET seconds
+#                                        # (default 420); what does not fit is named as skipped
+#   bash bench/gpu_session.sh second     # the second call, if time is left: the rest of suite,
+#                                        # where the causal time goes (ncu), the bench's plot
 #   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
 #   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
 #                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
@@ -40,6 +46,56 @@ export DILATTN_CACHE_DIR=${DILATTN_CACHE_DIR:-/tmp/dilattn-kcache} # not under $
 export DILATTN_WGMMA_MAP_DIR=${DILATTN_WGMMA_MAP_DIR:-$out} # test_gpu wgmma: the probe's wrong reads, if any
 run() { echo "== $*"; "$@" 2>&1 | tee -a "$out/session.log"; echo "rc=${PIPESTATUS[0]}" | tee -a "$out/session.log"; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; } | tee "$out/device.txt"
+# first / second: step LIMIT CMD... runs CMD under LIMIT seconds if that much of the
+# phase's budget is left, else logs it as skipped (a later call or session runs it)
+t_start=$(date +%s)
+budget=${FIRST_BUDGET:-420}
+step() {
+  local lim=$1; shift
+  local left=$((budget - ($(date +%s) - t_start)))
+  if [ "$left" -lt "$lim" ]; then echo "== skipped (${left} s left, needs ${lim}): $*" | tee -a "$out/session.log"; return; fi
+  run timeout "$lim" "$@"
+}
+if [ "$phase" = first ]; then
+  export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
+  run $B/dilattn info
+  # 1. correctness of everything untimed (bench/results/untimed-since-*.md): every default
+  #    kernel on the golden cases and random specs (the per-head longest-first table too)
+  step 170 $B/tests/test_gpu "$golden" small
+  # 2. the per-head longest-first order of fused grids without a causal mask (223617f)
+  #    against the last timed library (@lib), and the first fused-or-split comparison of
+  #    the warp-specialized kernel
+  step 90 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 \
+    --tiles 0x0@lib,0x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/first_full.json"
+  step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
+    --tiles 0x0@lib,0x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/first_causal.json"
+  # 3. where the causal LongNet 5-branch time goes: each branch alone, SDPA per backend
+  step 90 python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs longnet5 --causal \
+    --out "$out/where_longnet5_causal.json"
+  # 4. the default kernels on the hardware's own checks, then sizes never run
+  step 120 $B/tests/test_gpu "$golden" wgmma-ws
+  step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" golden
+  step 100 $B/tests/test_gpu "$golden" huge
+fi
+if [ "$phase" = second ]; then
+  budget=${FIRST_BUDGET:-500}
+  step 60 $B/tests/test_gpu "$golden" large
+  step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
+  for c in "longnet2 --causal" "longnet5"; do
+    set -- $c
+    step 90 python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs $c --out "$out/where_$1${2:+_causal}.json"
+  done
+  ncu --query-metrics 2>/dev/null | grep -i -E 'tensor|gmma' > "$out/ncu_metrics.txt"
+  step 200 ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
+    --log-file "$out/ncu.csv" python3 bench/where_time_goes.py --lib $B/libdilattn.so --mode ncu \
+    --configs longnet5,longnet2 --causal
+  step 120 python3 bench/bench_gpu.py --lib $B/libdilattn.so --configs longnet5,longnet2,dense2048 --tiles 0x0@lib \
+    --reps 5 --out "$out/bench_full.json" --plot "$out/bench_full.png"
+  step 120 python3 bench/bench_gpu.py --lib $B/libdilattn.so --configs longnet5,longnet2 --causal --tiles 0x0@lib \
+    --reps 5 --out "$out/bench_causal.json" --plot "$out/bench_causal.png"
+fi
 if [ "$phase" = tests ] || [ "$phase" = all ]; then
   run $B/dilattn info
   run $B/tests/test_nvrtc
