@@ -15,6 +15,7 @@
  * baseline's templates in the same process.
  * --head-dim D (default 32) and --mma wgmma or wgmma-ws (the sm_90a paths, D = 64 or 128: their
  * wgmma.mma_async FLOPs count as issued work; ldmatrix does not apply there).
+ * The groups of LongNet 5-branch (longnet5_g123, longnet5_g45) run only when --configs names them.
  * Run: build/bench/bench_emu_work tests/emu [--n N] [--head-dim D] [--mma sync|wgmma|wgmma-ws] [--baseline DIR]
  *      [--configs a,b] [--out FILE.json] */
 #include <math.h>
@@ -59,6 +60,14 @@ static double layout_density(da_context *ctx, const da_spec *s, int64_t N) {
   return d;
 }
 
+/* name is one of list's comma-separated items */
+static int in_list(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
+  return 0;
+}
+
 typedef struct {
   const char *name;
   int nb;
@@ -97,6 +106,11 @@ int main(int argc, char **argv) {
   if (da_emu_plan_init(argv[1])) return 1;
   static const config configs[] = {
       {"longnet5", 5, {2048, 4096, 8192, 16384, 32768}, {1, 2, 4, 6, 12}, DA_LAYOUT_NONE, 0, 0, 0},
+      /* LongNet 5-branch as two fused groups (bench/results/model-fused-groups.md): the
+       * branches whose rates divide 4 (g = 2048, R = 4: 512 rows a residue class, whole
+       * tiles) and the two long ones (g = 16384, R = 12) */
+      {"longnet5_g123", 3, {2048, 4096, 8192}, {1, 2, 4}, DA_LAYOUT_NONE, 0, 0, 0},
+      {"longnet5_g45", 2, {16384, 32768}, {6, 12}, DA_LAYOUT_NONE, 0, 0, 0},
       {"longnet2", 2, {2048, 4096}, {1, 2}, DA_LAYOUT_NONE, 0, 0, 0},
       {"dense2048", 1, {2048}, {1}, DA_LAYOUT_NONE, 0, 0, 0},
       {"local_window", 1, {2048}, {1}, DA_LAYOUT_LOCAL_WINDOW, 32, 1, 0},
@@ -117,7 +131,7 @@ int main(int argc, char **argv) {
     for (int causal = 1; causal >= 0; causal--)
       for (int strat = 0; strat < 2; strat++)
         for (int t = 0; t < (baseline ? 2 : 1); t++) {
-          if (only && !strstr(only, configs[c].name)) continue;
+          if (only ? !in_list(only, configs[c].name) : !strncmp(configs[c].name, "longnet5_g", 10)) continue;
           da_spec s;
           da_spec_init(&s);
           s.num_branches = configs[c].nb;
