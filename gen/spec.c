@@ -140,6 +140,9 @@ static const char *json_kind(const json_t *v) {
 
 static da_status get_int(const json_t *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
                          char *msg, size_t cap) {
+  if (json_is_real(v)) /* 16.0 or 1e1 (a float from a script, say): a JSON real, not an integer */
+    PARSE_BAD("%s: expected an integer, got the real number %.17g (write it without a decimal point or exponent)",
+              field, json_real_value(v));
   if (!json_is_integer(v)) PARSE_BAD("%s: expected an integer, got %s", field, json_kind(v));
   json_int_t x = json_integer_value(v);
   if (x < lo || x > hi)
@@ -341,8 +344,8 @@ da_status da_spec_from_json(const char *text, size_t len, da_spec *out, char *ms
   else if (!have_dim) st = fail(msg, cap, DA_ERR_PARSE, "head_dim: missing");
   else if (n_w != n_r)
     st = fail(msg, cap, DA_ERR_INVALID_SPEC,
-              "dilation_rates: %d entries but segment_lengths has %d; one rate per segment length",
-              n_r, n_w);
+              "dilation_rates: %d entr%s but segment_lengths has %d; one rate per segment length",
+              n_r, n_r == 1 ? "y" : "ies", n_w);
   if (st != DA_OK) goto done;
   s.num_branches = n_w;
   if (!have_kv) s.num_kv_heads = s.num_heads;

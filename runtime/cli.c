@@ -62,14 +62,16 @@ static int fail(int code, const char *fmt, ...) {
  * then does nothing else), stderr with exit 2 after a bad command line. */
 static void usage_to(FILE *f) {
   fputs("usage:\n"
-        "  dilattn gen  CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90] [-o DIR] [--report]\n"
-        "               [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2] [--compile] [--bundle NAME] [--threads T]\n"
-        "  dilattn run  CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
-        "               [--backend auto|host|cuda]\n"
+        "  dilattn gen   CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90]\n"
+        "                [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2] [-o DIR]\n"
+        "                [--report] [--compile] [--bundle NAME] [--threads T]\n"
+        "  dilattn run   CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
+        "                [--backend auto|host|cuda]\n"
         "  dilattn tune  CONFIG.json... --seq-len N [--batch B] [--backend auto|host|cuda] [-o RESULTS.csv]\n"
-        "               [--plot PNG] [--reps R] [--threads T] [--db TUNING.jsonl]\n"
+        "                [--plot PNG] [--reps R] [--threads T] [--db TUNING.jsonl]\n"
         "  dilattn cache stats|list|verify|clear\n"
         "  dilattn info\n"
+        "  dilattn --help | CMD --help | --version\n"
         "exit codes: 0 ok, 2 bad input, 3 compile failure, 4 device/runtime failure, 1 internal\n",
         f);
 }
@@ -107,11 +109,11 @@ static char *slurp(const char *path, size_t *len, char *msg, size_t cap) {
       capb *= 2;
     }
   }
-  int err = ferror(f);
+  int err = ferror(f) ? errno : 0;
   fclose(f);
   if (!buf || err) {
     free(buf);
-    snprintf(msg, cap, "%s: read error", path);
+    snprintf(msg, cap, "%s: %s", path, err == EISDIR ? "is a folder, not a config file" : err ? strerror(err) : "read error");
     return NULL;
   }
   buf[size] = '\0';
@@ -225,7 +227,7 @@ static int parse_archs(const char *list, char archs[][16], int cap, char *why, s
 }
 
 static int write_atomic_bytes(const char *path, const void *data, size_t len) {
-  return da__write_file_atomic(path, data, len, 0644);
+  return da__write_file_atomic(path, data, len, da__output_mode(path));
 }
 
 static int write_atomic(const char *path, const char *text) {
@@ -301,8 +303,9 @@ static int cmd_gen(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--threads")) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "--threads needs a value");
-      if (!da__parse_count(argv[++i], 1024, &threads))
-        return fail(EXIT_INPUT, "gen: --threads '%s': not a whole number in 0..1024", argv[i]);
+      if (!da__parse_count(argv[++i], DA_MAX_THREADS, &threads))
+        return fail(EXIT_INPUT, "gen: --threads '%s': not a whole number in 0..%d (0: the online CPUs, at most 16)",
+                    argv[i], DA_MAX_THREADS);
     } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--target") || !strcmp(argv[i], "--arch") ||
         !strcmp(argv[i], "--bundle") || !strcmp(argv[i], "--mma")) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
@@ -324,6 +327,9 @@ static int cmd_gen(int argc, char **argv) {
     }
   }
   if (nconf == 0) return fail(EXIT_INPUT, "gen: no CONFIG.json given");
+  /* a bundle is the compiled kernels as data: without them its programs could only fail
+   * under DILATTN_DISABLE_JIT ("in no registered bundle") */
+  if (bundle) compile = 1;
   if (strcmp(target, "host") && strcmp(target, "cuda"))
     return fail(EXIT_INPUT, "--target: '%s' is not host or cuda", target);
   if (bundle && !valid_bundle_name(bundle))
@@ -356,8 +362,8 @@ static int cmd_gen(int argc, char **argv) {
     return fail(EXIT_INPUT, "--arch %s: the host target has no arch (use --target cuda)", arch);
   }
   struct stat sb;
-  if (stat(outdir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return fail(EXIT_INPUT, "-o %s: not a folder", outdir);
+  if (stat(outdir, &sb) != 0) return fail(EXIT_INPUT, "-o %s: %s", outdir, strerror(errno));
+  if (!S_ISDIR(sb.st_mode)) return fail(EXIT_INPUT, "-o %s: not a folder", outdir);
   /* Validate every config before writing anything. */
   da__bundle_item *items = calloc((size_t)nconf, sizeof *items);
   if (!items) return fail(EXIT_RUNTIME, "out of memory");
@@ -389,6 +395,10 @@ static int cmd_gen(int argc, char **argv) {
     da_status st = da__nvrtc_version(ctx, &maj, &min);
     if (st != DA_OK) rc = fail(exit_code(st), "%s", da_context_last_error(ctx));
     snprintf(nvrtc_ver, sizeof nvrtc_ver, "%d.%d", maj, min);
+    /* an arch this NVRTC does not target is a bad argument (exit 2), named before any compile */
+    for (int a = 0; a < narch && rc == EXIT_OK; a++)
+      if (da__nvrtc_check_arch(ctx, archs[a]) != DA_OK)
+        rc = fail(EXIT_INPUT, "--arch %s: %s", archs[a], da_context_last_error(ctx));
   }
   /* render every config (the planner refuses what a path does not serve) before writing any */
   da__rendered *rendered = calloc((size_t)nconf, sizeof *rendered);
@@ -516,11 +526,12 @@ static int check_array(const char *flag, const char *path, const da__npy_array *
     return fail(EXIT_INPUT, "%s %s: shape %s has %d dimensions, needs 4: [batch, seq_len, %s, head_dim]",
                 flag, path, shp, a->ndim, heads_name);
   if ((B >= 0 && a->shape[0] != B) || (N >= 0 && a->shape[1] != N) || a->shape[2] != heads ||
-      a->shape[3] != s->head_dim)
-    return fail(EXIT_INPUT,
-                "%s %s: shape %s does not match [batch, seq_len, %s = %d, head_dim = %d]%s", flag,
-                path, shp, heads_name, heads, s->head_dim,
-                B >= 0 ? " with batch and seq_len taken from --q" : "");
+      a->shape[3] != s->head_dim) {
+    char bn[96] = "batch, seq_len";
+    if (B >= 0) snprintf(bn, sizeof bn, "batch = %lld, seq_len = %lld", (long long)B, (long long)N);
+    return fail(EXIT_INPUT, "%s %s: shape %s does not match [%s, %s = %d, head_dim = %d]%s", flag, path, shp, bn,
+                heads_name, heads, s->head_dim, B >= 0 ? " (batch and seq_len from --q)" : "");
+  }
   return EXIT_OK;
 }
 
@@ -603,15 +614,7 @@ typedef struct {
 } out_file;
 
 static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *shape, const void *data) {
-  struct stat st;
-  mode_t mode;
-  if (stat(o->path, &st) == 0) {
-    mode = st.st_mode & 0777; /* an existing file keeps its permission bits */
-  } else {
-    mode_t um = umask(0);
-    umask(um);
-    mode = 0666 & ~um;
-  }
+  const mode_t mode = (mode_t)da__output_mode(o->path);
   snprintf(o->tmp, sizeof o->tmp, "%s.tmp-run-XXXXXX", o->path);
   int fd = mkstemp(o->tmp);
   if (fd < 0) return fail(EXIT_INPUT, "%s %s: cannot create a temporary file beside it: %s", o->flag, o->path,
@@ -687,6 +690,7 @@ static int cmd_run(int argc, char **argv) {
     else if (!strcmp(argv[i], "--backend")) dst = &backend_s;
     if (dst) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
+      if (*dst && dst != &backend_s) return fail(EXIT_INPUT, "run: %s given twice (%s and %s)", argv[i], *dst, argv[i + 1]);
       *dst = argv[++i];
     } else if (argv[i][0] == '-') {
       return fail(EXIT_INPUT, "run: unknown option %s", argv[i]);
@@ -776,7 +780,8 @@ static int cmd_run(int argc, char **argv) {
 }
 
 static int cmd_info(void) {
-  const int cc_ok = da__host_cc_found(); /* CC's first word, on PATH or a path */
+  char cc_why[1200];
+  const int cc_ok = da__host_cc_found(cc_why, sizeof cc_why); /* CC's first word, on PATH or a path */
   da_context *ctx = NULL;
   da_context_create(&ctx);
   int maj = 0, min = 0;
@@ -808,10 +813,10 @@ static int cmd_info(void) {
   else
     limit = da__cli_sprintf("null");
   printf("{\"version\":%s,\"lua\":%s,\"cache_schema\":%d,"
-         "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s},\"cuda\":%s},\"nvrtc\":%s,"
+         "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s%s%s},\"cuda\":%s},\"nvrtc\":%s,"
          "\"template_dir\":%s,\"cache_dir\":%s,\"cache_usable\":%s,\"cache_max_bytes\":%llu,\"workspace_limit\":%s}\n",
          jstr(da_version(), 0), jstr(LUA_RELEASE, 1), DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
-         jstr(da__host_cc(), 2), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
+         jstr(da__host_cc(), 2), cc_ok ? "" : ",\"reason\":", cc_ok ? "" : jstr(cc_why, 4), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
          cache_dir, cache_usable ? "true" : "false", (unsigned long long)da__disk_cache_max_bytes(), limit);
   free(nvrtc), free(cuda), free(limit);
   da_context_destroy(ctx);
@@ -899,6 +904,8 @@ static int dispatch(int argc, char **argv) {
   }
   if (!strcmp(cmd, "gen")) return cmd_gen(argc - 2, argv + 2);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+  if ((!strcmp(cmd, "info") || !strcmp(cmd, "--version") || !strcmp(cmd, "version")) && argc > 2)
+    return fail(EXIT_INPUT, "%s: unexpected argument %s", cmd, argv[2]);
   if (!strcmp(cmd, "info")) return cmd_info();
   if (!strcmp(cmd, "cache")) return cmd_cache(argc - 2, argv + 2);
   if (!strcmp(cmd, "tune")) return da__cmd_tune(argc - 2, argv + 2);

@@ -46,6 +46,23 @@ char *da__read_file(const char *path, size_t *len) {
   return buf;
 }
 
+unsigned da__output_mode(const char *path) {
+  struct stat st;
+  if (path && stat(path, &st) == 0) return st.st_mode & 0777;
+  unsigned mask = 022;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f))
+      if (strncmp(line, "Umask:", 6) == 0) {
+        mask = (unsigned)(strtoul(line + 6, NULL, 8) & 0777);
+        break;
+      }
+    fclose(f);
+  }
+  return 0666 & ~mask;
+}
+
 int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
   char tmp[4500];
   if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) {

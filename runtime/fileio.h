@@ -14,6 +14,10 @@ DA_HIDDEN char *da__read_file(const char *path, size_t *len);
  * mode is the new file's permission bits. 0 on success, -1 with errno set. */
 DA_HIDDEN int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode);
 
+/* Permission bits for an output file written over path: an existing file's own, else
+ * 0666 less the process umask (read without changing it: umask(2) would race threads). */
+DA_HIDDEN unsigned da__output_mode(const char *path);
+
 /* mkdir -p: path and its missing parents (mode for those made). 0 when path is a folder
  * then, -1 with errno set. */
 DA_HIDDEN int da__mkdir_p(const char *path, unsigned mode);

@@ -25,15 +25,23 @@ const char *da__host_cc(void) {
   return (cc && *cc) ? cc : "cc";
 }
 
-int da__host_cc_found(void) {
+int da__host_cc_found(char *why, size_t why_cap) {
   char prog[1024];
   const char *cc = da__host_cc();
   cc += strspn(cc, " \t");
   const size_t n = strcspn(cc, " \t");
-  if (n == 0 || n >= sizeof prog) return 0;
+  if (why && why_cap) why[0] = '\0';
+  if (n == 0 || n >= sizeof prog) {
+    if (why && why_cap) snprintf(why, why_cap, "CC names no program (it is blank or its first word is too long)");
+    return 0;
+  }
   memcpy(prog, cc, n);
   prog[n] = '\0';
-  if (strchr(prog, '/')) return access(prog, X_OK) == 0;
+  if (strchr(prog, '/')) {
+    if (access(prog, X_OK) == 0) return 1;
+    if (why && why_cap) snprintf(why, why_cap, "the C compiler %s (CC) cannot be run: %s", prog, strerror(errno));
+    return 0;
+  }
   const char *path = getenv("PATH");
   for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; *p;) {
     const size_t len = strcspn(p, ":");
@@ -43,6 +51,8 @@ int da__host_cc_found(void) {
     if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && access(file, X_OK) == 0) return 1;
     p += len + (p[len] == ':');
   }
+  if (why && why_cap)
+    snprintf(why, why_cap, "the C compiler %s (%s) is not on PATH", prog, getenv("CC") && *getenv("CC") ? "CC" : "the default; set CC");
   return 0;
 }
 

@@ -46,7 +46,8 @@ DA_HIDDEN const char *da__host_flags(void);
 /* Name of the C compiler the host backend uses. */
 DA_HIDDEN const char *da__host_cc(void);
 
-/* 1 when CC's program (its first word) is an executable file: a path, or found on PATH. */
-DA_HIDDEN int da__host_cc_found(void);
+/* 1 when CC's program (its first word) is an executable file: a path, or found on PATH;
+ * else 0 with why it is not in why (NUL-terminated, why may be NULL). */
+DA_HIDDEN int da__host_cc_found(char *why, size_t why_cap);
 
 #endif

@@ -41,8 +41,10 @@ DA_HIDDEN int da__online_cpus(void);
 /* Threads for NVRTC compiles (gen, tune; ~120 MB each): requested where > 0, else the
  * online CPUs, at most 16. */
 DA_HIDDEN int da__compile_threads(int requested);
+/* The most threads da__parallel_for runs (gen and tune's --threads: at most this) */
+#define DA_MAX_THREADS 64
 /* fn(user, i) for every i in [0, n), claimed in order by up to `threads` threads (0: the
- * online CPUs; at most 64), the caller one of them (runtime/parallel.c). fn returning
+ * online CPUs; at most DA_MAX_THREADS), the caller one of them (runtime/parallel.c). fn returning
  * nonzero: no item not yet claimed starts. Returns the number of items started. */
 DA_HIDDEN int da__parallel_for(int n, int threads, int (*fn)(void *user, int i), void *user);
 

@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "npy.h"
+#include "runtime/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -482,21 +483,6 @@ static int write_all(int fd, const void *buf, size_t n) {
   return 0;
 }
 
-/* The process umask, read without changing it (umask(2) would race other threads). */
-static mode_t current_umask(void) {
-  mode_t mask = 022;
-  FILE *f = fopen("/proc/self/status", "r");
-  if (!f) return mask;
-  char line[256];
-  while (fgets(line, sizeof line, f)) {
-    if (strncmp(line, "Umask:", 6) == 0) {
-      mask = (mode_t)(strtoul(line + 6, NULL, 8) & 0777);
-      break;
-    }
-  }
-  fclose(f);
-  return mask;
-}
 
 /* fsync the folder holding path so the rename survives a crash; best effort. */
 static void sync_parent_dir(const char *path) {
@@ -550,9 +536,7 @@ da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const in
   memset(head + 10 + hn, ' ', total - 10 - (size_t)hn - 1);
   head[total - 1] = '\n';
 
-  /* Permission bits: an existing file keeps its own, a new one gets 0666 & ~umask. */
-  struct stat st;
-  mode_t mode = stat(path, &st) == 0 ? (st.st_mode & 0777) : (0666 & ~current_umask());
+  const mode_t mode = (mode_t)da__output_mode(path);
 
   size_t plen = strlen(path);
   char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");

@@ -343,6 +343,12 @@ static da_status check_arch(const da_context *ctx, const char *arch) {
                        g.major, g.minor, arch, list);
 }
 
+da_status da__nvrtc_check_arch(const da_context *ctx, const char *arch) {
+  DA_RETURN_IF(!arch, DA_ERR_INVALID_ARGUMENT, "nvrtc: NULL arch");
+  DA_TRY(ensure(ctx));
+  return check_arch(ctx, arch);
+}
+
 static char *program_log(nvrtcProgram prog) {
   size_t n = 0;
   if (g.GetProgramLogSize(prog, &n) != NVRTC_SUCCESS) n = 0;

@@ -28,6 +28,11 @@ typedef struct {
  * and /usr/local/cuda/lib64. DA_ERR_UNSUPPORTED, naming what was tried, when absent. */
 DA_HIDDEN da_status da__nvrtc_version(const da_context *ctx, int *major, int *minor);
 
+/* DA_OK when this NVRTC can compile for arch ("sm_90", "sm_90a"); else
+ * DA_ERR_INVALID_ARGUMENT (not of the form sm_XY) or DA_ERR_UNSUPPORTED (NVRTC does not
+ * target it: the message lists what it does), with the message in ctx. Loads NVRTC. */
+DA_HIDDEN da_status da__nvrtc_check_arch(const da_context *ctx, const char *arch);
+
 /* Compile one self-contained source to a cubin for arch ("sm_80", "sm_90a", ...).
  * name is the file name used in messages and dumps ("<kernel>.cu"). Options:
  * --gpu-architecture=<arch> -std=c++17 -default-device --ptxas-options=-v, then the

@@ -42,8 +42,8 @@ int da__parallel_for(int n, int threads, int (*fn)(void *user, int i), void *use
   queue_t q = {n, 0, 0, fn, user, PTHREAD_MUTEX_INITIALIZER};
   int nt = threads > 0 ? threads : da__online_cpus();
   if (nt > n) nt = n;
-  if (nt > 64) nt = 64;
-  pthread_t th[64];
+  if (nt > DA_MAX_THREADS) nt = DA_MAX_THREADS;
+  pthread_t th[DA_MAX_THREADS];
   int started = 0;
   for (int t = 1; t < nt; t++) started += pthread_create(&th[started], NULL, drain, &q) == 0;
   drain(&q); /* the caller too (and alone where no thread could start) */

@@ -1,10 +1,12 @@
 /* png.c - a minimal PNG writer (8-bit RGB, zlib from the system) for `dilattn tune --plot`:
  * bar charts need no more. Written to a temp file and renamed. */
+#include "runtime/fileio.h"
 #include "runtime/png.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -40,6 +42,7 @@ int da__png_write(const char *path, int w, int h, const unsigned char *rgb) {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
   int fd = ok ? mkstemp(tmp) : -1;
+  if (fd >= 0) fchmod(fd, (mode_t)da__output_mode(path)); /* mkstemp's 0600 otherwise */
   FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
   if (f) {
     static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};

@@ -7,6 +7,7 @@
  * database (plan creation then uses the best entry) plus a CSV and, with --plot, a PNG
  * (one bar per candidate: grey ok, blue the default, green the best, red failed). */
 #define _GNU_SOURCE
+#include "runtime/fileio.h"
 #include "runtime/tune.h"
 #include "runtime/cli.h"
 
@@ -210,8 +211,9 @@ static int draw_plot(const char *path, cand_t *c, int n, int best) {
     uint32_t col = !ok ? 0xcc3333 : i == best ? 0x33aa33 : c[i].rec.is_default ? 0x3366cc : 0x999999;
     da__png_rect(img, W, H, x0, H - 20 - hbar, x0 + 18, H - 20, col);
   }
+  errno = 0;
   int rc = da__png_write(path, W, H, img) != 0 ? -1 : 0;
-  if (rc) fprintf(stderr, "dilattn: error: cannot write %s\n", path);
+  if (rc) fprintf(stderr, "dilattn: error: cannot write %s%s%s\n", path, errno ? ": " : "", errno ? strerror(errno) : "");
   free(img);
   return rc;
 }
@@ -233,8 +235,8 @@ static const char *csv_field(const char *s, int slot) {
   return o;
 }
 
-/* Tune one config (its spec loaded already): 0, or 4 when no candidate ran or the database
- * could not be merged; *plot_failed set when the chart could not be written. */
+/* Tune one config (its spec loaded already): 0, or 3 when every candidate failed to
+ * compile, 4 when no candidate ran otherwise or the database could not be merged; *plot_failed set when the chart could not be written. */
 static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t B, da_backend backend, int reps,
                     int threads, FILE *csv, const char *plot, const char *db, int *plot_failed) {
   da_spec s = *spec;
@@ -367,9 +369,17 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
          best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.params.cuda_mma : 0,
          da__cli_jstr(best >= 0 ? c[best].rec.strategy : "", 1), da__cli_jstr(db, 2));
   if (plot && draw_plot(plot, c, n, best) != 0) *plot_failed = 1;
+  int compile_only = failed > 0; /* every candidate failed to compile: exit 3, as gen's compile failures */
+  for (int i = 0; i < n; i++) compile_only &= !strcmp(c[i].rec.status, "compile");
+  if (best < 0) {
+    int first = 0;
+    while (first < n - 1 && !c[first].rec.label[0]) first++;
+    fprintf(stderr, "dilattn: error: tune: %s: no candidate ran (%d of %d failed; candidate %d: %s: %s)\n", config, failed,
+            n, first, c[first].rec.status, c[first].rec.label[0] ? c[first].rec.label : "no detail");
+  }
   free(js);
   da_context_destroy(ctx);
-  return st == DA_OK ? (best >= 0 ? 0 : 4) : 4;
+  return st == DA_OK ? (best >= 0 ? 0 : compile_only ? 3 : 4) : 4;
 }
 
 int da__cmd_tune(int argc, char **argv) {
@@ -384,7 +394,7 @@ int da__cmd_tune(int argc, char **argv) {
     if (!strcmp(a, "--seq-len") && more) num = &v, max = 1L << 32;
     else if (!strcmp(a, "--batch") && more) num = &v, max = 65535;
     else if (!strcmp(a, "--reps") && more) num = &v, max = 1000;
-    else if (!strcmp(a, "--threads") && more) num = &v, max = 1024;
+    else if (!strcmp(a, "--threads") && more) num = &v, max = DA_MAX_THREADS;
     if (num) {
       if (!da__parse_count(argv[i + 1], max, num) || (*num < 1 && strcmp(a, "--threads"))) {
         fprintf(stderr, "dilattn: error: tune: %s '%s': not a whole number in %d..%ld\n", a, argv[i + 1],
@@ -455,6 +465,18 @@ int da__cmd_tune(int argc, char **argv) {
     } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
       fprintf(stderr, "dilattn: error: tune: %s %s: %s is not a folder\n", flags[i], outs[i], dir);
       bad = 1;
+    } else { /* a file can be made beside it: found now, not after the sweep and the merge */
+      char probe[4300];
+      snprintf(probe, sizeof probe, "%s.tmp-XXXXXX", outs[i]);
+      int fd = mkstemp(probe);
+      if (fd < 0) {
+        fprintf(stderr, "dilattn: error: tune: %s %s: cannot write into %s: %s\n", flags[i], outs[i], dir,
+                strerror(errno));
+        bad = 1;
+      } else {
+        close(fd);
+        unlink(probe);
+      }
     }
   }
   char db[4200];
@@ -469,6 +491,15 @@ int da__cmd_tune(int argc, char **argv) {
                 files[i]);
         bad = 1;
       }
+  if (!bad) { /* a database the sweep could not be merged into: before the sweep, not after it */
+    da_context *dctx;
+    if (da_context_create(&dctx) != DA_OK) bad = 1;
+    else if (da__tuning_db_check(dctx, db) != DA_OK) {
+      fprintf(stderr, "dilattn: error: tune: %s\n", da_context_last_error(dctx));
+      bad = 1;
+    }
+    da_context_destroy(dctx);
+  }
   if (bad) {
     free(specs);
     return 2;
@@ -478,6 +509,7 @@ int da__cmd_tune(int argc, char **argv) {
   if (csv_path) {
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", csv_path);
     int fd = mkstemp(tmp);
+    if (fd >= 0) fchmod(fd, (mode_t)da__output_mode(csv_path)); /* mkstemp's 0600 otherwise */
     csv = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!csv) {
       fprintf(stderr, "dilattn: error: -o %s: %s\n", csv_path, strerror(errno));

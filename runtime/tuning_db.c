@@ -81,9 +81,11 @@ const char *da__tuning_env(void) {
   return env_line;
 }
 
+/* 1: header is this environment's; 0: another environment's; -1: not a header at all */
 static int same_env(const char *header) {
   json_t *a = json_loads(header, 0, NULL), *b = json_loads(da__tuning_env(), 0, NULL);
-  int same = a && b && json_equal(json_object_get(a, "env"), json_object_get(b, "env"));
+  json_t *env = a ? json_object_get(a, "env") : NULL;
+  int same = !json_is_object(env) ? -1 : b && json_equal(env, json_object_get(b, "env"));
   json_decref(a);
   json_decref(b);
   return same;
@@ -160,8 +162,9 @@ int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
   while ((len = getline(&line, &cap, f)) >= 0) {
     if (first) {
       first = 0;
-      if (!same_env(line)) {
-        if (mismatch) *mismatch = 1;
+      const int same = same_env(line);
+      if (same != 1) {
+        if (mismatch) *mismatch = same == 0; /* else not a tuning database */
         n = -1;
         break;
       }
@@ -190,6 +193,32 @@ static int same_slot(const da__tune_record *a, const da__tune_record *b) {
          a->params.fused_min_queries == b->params.fused_min_queries && a->params.cuda_mma == b->params.cuda_mma;
 }
 
+/* The error of a database that cannot be merged into (nold < 0 from da__tuning_db_read) */
+static da_status unmergeable(const da_context *ctx, const char *path, int mismatch) {
+  return da__set_error(ctx, DA_ERR_IO,
+                       mismatch ? "tuning db %s was written for another environment (library, CUDA, driver or GPU); "
+                                  "it is left as it is (give tune --db or set DILATTN_TUNING_DB to another file)"
+                                : "tuning db %s cannot be read as a tuning database (JSON lines under an environment "
+                                  "header); it is left as it is (give tune --db or set DILATTN_TUNING_DB to another file)",
+                       path);
+}
+
+da_status da__tuning_db_check(const da_context *ctx, const char *path) {
+  da__tune_record *old = NULL;
+  int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
+  free(old);
+  if (nold < 0) return unmergeable(ctx, path, mismatch);
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  DA_RETURN_IF(access(dir, W_OK | X_OK) != 0, DA_ERR_IO, "tuning db %s: cannot write into %s: %s", path, dir,
+               strerror(errno));
+  return DA_OK;
+}
+
 da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n) {
   char lock[4200];
   snprintf(lock, sizeof lock, "%s.lock", path);
@@ -201,11 +230,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
   da_status st = DA_OK;
   if (nold < 0) {
-    st = da__set_error(ctx, DA_ERR_IO,
-                       mismatch ? "tuning db %s was written for another environment; it is left as it is (set "
-                                  "DILATTN_TUNING_DB to another file)"
-                                : "tuning db %s cannot be read",
-                       path);
+    st = unmergeable(ctx, path, mismatch);
   } else {
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);

@@ -38,6 +38,10 @@ DA_HIDDEN int da__tuning_db_read(const char *path, da__tune_record **out, int *m
 /* Merge records into the database under its lock (re-read, replace records with the same
  * spec, backend, bucket, batch and parameters, append the rest, atomic rename). Refuses
  * (DA_ERR_IO, nothing written) a file of another environment. */
+/* Whether a merge into path could succeed, checked before a sweep: DA_ERR_IO with the
+ * reason (a database written for another environment, unreadable, or a folder that cannot
+ * be written) in ctx. */
+DA_HIDDEN da_status da__tuning_db_check(const da_context *ctx, const char *path);
 DA_HIDDEN da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n);
 
 /* Best ok record for spec_hash/backend whose bucket is nearest to want_bucket. */

@@ -105,7 +105,9 @@ def test_gen(tmp):
     except (ValueError, KeyError, IndexError) as ex:
         check(False, f"gen --report output: {ex}: {out}")
     rc, _, err = run("gen", cfgs[0], "-o", os.path.join(tmp, "nope"))
-    check(rc == 2 and "not a folder" in err, f"gen into missing folder: {rc} {err}")
+    check(rc == 2 and "No such file or directory" in err, f"gen into missing folder: {rc} {err}")
+    rc, _, err = run("gen", cfgs[0], "-o", cfgs[1])
+    check(rc == 2 and "not a folder" in err, f"gen into a file: {rc} {err}")
     rc, _, err = run("gen", cfgs[0], "--target", "cuda", "--arch", "sm_90", "-o", d1)
     check(rc in (0, 3, 4), f"gen --target cuda: exit {rc} {err}")
 
@@ -387,6 +389,11 @@ def test_gen_checks_first(tmp):
     header = open(os.path.join(d, "nm.h")).read() if rc == 0 else ""
     check(rc == 0 and header.count("nm_one_spec(da_spec *s)") == 1 and header.count("nm_two_spec(da_spec *s)") == 1,
           f"gen --bundle of two configs: exit {rc}: {err}")
+    # --bundle compiles (a bundle without its kernels fails every DILATTN_DISABLE_JIT program)
+    man = json.load(open(os.path.join(d, "manifest.json"))) if rc == 0 else {}
+    arts = [a for c in man.get("kernels", []) for a in c.get("artifacts", [])]
+    check(len(arts) == 2 and all(a.get("arch") == "host" for a in arts) and so.count(".host.so") == 2,
+          f"gen --bundle without --compile: artifacts {arts}, printed {so}")
     # a bundle is written whole or not at all: with nm2.h a folder, the manifest there stays
     d2 = os.path.join(tmp, "bn2")
     os.makedirs(os.path.join(d2, "nm2.h"))
@@ -650,6 +657,52 @@ def test_bad_inputs(tmp):
     check(not leftovers, f"temp files left behind: {leftovers}")
 
 
+def test_user_errors(tmp):
+    """What a new user runs into (a README walkthrough): each mistake named, with its exit code."""
+    # a host compiler that cannot be used: info says why, as it does for NVRTC and CUDA
+    for cc, why in (("/nonexistent/cc", "cannot be run"), ("nosuchcc-xyz", "not on PATH"), (" ", "names no program")):
+        rc, out, err = run("info", env={"CC": cc})
+        host = json.loads(out)["backends"]["host"] if rc == 0 else {}
+        check(host.get("available") is False and why in host.get("reason", ""), f"info with CC={cc!r}: {host}")
+    rc, out, _ = run("info")
+    check(rc == 0 and "reason" not in json.loads(out)["backends"]["host"], "info: a reason for a usable compiler")
+    for args in (("info", "extra"), ("--version", "extra")):
+        rc, out, err = run(*args)
+        check(rc == 2 and "unexpected argument extra" in err and not out, f"{args}: exit {rc}: {err}")
+    cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
+    d = os.path.join(tmp, "ue")
+    os.mkdir(d)
+    # an arch this NVRTC cannot target is a bad argument (exit 2), not a device failure
+    if json.loads(run("info")[1])["nvrtc"]["available"]:
+        rc, out, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_99", "--report", "-o", d)
+        check(rc == 2 and "--arch sm_99" in err and "cannot target" in err and not os.listdir(d),
+              f"gen --arch sm_99: exit {rc}: {err}")
+    # --threads: at most 64, as documented (64 threads is what runs)
+    rc, _, err = run("gen", cfg, "--threads", "65", "--report", "-o", d)
+    check(rc == 2 and "0..64" in err, f"gen --threads 65: exit {rc}: {err}")
+    # a real where an integer goes: named as the real it is
+    c = json.load(open(cfg))
+    c["head_dim"] = float(c["head_dim"])
+    p = os.path.join(tmp, "real.json")
+    open(p, "w").write(json.dumps(c))
+    rc, _, err = run("gen", p, "-o", d)
+    check(rc == 2 and "head_dim: expected an integer, got the real number" in err, f"head_dim as a real: {err}")
+    # a config that is a folder
+    rc, _, err = run("gen", d, "-o", d)
+    check(rc == 2 and "is a folder" in err, f"gen of a folder: exit {rc}: {err}")
+    # run: an option given twice; k's shape against the batch and seq_len q gave
+    g = os.path.join(GOLDEN, "gqa_4_to_1")
+    rc, _, err = run("run", *golden_run_args(), "--q", os.path.join(g, "k.npy"), "-o", os.path.join(d, "o.npy"))
+    check(rc == 2 and "--q given twice" in err, f"run --q twice: exit {rc}: {err}")
+    q = np.load(os.path.join(g, "q.npy"))
+    q2 = os.path.join(tmp, "q2.npy")
+    np.save(q2, np.concatenate([q, q]))  # batch 2 against k's batch 1
+    args = golden_run_args()
+    args[args.index("--q") + 1] = q2
+    rc, _, err = run("run", *args, "-o", os.path.join(d, "o.npy"))
+    check(rc == 2 and f"batch = 2, seq_len = {q.shape[1]}" in err, f"run with k's batch short: exit {rc}: {err}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="dilattn-cli-")
     try:
@@ -667,6 +720,7 @@ def main():
         test_fake_device(tmp)
         test_cache(tmp)
         test_bad_inputs(tmp)
+        test_user_errors(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")

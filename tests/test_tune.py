@@ -96,8 +96,11 @@ try:
     header["env"]["cpu"] = "some other machine"
     text = json.dumps(header) + "\n" + "\n".join(lines[1:]) + "\n"
     open(foreign, "w").write(text)
-    p = run("tune", cfg_a, "--seq-len", "256", "--reps", "1", "--db", foreign)
-    check(p.returncode != 0 and "another environment" in p.stderr, f"tuner on a foreign db: {p.returncode} {p.stderr}")
+    foreign_csv = os.path.join(tmp, "foreign.csv")
+    p = run("tune", cfg_a, "--seq-len", "256", "--reps", "1", "--db", foreign, "-o", foreign_csv)
+    # refused before the sweep (exit 2, nothing tuned or written), not after it
+    check(p.returncode == 2 and "another environment" in p.stderr and "--db" in p.stderr and not p.stdout
+          and not os.path.exists(foreign_csv), f"tuner on a foreign db: {p.returncode} {p.stdout[:80]} {p.stderr}")
     check(open(foreign).read() == text, "foreign database was modified")
     p = run(*args, env={"DILATTN_TUNING_DB": foreign})
     info = json.loads(p.stdout)
@@ -197,6 +200,25 @@ try:
         p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db9, env={"DILATTN_BACKEND": "cuda"})
         check(p.returncode == 4 and "CUDA backend" in p.stderr and not p.stdout,
               f"DILATTN_BACKEND=cuda without a GPU: exit {p.returncode}: {p.stdout[:100]} {p.stderr[-200:]}")
+
+    # 15. a database that is not one (no environment header) is named as such, before the sweep
+    junk = os.path.join(tmp, "junk.jsonl")
+    open(junk, "w").write("{garbage\n")
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", junk)
+    check(p.returncode == 2 and "cannot be read as a tuning database" in p.stderr and not p.stdout
+          and open(junk).read() == "{garbage\n", f"tune on a junk db: exit {p.returncode}: {p.stderr[-200:]}")
+    # every candidate failing to compile: said on stderr, exit 3 (a compile failure), no best
+    db15 = os.path.join(tmp, "db15.jsonl")
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db15, env={"CC": "false"})
+    check(p.returncode == 3 and "no candidate ran" in p.stderr and "compile" in p.stderr,
+          f"tune with every compile failing: exit {p.returncode}: {p.stderr[-300:]}")
+    # the CSV and the chart take the umask, like run's outputs (mkstemp's 0600 before)
+    csv15, png15 = os.path.join(tmp, "m.csv"), os.path.join(tmp, "m.png")
+    # (another database: CC is part of the host tuner's environment header)
+    p = subprocess.run([DILATTN, "tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db9, "-o", csv15,
+                        "--plot", png15], capture_output=True, text=True, preexec_fn=lambda: os.umask(0o027))
+    modes = [oct(os.stat(f).st_mode & 0o777) if os.path.exists(f) else None for f in (csv15, png15)]
+    check(p.returncode == 0 and modes == ["0o640", "0o640"], f"tune outputs under umask 027: exit {p.returncode}: {modes}")
 
     # 12. -o, --plot and the database are three files
     same = os.path.join(tmp, "same.out")
