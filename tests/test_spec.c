@@ -99,7 +99,7 @@ static void test_json(void) {
   parse_expect("{\"segment_lengths\":[8],\"num_heads\":4,\"head_dim\":16}", DA_ERR_PARSE, "dilation_rates: missing");
   parse_expect("{\"segment_lengths\":[8],\"dilation_rates\":[1],\"head_dim\":16}", DA_ERR_PARSE, "num_heads: missing");
   parse_expect("{\"segment_lengths\":[8,16],\"dilation_rates\":[1],\"num_heads\":4,\"head_dim\":16}",
-               DA_ERR_INVALID_SPEC, "dilation_rates: 1 entries but segment_lengths has 2");
+               DA_ERR_INVALID_SPEC, "dilation_rates: 1 entry but segment_lengths has 2");
   parse_expect("{\"segment_lengths\":[],\"dilation_rates\":[],\"num_heads\":4,\"head_dim\":16}",
                DA_ERR_INVALID_SPEC, "0 branches");
   parse_expect("{\"segment_lengths\":\"8\",\"dilation_rates\":[1],\"num_heads\":4,\"head_dim\":16}",
