@@ -265,7 +265,9 @@ da_status da_spec_from_json(const char *text, size_t len, da_spec *out, char *ms
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
-    return fail(msg, cap, DA_ERR_PARSE, "line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    return fail(msg, cap, DA_ERR_PARSE, "line %d, column %d: %s%s", jerr.line, jerr.column, jerr.text,
+                strstr(jerr.text, "too big integer") ? " (integers are 64-bit signed: a sparsity.seed from 2^63 is "
+                                                       "written as its negative int64 pattern, seed - 2^64)" : "");
   da_spec s;
   da_spec_init(&s);
   da_status st = DA_OK;

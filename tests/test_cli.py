@@ -687,6 +687,12 @@ def test_user_errors(tmp):
     open(p, "w").write(json.dumps(c))
     rc, _, err = run("gen", p, "-o", d)
     check(rc == 2 and "head_dim: expected an integer, got the real number" in err, f"head_dim as a real: {err}")
+    # a seed past int64 (JSON integers are int64 here): the error says how to write it
+    p = os.path.join(tmp, "seed.json")
+    open(p, "w").write('{"segment_lengths":[64],"dilation_rates":[1],"num_heads":1,"head_dim":16,"sparsity":'
+                       '{"layout":"random","block":8,"seed":18446744073709551615,"density":0.5}}')
+    rc, _, err = run("gen", p, "-o", d)
+    check(rc == 2 and "too big integer" in err and "seed - 2^64" in err, f"seed of 2^64 - 1: exit {rc}: {err}")
     # a config that is a folder
     rc, _, err = run("gen", d, "-o", d)
     check(rc == 2 and "is a folder" in err, f"gen of a folder: exit {rc}: {err}")
