@@ -38,6 +38,10 @@ CONFIGS = {
     "longnet5": dict(segment_lengths=[2048, 4096, 8192, 16384, 32768], dilation_rates=[1, 2, 4, 6, 12]),
     "longnet2": dict(segment_lengths=[2048, 4096], dilation_rates=[1, 2]),
     "dense2048": dict(segment_lengths=[2048], dilation_rates=[1]),
+    # LongNet 5-branch as two fused groups (bench/results/model-fused-groups.md): the time of
+    # each beside longnet5's says what the groups would gain before anyone builds them
+    "longnet5_g123": dict(segment_lengths=[2048, 4096, 8192], dilation_rates=[1, 2, 4]),
+    "longnet5_g45": dict(segment_lengths=[16384, 32768], dilation_rates=[6, 12]),
 }
 
 

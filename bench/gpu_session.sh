@@ -79,6 +79,11 @@ if [ "$phase" = first ]; then
 fi
 if [ "$phase" = second ]; then
   budget=${FIRST_BUDGET:-500}
+  # fused groups (bench/results/model-fused-groups.md): LongNet 5-branch against its two
+  # groups timed apart, fused in 192- and 128-row tiles and split; ms of the groups' best
+  # summed against longnet5's says what building them could gain
+  step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet5,longnet5_g123,longnet5_g45 \
+    --tiles 0x0:wgmma-ws/fused,128x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/fused_groups.json"
   step 60 $B/tests/test_gpu "$golden" large
   step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
   for c in "longnet2 --causal" "longnet5"; do
