@@ -483,7 +483,6 @@ static int write_all(int fd, const void *buf, size_t n) {
   return 0;
 }
 
-
 /* fsync the folder holding path so the rename survives a crash; best effort. */
 static void sync_parent_dir(const char *path) {
   const char *slash = strrchr(path, '/');
