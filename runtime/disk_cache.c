@@ -225,9 +225,29 @@ void da__disk_cache_unlock(int fd) {
 
 typedef struct {
   char arch[128], key[128];
+  char sub[4]; /* the folder it was found in: the key's first two characters, unless misplaced */
   uint64_t size;
   int64_t mtime, mtime_ns;
 } entry_t;
+
+/* Where a collected entry's file with extension ext is: the folder it was found in */
+static void found_path(const da__disk_cache *dc, const entry_t *e, const char *ext, char *out, size_t cap) {
+  snprintf(out, cap, "%s/%s/%s/%s%s", dc->root, e->arch, e->sub, e->key, ext);
+}
+
+/* remove_entry for a collected entry, where it was found (a misplaced one too) */
+static int remove_found(const da__disk_cache *dc, const entry_t *e) {
+  char p[4700];
+  int rc = 0;
+  found_path(dc, e, ".json", p, sizeof p);
+  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
+  found_path(dc, e, ".bin", p, sizeof p);
+  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
+  return rc;
+}
+
+/* An entry outside the folder its key names (da__disk_cache_get never looks there) */
+static int misplaced(const entry_t *e) { return strlen(e->sub) != 2 || strncmp(e->sub, e->key, 2) != 0; }
 
 /* Collect every committed entry (a .json) under root. */
 static entry_t *collect(const da__disk_cache *dc, size_t *count) {
@@ -258,6 +278,7 @@ static entry_t *collect(const da__disk_cache *dc, size_t *count) {
         }
         entry_t *e = &v[n];
         snprintf(e->arch, sizeof e->arch, "%.100s", a->d_name);
+        snprintf(e->sub, sizeof e->sub, "%.3s", b->d_name);
         memcpy(e->key, c->d_name, len - 5);
         e->key[len - 5] = '\0';
         char bp[4700];
@@ -294,7 +315,7 @@ static void evict(da__disk_cache *dc, const char *keep_key) {
     qsort(v, n, sizeof *v, by_mtime);
     for (size_t i = 0; i < n && total > max; i++) {
       if (!strcmp(v[i].key, keep_key)) continue;
-      remove_entry(dc, v[i].arch, v[i].key);
+      remove_found(dc, &v[i]);
       total -= v[i].size;
       da__log(DA_LOG_INFO, "kernel cache: evicted %s/%s (%llu bytes) to stay within %llu bytes", v[i].arch,
               v[i].key, (unsigned long long)v[i].size, (unsigned long long)max);
@@ -313,6 +334,15 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
   for (size_t i = 0; i < n; i++) {
     entry_t *e = &v[i];
     char *json = NULL;
+    if (misplaced(e)) { /* no lookup finds it: not an entry; verify and clear take it away */
+      if (verify || remove_all) {
+        if (verify) sum->corrupt++;
+        da__log(DA_LOG_WARN, "kernel cache: %s/%s/%s.json lies outside the folder its key names; removed", e->arch,
+                e->sub, e->key);
+        if (remove_found(dc, e) == 0) sum->removed++, sum->removed_bytes += remove_all ? e->size : 0;
+      }
+      continue;
+    }
     if (verify) {
       const char *why = NULL;
       size_t sz;

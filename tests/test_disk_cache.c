@@ -84,6 +84,40 @@ static void test_roundtrip_and_corruption(void) {
   da__disk_cache_close(dc);
 }
 
+/* An entry outside the folder its key names (a copy by hand, say): no lookup finds it,
+ * stats and list leave it out, verify and clear remove it from where it is (they counted
+ * it removed and left it, and clear then failed on every run) */
+static void test_misplaced(void) {
+  use_dir("mp");
+  da__disk_cache *dc = da__disk_cache_open();
+  const char *key = "ab00000000000000000000000000000000000000000000000000000000000000";
+  char dir[4400], jp[4600], bp[4600];
+  for (int pass = 0; pass < 2; pass++) { /* verify, then clear */
+    snprintf(dir, sizeof dir, "%s/sm_90/zz", da__disk_cache_root(dc));
+    char cmd[4500];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    TU_CHECK(system(cmd) == 0, "mkdir");
+    snprintf(jp, sizeof jp, "%s/%s.json", dir, key);
+    snprintf(bp, sizeof bp, "%s/%s.bin", dir, key);
+    FILE *f = fopen(jp, "w");
+    fputs("{}\n", f);
+    fclose(f);
+    f = fopen(bp, "w");
+    fputs("x", f);
+    fclose(f);
+    da__disk_cache_summary sum;
+    da__disk_cache_scan(dc, 0, 0, NULL, NULL, &sum);
+    TU_CHECK(sum.entries == 0, "stats counted a misplaced entry: %llu", (unsigned long long)sum.entries);
+    da__disk_cache_scan(dc, pass == 0, pass == 1, NULL, NULL, &sum);
+    TU_CHECK(sum.removed == 1 && (pass == 1 || sum.corrupt == 1), "%s: removed %llu corrupt %llu",
+             pass ? "clear" : "verify", (unsigned long long)sum.removed, (unsigned long long)sum.corrupt);
+    TU_CHECK(access(jp, F_OK) != 0 && access(bp, F_OK) != 0, "%s left the misplaced entry", pass ? "clear" : "verify");
+    da__disk_cache_scan(dc, 0, 0, NULL, NULL, &sum);
+    TU_CHECK(sum.entries == 0, "entries after %s: %llu", pass ? "clear" : "verify", (unsigned long long)sum.entries);
+  }
+  da__disk_cache_close(dc);
+}
+
 /* DILATTN_CACHE_MAX_BYTES: bytes with K / M / G / T as DILATTN_WORKSPACE_LIMIT takes them;
  * anything else (a sign, spaces, junk, 2^64 bytes and more) the default, 4 GiB */
 static void test_budget_text(void) {
@@ -263,6 +297,7 @@ static void test_processes(void) {
 int main(void) {
   if (!mkdtemp(base)) return 1;
   test_roundtrip_and_corruption();
+  test_misplaced();
   test_budget_text();
   test_budget();
   test_plan_level();
