@@ -423,10 +423,13 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   /* untuned request: the tuning database may have better parameters (looked up on a
    * memo miss only, so a warm plan stays a hash and a compare) */
   da_plan_options tuned;
+  const da_plan_options *asked = opts;
   const int untuned = !opts || (!opts->tile_q && !opts->tile_k && !opts->fused_min_queries && !opts->cuda_mma);
+  int from_tuning = 0; /* a tuning record's options: the planner's defaults where they fail */
   if (st == DA_OK && !hit && untuned && tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
-    opts = &tuned;
+    opts = &tuned, from_tuning = 1;
   int sync_fallback = 0;
+defaults:
   if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) {
     opts = da__default_mma(opts, env_mma, da__cuda_wgmma_device_serves(ctx, spec),
                            spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE, &eff,
@@ -463,6 +466,24 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
     sync_fallback = 0;
     st = DA_OK;
     da__clear_error(ctx);
+  }
+  /* a tuning record whose options the planner refuses or that do not compile (a database
+   * edited by hand, or written by another version of the planner): advice, not a failure */
+  if (from_tuning && (st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || st == DA_ERR_GENERATOR)) {
+    da__log(DA_LOG_WARN, "plan: the tuning database's tile_q %d, tile_k %d, fused_min_queries %d, cuda_mma %d for this "
+            "spec failed (%s); the planner's defaults instead",
+            tuned.tile_q, tuned.tile_k, tuned.fused_min_queries, tuned.cuda_mma, da_context_last_error(ctx));
+    da__cuda_plan_destroy(p->cuda);
+    p->cuda = NULL;
+    da__rendered_free(&p->own);
+    memset(&p->own, 0, sizeof p->own);
+    p->r = NULL;
+    p->host = NULL;
+    from_tuning = 0;
+    opts = asked;
+    st = DA_OK;
+    da__clear_error(ctx);
+    goto defaults;
   }
   if (st == DA_OK && use_memo && !hit) {
     /* remember: the rendered facts move into the memo (first writer wins) */

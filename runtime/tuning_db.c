@@ -17,6 +17,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -96,9 +97,37 @@ static void get_str(json_t *o, const char *k, char *dst, size_t cap) {
   snprintf(dst, cap, "%s", v ? v : "");
 }
 
+/* An integer field in [lo, hi] (absent: 0, when 0 is in range) */
+static int int_field(json_t *o, const char *k, json_int_t lo, json_int_t hi, int64_t *out) {
+  json_t *v = json_object_get(o, k);
+  const json_int_t x = v ? json_integer_value(v) : 0;
+  *out = x;
+  return (!v || json_is_integer(v)) && x >= lo && x <= hi;
+}
+
+/* 64 lowercase hex digits (da__sha256_hex) */
+static int is_hash(const char *s) {
+  if (!s || strlen(s) != 64) return 0;
+  for (int i = 0; i < 64; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  return 1;
+}
+
+/* A record, or -1 for a damaged one (skipped): fields out of what the tuner writes (a
+ * bucket past 63, tiles past da_plan_options' ranges, a spec hash that is not one) would
+ * otherwise reach the planner or overflow the nearest-bucket search. */
 static int parse_record(const char *line, da__tune_record *r) {
   json_t *o = json_loads(line, 0, NULL);
   if (!json_is_object(o)) {
+    json_decref(o);
+    return -1;
+  }
+  int64_t bucket, tq, tk, fmq, mma, reps;
+  const int ok = is_hash(json_string_value(json_object_get(o, "spec_hash"))) &&
+                 int_field(o, "bucket", 0, 63, &bucket) && int_field(o, "tile_q", 0, 256, &tq) &&
+                 int_field(o, "tile_k", 0, 1024, &tk) && int_field(o, "fused_min_queries", 0, INT_MAX, &fmq) &&
+                 int_field(o, "cuda_mma", 0, 5, &mma) && int_field(o, "reps", 0, INT_MAX, &reps);
+  if (!ok) {
     json_decref(o);
     return -1;
   }
@@ -110,15 +139,15 @@ static int parse_record(const char *line, da__tune_record *r) {
   get_str(o, "label", r->label, sizeof r->label);
   r->seq_len = json_integer_value(json_object_get(o, "seq_len"));
   r->batch = json_integer_value(json_object_get(o, "batch"));
-  r->bucket = (int)json_integer_value(json_object_get(o, "bucket"));
-  r->params.tile_q = (int)json_integer_value(json_object_get(o, "tile_q"));
-  r->params.tile_k = (int)json_integer_value(json_object_get(o, "tile_k"));
-  r->params.fused_min_queries = (int)json_integer_value(json_object_get(o, "fused_min_queries"));
-  r->params.cuda_mma = (int)json_integer_value(json_object_get(o, "cuda_mma")); /* absent in older databases: 0 */
+  r->bucket = (int)bucket;
+  r->params.tile_q = (int)tq;
+  r->params.tile_k = (int)tk;
+  r->params.fused_min_queries = (int)fmq;
+  r->params.cuda_mma = (int)mma; /* absent in older databases: 0 */
   r->median_ms = json_number_value(json_object_get(o, "median_ms"));
   r->min_ms = json_number_value(json_object_get(o, "min_ms"));
   r->max_ms = json_number_value(json_object_get(o, "max_ms"));
-  r->reps = (int)json_integer_value(json_object_get(o, "reps"));
+  r->reps = (int)reps;
   r->is_default = json_is_true(json_object_get(o, "default"));
   json_decref(o);
   return strlen(r->spec_hash) == 64 && r->backend[0] ? 0 : -1;

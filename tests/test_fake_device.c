@@ -361,6 +361,14 @@ static void test_tuned(const char *cache) {
            "a tuning record of the default candidate: the warp-specialized kernel (%s)", name);
   st = kernel_tuned(&s, old_sync, db, name, sizeof name);
   TU_CHECK(st == DA_OK && !strstr(name, "_wgmma"), "an older tuner's mma.sync record: mma.sync (%s)", name);
+  /* a record the planner refuses (mma.sync takes tile_q 64 or 128): the defaults, not a
+   * failed plan (a database edited by hand, or written by another planner) */
+  da_plan_options refused;
+  memset(&refused, 0, sizeof refused);
+  refused.tile_q = 48, refused.tile_k = 64, refused.cuda_mma = 1;
+  st = kernel_tuned(&s, refused, db, name, sizeof name);
+  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmaw"), "a tuning record the planner refuses: the defaults (%s: %s)",
+           da_status_name(st), name);
 }
 
 int main(int argc, char **argv) {

@@ -65,6 +65,9 @@ try:
     recs = [json.loads(x) for x in lines[1:]]
     check(len(recs) == len(rows), f"{len(recs)} records for {len(rows)} candidates")
     best = next(r for r in rows if r["best"] == "best")
+    rec_a, header_a = dict(next(r for r in recs if r["status"] == "ok")), lines[0]  # cfg_a's (section 16)
+    run_a = ["run", cfg_a, "--q", os.path.join(tmp, "q.npy"), "--k", os.path.join(tmp, "k.npy"),
+             "--v", os.path.join(tmp, "v.npy"), "-o", os.path.join(tmp, "o.npy")]
 
     # 2. failures are labelled, the sweep goes on (head_dim 512: big tiles break the L2 budget)
     p = run("tune", cfg_c, "--seq-len", "128", "--reps", "2", "-o", os.path.join(tmp, "c.csv"), "--db", db)
@@ -219,6 +222,27 @@ try:
                         "--plot", png15], capture_output=True, text=True, preexec_fn=lambda: os.umask(0o027))
     modes = [oct(os.stat(f).st_mode & 0o777) if os.path.exists(f) else None for f in (csv15, png15)]
     check(p.returncode == 0 and modes == ["0o640", "0o640"], f"tune outputs under umask 027: exit {p.returncode}: {modes}")
+
+    # 16. a damaged or hand-edited database is advice, never a failure: records out of range
+    # (a bucket of INT_MIN, a tile_q the planner refuses, a spec_hash that is not 64 hex
+    # digits) are skipped, and a record the planner refuses falls back to its defaults
+    rec = rec_a  # one of cfg_a's records (N = 256: bucket 8); run_a: N = 300, bucket 8
+    def db_with(*records):
+        path = os.path.join(tmp, "edited.jsonl")
+        open(path, "w").write("\n".join([header_a] + [json.dumps(r) for r in records]) + "\n")
+        return path
+    def run_info(path):
+        p = run(*run_a, env={"DILATTN_TUNING_DB": path})
+        return p.returncode, json.loads(p.stdout) if p.returncode == 0 else p.stderr
+    good = dict(rec, bucket=16, tile_q=8, tile_k=16, fused_min_queries=0, median_ms=1.0)
+    for bad in (dict(rec, bucket=-2**31, tile_q=64, tile_k=32, median_ms=0.001),
+                dict(rec, bucket=8, tile_q=64, tile_k=32, spec_hash=rec["spec_hash"][:63] + "\u00e9", median_ms=0.001)):
+        rc, info = run_info(db_with(good, bad))
+        check(rc == 0 and info["tile_q"] == 8 and info["tile_k"] == 16, f"damaged record {bad} chosen: {rc} {info}")
+    rc, info = run_info(db_with(dict(rec, bucket=8, tile_q=4096, tile_k=64, median_ms=0.001)))
+    check(rc == 0 and info["tile_q"] == 32 and info["tile_k"] == 64, f"a tile_q of 4096 in the db: {rc} {info}")
+    rc, info = run_info(db_with(dict(rec, bucket=8, tile_q=256, tile_k=1024, median_ms=0.001)))
+    check(rc == 0, f"a record the planner refuses (host tile buffer 256 x 1024) fails the plan: {rc} {info}")
 
     # 12. -o, --plot and the database are three files
     same = os.path.join(tmp, "same.out")
