@@ -36,7 +36,7 @@ struct da__disk_cache {
 void da__disk_cache_base(char *base, size_t cap) {
   const char *env = getenv("DILATTN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   if (env && *env) snprintf(base, cap, "%s", env);
-  else if (xdg && *xdg) snprintf(base, cap, "%s/dilattn", xdg);
+  else if (xdg && xdg[0] == '/') snprintf(base, cap, "%s/dilattn", xdg); /* a relative one is invalid (XDG spec) */
   else if (home && *home) snprintf(base, cap, "%s/.cache/dilattn", home);
   else if (cap) base[0] = '\0';
 }

@@ -92,9 +92,21 @@ static int same_env(const char *header) {
   return same;
 }
 
+/* s cut before a last UTF-8 character that a truncation left incomplete (JSON strings
+ * are UTF-8: jansson writes no string for such a tail, and the field was lost) */
+static void utf8_cut(char *s) {
+  size_t n = strlen(s), i = n;
+  while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--; /* continuation bytes */
+  if (i == 0) return;
+  const unsigned char lead = (unsigned char)s[i - 1];
+  const size_t want = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (n - (i - 1) < want) s[i - 1] = '\0';
+}
+
 static void get_str(json_t *o, const char *k, char *dst, size_t cap) {
   const char *v = json_string_value(json_object_get(o, k));
   snprintf(dst, cap, "%s", v ? v : "");
+  utf8_cut(dst);
 }
 
 /* An integer field in [lo, hi] (absent: 0, when 0 is in range) */
@@ -166,7 +178,10 @@ static void format_record(const da__tune_record *r, FILE *f) {
   json_object_set_new(o, "cuda_mma", json_integer(r->params.cuda_mma));
   json_object_set_new(o, "strategy", json_string(r->strategy));
   json_object_set_new(o, "status", json_string(r->status));
-  json_object_set_new(o, "label", json_string(r->label));
+  char label[sizeof r->label];
+  snprintf(label, sizeof label, "%s", r->label);
+  utf8_cut(label); /* a message cut at the label's size (tune.c) */
+  json_object_set_new(o, "label", json_string(label));
   json_object_set_new(o, "median_ms", json_real(isfinite(r->median_ms) ? r->median_ms : -1));
   json_object_set_new(o, "min_ms", json_real(isfinite(r->min_ms) ? r->min_ms : -1));
   json_object_set_new(o, "max_ms", json_real(isfinite(r->max_ms) ? r->max_ms : -1));

@@ -510,7 +510,10 @@ def test_cache(tmp):
     xdg, home = os.path.join(tmp, "xdg"), os.path.join(tmp, "home")
     for e, want in (({"DILATTN_CACHE_DIR": cd}, cd),
                     ({"DILATTN_CACHE_DIR": "", "XDG_CACHE_HOME": xdg}, os.path.join(xdg, "dilattn")),
-                    ({"DILATTN_CACHE_DIR": "", "XDG_CACHE_HOME": "", "HOME": home}, os.path.join(home, ".cache", "dilattn"))):
+                    ({"DILATTN_CACHE_DIR": "", "XDG_CACHE_HOME": "", "HOME": home}, os.path.join(home, ".cache", "dilattn")),
+                    # a relative XDG_CACHE_HOME is invalid (the XDG spec): HOME's, not a folder in the cwd
+                    ({"DILATTN_CACHE_DIR": "", "XDG_CACHE_HOME": "rel/x", "HOME": home},
+                     os.path.join(home, ".cache", "dilattn"))):
         rc, so, err = run("info", env=e)
         info = json.loads(so) if rc == 0 else {}
         check(rc == 0 and info.get("cache_dir") == want and info.get("cache_usable") is True,

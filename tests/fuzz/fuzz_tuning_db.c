@@ -4,7 +4,7 @@
  * Input: byte 0 is flags, the rest the file's text. Bit 0: this machine's environment
  * header (da__tuning_env()) goes first, so the records are read (without it the input's
  * first line is the header, which almost never matches). Bit 1: the records read are
- * merged into an empty database and read back: every one must come back.
+ * merged into an empty database and read back: every one must come back, with its text.
  * Every record read must be one the tuner could have written (a 64-hex-digit spec hash,
  * a bucket in 0..63, tiles in da_plan_options' ranges): a damaged line is skipped, not
  * handed to the planner or to the nearest-bucket search (a bucket of INT_MIN overflowed
@@ -69,6 +69,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fprintf(stderr, "tuning db round trip: %d records merged, %d read back\n", n, m);
         abort();
       }
+      for (int i = 0; i < n; i++) /* and their text (a label cut inside a UTF-8 character was lost) */
+        if (strcmp(back[i].label, recs[i].label) || strcmp(back[i].spec_hash, recs[i].spec_hash)) {
+          fprintf(stderr, "tuning db round trip: record %d came back as '%s', was '%s'\n", i, back[i].label,
+                  recs[i].label);
+          abort();
+        }
       free(back);
     }
     unlink(db2);
