@@ -28,11 +28,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char db[256], db2[256];
 
+/* the scratch files go when the process ends (replay.c runs it as a test) */
+static void cleanup(void) {
+  char lock[300];
+  unlink(db), unlink(db2);
+  snprintf(lock, sizeof lock, "%s.lock", db2);
+  unlink(lock);
+}
+
 static void paths(void) {
   if (db[0]) return;
   const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   snprintf(db, sizeof db, "%s/fz_tdb_%d.jsonl", dir, (int)getpid());
   snprintf(db2, sizeof db2, "%s/fz_tdb_%d_m.jsonl", dir, (int)getpid());
+  atexit(cleanup);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
