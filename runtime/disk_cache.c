@@ -247,9 +247,24 @@ static int remove_found(const da__disk_cache *dc, const entry_t *e) {
 }
 
 /* An entry outside the folder its key names (da__disk_cache_get never looks there) */
-static int misplaced(const entry_t *e) { return strlen(e->sub) != 2 || strncmp(e->sub, e->key, 2) != 0; }
+static int misplaced(const entry_t *e) { return strncmp(e->sub, e->key, 2) != 0; }
 
-/* Collect every committed entry (a .json) under root. */
+/* n lowercase hex digits and nothing after them */
+static int hex_name(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  return s[n] == '\0';
+}
+
+/* a folder itself, not a link to one (the scan removes what it finds: never through a
+ * link out of the cache) */
+static int real_dir(const char *p) {
+  struct stat st;
+  return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Collect every committed entry (a .json) under root: <arch>/<2 hex>/<64 hex>.json, real
+ * folders and files only (what da__disk_cache_put writes; anything else is not ours). */
 static entry_t *collect(const da__disk_cache *dc, size_t *count) {
   size_t n = 0, capn = 64;
   entry_t *v = malloc(capn * sizeof *v);
@@ -258,18 +273,25 @@ static entry_t *collect(const da__disk_cache *dc, size_t *count) {
   while (d0 && (a = readdir(d0))) {
     if (a->d_name[0] == '.' || !safe_name(a->d_name)) continue;
     char p1[4400];
-    if (snprintf(p1, sizeof p1, "%s/%s", dc->root, a->d_name) >= (int)sizeof p1) continue;
+    if (snprintf(p1, sizeof p1, "%s/%s", dc->root, a->d_name) >= (int)sizeof p1 || !real_dir(p1)) continue;
     DIR *d1 = opendir(p1);
     struct dirent *b;
     while (d1 && (b = readdir(d1))) {
-      if (b->d_name[0] == '.') continue;
+      if (!hex_name(b->d_name, 2)) continue;
       char p2[4500];
-      if (snprintf(p2, sizeof p2, "%s/%.3s", p1, b->d_name) >= (int)sizeof p2) continue;
+      if (snprintf(p2, sizeof p2, "%s/%s", p1, b->d_name) >= (int)sizeof p2 || !real_dir(p2)) continue;
       DIR *d2 = opendir(p2);
       struct dirent *c;
       while (d2 && (c = readdir(d2))) {
         size_t len = strlen(c->d_name);
-        if (len < 6 || strcmp(c->d_name + len - 5, ".json") || len - 5 >= sizeof v->key) continue;
+        char keyname[65];
+        if (len != 69 || strcmp(c->d_name + 64, ".json")) continue;
+        memcpy(keyname, c->d_name, 64);
+        keyname[64] = '\0';
+        char jpath[4700];
+        struct stat jst;
+        snprintf(jpath, sizeof jpath, "%s/%.69s", p2, c->d_name);
+        if (!hex_name(keyname, 64) || lstat(jpath, &jst) != 0 || !S_ISREG(jst.st_mode)) continue;
         if (n == capn) {
           entry_t *nv = realloc(v, 2 * capn * sizeof *v);
           if (!nv) break;
@@ -278,7 +300,8 @@ static entry_t *collect(const da__disk_cache *dc, size_t *count) {
         }
         entry_t *e = &v[n];
         snprintf(e->arch, sizeof e->arch, "%.100s", a->d_name);
-        snprintf(e->sub, sizeof e->sub, "%.3s", b->d_name);
+        memcpy(e->sub, b->d_name, 2);
+        e->sub[2] = '\0';
         memcpy(e->key, c->d_name, len - 5);
         e->key[len - 5] = '\0';
         char bp[4700];
@@ -337,9 +360,10 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
     if (misplaced(e)) { /* no lookup finds it: not an entry; verify and clear take it away */
       if (verify || remove_all) {
         if (verify) sum->corrupt++;
-        da__log(DA_LOG_WARN, "kernel cache: %s/%s/%s.json lies outside the folder its key names; removed", e->arch,
-                e->sub, e->key);
-        if (remove_found(dc, e) == 0) sum->removed++, sum->removed_bytes += remove_all ? e->size : 0;
+        const int gone = remove_found(dc, e) == 0;
+        da__log(DA_LOG_WARN, "kernel cache: %s/%s/%s.json lies outside the folder its key names; %s", e->arch, e->sub,
+                e->key, gone ? "removed" : "could not be removed");
+        if (gone) sum->removed++, sum->removed_bytes += remove_all ? e->size : 0;
       }
       continue;
     }

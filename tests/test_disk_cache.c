@@ -86,15 +86,24 @@ static void test_roundtrip_and_corruption(void) {
 
 /* An entry outside the folder its key names (a copy by hand, say): no lookup finds it,
  * stats and list leave it out, verify and clear remove it from where it is (they counted
- * it removed and left it, and clear then failed on every run) */
+ * it removed and left it, and clear then failed on every run). What is not laid out as
+ * an entry (a folder not of two hex digits, a link out of the cache) the scan leaves
+ * alone: through a link, clear deleted files outside the cache. */
 static void test_misplaced(void) {
   use_dir("mp");
   da__disk_cache *dc = da__disk_cache_open();
   const char *key = "ab00000000000000000000000000000000000000000000000000000000000000";
-  char dir[4400], jp[4600], bp[4600];
+  char dir[4400], jp[4600], bp[4600], cmd[9000];
+  /* outside the cache: a folder of files named like entries, linked in three ways */
+  char outside[600], keep[4800];
+  snprintf(outside, sizeof outside, "%s/outside", base);
+  snprintf(cmd, sizeof cmd, "mkdir -p %s/ab %s/sm_90/cd && touch %s/package.json %s/ab/%s.json %s/ab/%s.bin && "
+           "mkdir -p %s/sm_90 && ln -s %s %s/sm_90/zz && ln -s %s/ab %s/sm_90/ab && ln -s %s %s/arch2",
+           outside, da__disk_cache_root(dc), outside, outside, key, outside, key, da__disk_cache_root(dc), outside,
+           da__disk_cache_root(dc), outside, da__disk_cache_root(dc), outside, da__disk_cache_root(dc));
+  TU_CHECK(system(cmd) == 0, "setting up links");
   for (int pass = 0; pass < 2; pass++) { /* verify, then clear */
-    snprintf(dir, sizeof dir, "%s/sm_90/zz", da__disk_cache_root(dc));
-    char cmd[4500];
+    snprintf(dir, sizeof dir, "%s/sm_90/cd", da__disk_cache_root(dc));
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     TU_CHECK(system(cmd) == 0, "mkdir");
     snprintf(jp, sizeof jp, "%s/%s.json", dir, key);
@@ -114,6 +123,12 @@ static void test_misplaced(void) {
     TU_CHECK(access(jp, F_OK) != 0 && access(bp, F_OK) != 0, "%s left the misplaced entry", pass ? "clear" : "verify");
     da__disk_cache_scan(dc, 0, 0, NULL, NULL, &sum);
     TU_CHECK(sum.entries == 0, "entries after %s: %llu", pass ? "clear" : "verify", (unsigned long long)sum.entries);
+  }
+  const char *names[] = {"package.json", "ab/ab00000000000000000000000000000000000000000000000000000000000000.json",
+                         "ab/ab00000000000000000000000000000000000000000000000000000000000000.bin"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(keep, sizeof keep, "%s/%s", outside, names[i]);
+    TU_CHECK(access(keep, F_OK) == 0, "a file outside the cache, behind a link, was removed: %s", keep);
   }
   da__disk_cache_close(dc);
 }
