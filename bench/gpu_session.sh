@@ -18,6 +18,7 @@
 #                                        # (default 420); what does not fit is named as skipped
 #   bash bench/gpu_session.sh second     # the second call, if time is left: the rest of suite,
 #                                        # where the causal time goes (ncu), the bench's plot
+#                                        # (SECOND_BUDGET, default 500)
 #   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
 #   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
 #                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
@@ -54,7 +55,7 @@ step() {
   local lim=$1; shift
   local left=$((budget - ($(date +%s) - t_start)))
   if [ "$left" -lt "$lim" ]; then echo "== skipped (${left} s left, needs ${lim}): $*" | tee -a "$out/session.log"; return; fi
-  run timeout "$lim" "$@"
+  run timeout -k 10 "$lim" "$@" # (-k: a CUDA process that ignores TERM is killed 10 s later)
 }
 if [ "$phase" = first ]; then
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
@@ -78,7 +79,7 @@ if [ "$phase" = first ]; then
   step 100 $B/tests/test_gpu "$golden" huge
 fi
 if [ "$phase" = second ]; then
-  budget=${FIRST_BUDGET:-500}
+  budget=${SECOND_BUDGET:-500}
   # fused groups (bench/results/model-fused-groups.md): LongNet 5-branch against its two
   # groups timed apart, fused in 192- and 128-row tiles and split; ms of the groups' best
   # summed against longnet5's says what building them could gain
@@ -90,7 +91,7 @@ if [ "$phase" = second ]; then
     set -- $c
     step 90 python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs $c --out "$out/where_$1${2:+_causal}.json"
   done
-  ncu --query-metrics 2>/dev/null | grep -i -E 'tensor|gmma' > "$out/ncu_metrics.txt"
+  timeout 30 ncu --query-metrics 2>/dev/null | grep -i -E 'tensor|gmma' > "$out/ncu_metrics.txt"
   step 200 ncu --clock-control none --profile-from-start off --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \

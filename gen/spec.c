@@ -140,9 +140,13 @@ static const char *json_kind(const json_t *v) {
 
 static da_status get_int(const json_t *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
                          char *msg, size_t cap) {
-  if (json_is_real(v)) /* 16.0 or 1e1 (a float from a script, say): a JSON real, not an integer */
-    PARSE_BAD("%s: expected an integer, got the real number %.17g (write it without a decimal point or exponent)",
-              field, json_real_value(v));
+  if (json_is_real(v)) { /* 16.0 or 1e1 (a float from a script, say): a JSON real, not an integer */
+    char num[40];
+    snprintf(num, sizeof num, "%.17g", json_real_value(v));
+    if (!strpbrk(num, ".eEin")) strcat(num, ".0"); /* 2.0 printed as 2 would hide what was wrong */
+    PARSE_BAD("%s: expected an integer, got the real number %s (write it without a decimal point or exponent)", field,
+              num);
+  }
   if (!json_is_integer(v)) PARSE_BAD("%s: expected an integer, got %s", field, json_kind(v));
   json_int_t x = json_integer_value(v);
   if (x < lo || x > hi)

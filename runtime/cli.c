@@ -109,7 +109,7 @@ static char *slurp(const char *path, size_t *len, char *msg, size_t cap) {
       capb *= 2;
     }
   }
-  int err = ferror(f) ? errno : 0;
+  int err = ferror(f) ? (errno ? errno : EIO) : 0;
   fclose(f);
   if (!buf || err) {
     free(buf);
@@ -680,6 +680,7 @@ static void cleanup_outputs(out_file *o, int n) {
 static int cmd_run(int argc, char **argv) {
   const char *config = NULL, *qp = NULL, *kp = NULL, *vp = NULL, *outp = NULL, *lsep = NULL;
   const char *backend_s = "auto";
+  int backend_given = 0;
   for (int i = 0; i < argc; i++) {
     const char **dst = NULL;
     if (!strcmp(argv[i], "--q")) dst = &qp;
@@ -690,7 +691,8 @@ static int cmd_run(int argc, char **argv) {
     else if (!strcmp(argv[i], "--backend")) dst = &backend_s;
     if (dst) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
-      if (*dst && dst != &backend_s) return fail(EXIT_INPUT, "run: %s given twice (%s and %s)", argv[i], *dst, argv[i + 1]);
+      if (dst == &backend_s ? backend_given++ : *dst != NULL)
+        return fail(EXIT_INPUT, "run: %s given twice (%s and %s)", argv[i], *dst, argv[i + 1]);
       *dst = argv[++i];
     } else if (argv[i][0] == '-') {
       return fail(EXIT_INPUT, "run: unknown option %s", argv[i]);

@@ -467,9 +467,12 @@ defaults:
     st = DA_OK;
     da__clear_error(ctx);
   }
-  /* a tuning record whose options the planner refuses or that do not compile (a database
-   * edited by hand, or written by another version of the planner): advice, not a failure */
-  if (from_tuning && (st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || st == DA_ERR_GENERATOR)) {
+  /* a tuning record whose options the planner refuses, that do not compile, or (JIT off)
+   * whose kernel no bundle or cache holds (a database edited by hand, written by another
+   * version of the planner, or tuned where the kernels were then not shipped): advice, not
+   * a failure */
+  if (from_tuning && (st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || st == DA_ERR_GENERATOR ||
+                      (st == DA_ERR_UNSUPPORTED && da__jit_disabled()))) {
     da__log(DA_LOG_WARN, "plan: the tuning database's tile_q %d, tile_k %d, fused_min_queries %d, cuda_mma %d for this "
             "spec failed (%s); the planner's defaults instead",
             tuned.tile_q, tuned.tile_k, tuned.fused_min_queries, tuned.cuda_mma, da_context_last_error(ctx));

@@ -369,8 +369,12 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
          best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.params.cuda_mma : 0,
          da__cli_jstr(best >= 0 ? c[best].rec.strategy : "", 1), da__cli_jstr(db, 2));
   if (plot && draw_plot(plot, c, n, best) != 0) *plot_failed = 1;
-  int compile_only = failed > 0; /* every candidate failed to compile: exit 3, as gen's compile failures */
-  for (int i = 0; i < n; i++) compile_only &= !strcmp(c[i].rec.status, "compile");
+  /* every candidate tried failed to compile (those pruned before, "constraints", were not
+   * tried): exit 3, as gen's compile failures */
+  int compile_only = 0;
+  for (int i = 0; i < n; i++) compile_only |= !strcmp(c[i].rec.status, "compile");
+  for (int i = 0; i < n; i++)
+    compile_only &= !strcmp(c[i].rec.status, "compile") || !strcmp(c[i].rec.status, "constraints");
   if (best < 0) {
     int first = 0;
     while (first < n - 1 && !c[first].rec.label[0]) first++;
@@ -492,13 +496,15 @@ int da__cmd_tune(int argc, char **argv) {
         bad = 1;
       }
   if (!bad) { /* a database the sweep could not be merged into: before the sweep, not after it */
-    da_context *dctx;
-    if (da_context_create(&dctx) != DA_OK) bad = 1;
-    else if (da__tuning_db_check(dctx, db) != DA_OK) {
+    da_context *dctx = NULL;
+    if (da_context_create(&dctx) != DA_OK) {
+      fprintf(stderr, "dilattn: error: out of memory\n");
+      bad = 1;
+    } else if (da__tuning_db_check(dctx, db) != DA_OK) {
       fprintf(stderr, "dilattn: error: tune: %s\n", da_context_last_error(dctx));
       bad = 1;
     }
-    da_context_destroy(dctx);
+    if (dctx) da_context_destroy(dctx);
   }
   if (bad) {
     free(specs);

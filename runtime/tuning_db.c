@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int da__tuning_bucket(int64_t n) {
@@ -248,6 +249,15 @@ static da_status unmergeable(const da_context *ctx, const char *path, int mismat
 }
 
 da_status da__tuning_db_check(const da_context *ctx, const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0) { /* a folder or a FIFO read as no records (or hung) */
+    DA_RETURN_IF(!S_ISREG(st.st_mode), DA_ERR_IO, "tuning db %s: not a regular file", path);
+    FILE *f = fopen(path, "r");
+    DA_RETURN_IF(!f, DA_ERR_IO, "tuning db %s: %s", path, strerror(errno));
+    fclose(f);
+  } else {
+    DA_RETURN_IF(errno != ENOENT, DA_ERR_IO, "tuning db %s: %s", path, strerror(errno));
+  }
   da__tune_record *old = NULL;
   int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
   free(old);

@@ -663,7 +663,8 @@ def test_bad_inputs(tmp):
 def test_user_errors(tmp):
     """What a new user runs into (a README walkthrough): each mistake named, with its exit code."""
     # a host compiler that cannot be used: info says why, as it does for NVRTC and CUDA
-    for cc, why in (("/nonexistent/cc", "cannot be run"), ("nosuchcc-xyz", "not on PATH"), (" ", "names no program")):
+    for cc, why in (("/nonexistent/cc", "cannot be run"), ("nosuchcc-xyz", "not on PATH"), (" ", "names no program"),
+                    (tmp, "not a regular file")):
         rc, out, err = run("info", env={"CC": cc})
         host = json.loads(out)["backends"]["host"] if rc == 0 else {}
         check(host.get("available") is False and why in host.get("reason", ""), f"info with CC={cc!r}: {host}")
@@ -689,7 +690,8 @@ def test_user_errors(tmp):
     p = os.path.join(tmp, "real.json")
     open(p, "w").write(json.dumps(c))
     rc, _, err = run("gen", p, "-o", d)
-    check(rc == 2 and "head_dim: expected an integer, got the real number" in err, f"head_dim as a real: {err}")
+    check(rc == 2 and f"head_dim: expected an integer, got the real number {c['head_dim']}" in err,
+          f"head_dim as a real: {err}")
     # a seed past int64 (JSON integers are int64 here): the error says how to write it
     p = os.path.join(tmp, "seed.json")
     open(p, "w").write('{"segment_lengths":[64],"dilation_rates":[1],"num_heads":1,"head_dim":16,"sparsity":'
@@ -703,6 +705,8 @@ def test_user_errors(tmp):
     g = os.path.join(GOLDEN, "gqa_4_to_1")
     rc, _, err = run("run", *golden_run_args(), "--q", os.path.join(g, "k.npy"), "-o", os.path.join(d, "o.npy"))
     check(rc == 2 and "--q given twice" in err, f"run --q twice: exit {rc}: {err}")
+    rc, _, err = run("run", *golden_run_args(), "--backend", "cuda", "-o", os.path.join(d, "o.npy"))
+    check(rc == 2 and "--backend given twice" in err, f"run --backend twice: exit {rc}: {err}")
     q = np.load(os.path.join(g, "q.npy"))
     q2 = os.path.join(tmp, "q2.npy")
     np.save(q2, np.concatenate([q, q]))  # batch 2 against k's batch 1

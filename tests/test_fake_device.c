@@ -369,6 +369,15 @@ static void test_tuned(const char *cache) {
   st = kernel_tuned(&s, refused, db, name, sizeof name);
   TU_CHECK(st == DA_OK && ends_with(name, "_wgmmaw"), "a tuning record the planner refuses: the defaults (%s: %s)",
            da_status_name(st), name);
+  /* JIT off: a record whose kernel no cache holds gives the defaults (cached above) too */
+  da_plan_options uncached;
+  memset(&uncached, 0, sizeof uncached);
+  uncached.tile_q = 64, uncached.tile_k = 64, uncached.cuda_mma = 4;
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  st = kernel_tuned(&s, uncached, db, name, sizeof name);
+  unsetenv("DILATTN_DISABLE_JIT");
+  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmaw"), "JIT off, a tuning record of an uncached kernel: the defaults "
+           "(%s: %s)", da_status_name(st), name);
 }
 
 int main(int argc, char **argv) {

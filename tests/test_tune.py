@@ -204,6 +204,13 @@ try:
         check(p.returncode == 4 and "CUDA backend" in p.stderr and not p.stdout,
               f"DILATTN_BACKEND=cuda without a GPU: exit {p.returncode}: {p.stdout[:100]} {p.stderr[-200:]}")
 
+    # ... nor a folder (it read as no records, then the merge failed after the sweep)
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", tmp)
+    check(p.returncode == 2 and "not a regular file" in p.stderr and not p.stdout, f"--db a folder: {p.returncode}: {p.stderr}")
+    # every candidate tried failing to compile, some pruned before: still exit 3
+    p = run("tune", cfg_c, "--seq-len", "16", "--reps", "1", "--db", os.path.join(tmp, "dbc.jsonl"), env={"CC": "false"})
+    check(p.returncode == 3 and "no candidate ran" in p.stderr, f"CC=false with pruned candidates: exit {p.returncode}")
+
     # 15. a database that is not one (no environment header) is named as such, before the sweep
     junk = os.path.join(tmp, "junk.jsonl")
     open(junk, "w").write("{garbage\n")
