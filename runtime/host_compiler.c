@@ -18,6 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* failed builds whose folder stays for inspection, a process */
+#define KEEP_FAILED_BUILDS 4
+
 extern char **environ;
 
 const char *da__host_cc(void) {
@@ -178,9 +181,15 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
       remove_dir(dir, build_files);
       return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: C compiler '%s' not found: %s", cc, text);
     }
-    return da__set_error(ctx, DA_ERR_COMPILE,
-                         "host compile: %s failed (status %d) on %s (kept for inspection):\n%s", cc,
-                         WIFEXITED(status) ? WEXITSTATUS(status) : -1, src, text);
+    /* the first few failures' folders stay for inspection; past them (a tuner's sweep
+     * under a broken compiler failed 33 times, leaving 33 folders) each goes */
+    static int kept; /* this process's, so far */
+    const int keep = __atomic_fetch_add(&kept, 1, __ATOMIC_RELAXED) < KEEP_FAILED_BUILDS;
+    da_status st = da__set_error(ctx, DA_ERR_COMPILE, "host compile: %s failed (status %d) on %s (%s):\n%s", cc,
+                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, src,
+                                 keep ? "kept for inspection" : "removed: the first failures' sources are kept", text);
+    if (!keep) remove_dir(dir, build_files);
+    return st;
   }
   if (ms) *ms = now_ms() - t0;
   return DA_OK;

@@ -28,7 +28,7 @@ typedef struct {
 
 /* Compile source (C) and resolve symbol. The compiler is $CC or cc; on failure the
  * status is DA_ERR_COMPILE and the detail holds the compiler's output and the path where
- * the failing source was kept. DA_ERR_UNSUPPORTED when no C compiler can be run. */
+ * the failing source was kept (a process's first 4 failures; later ones are removed). DA_ERR_UNSUPPORTED when no C compiler can be run. */
 DA_HIDDEN da_status da__host_compile(const da_context *ctx, const char *source,
                                      const char *symbol, da__host_module *out);
 DA_HIDDEN void da__host_module_unload(da__host_module *m);

@@ -218,10 +218,14 @@ try:
     check(p.returncode == 2 and "cannot be read as a tuning database" in p.stderr and not p.stdout
           and open(junk).read() == "{garbage\n", f"tune on a junk db: exit {p.returncode}: {p.stderr[-200:]}")
     # every candidate failing to compile: said on stderr, exit 3 (a compile failure), no best
-    db15 = os.path.join(tmp, "db15.jsonl")
-    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db15, env={"CC": "false"})
+    db15, tmpdir15 = os.path.join(tmp, "db15.jsonl"), os.path.join(tmp, "tmpdir15")
+    os.mkdir(tmpdir15)
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db15, env={"CC": "false", "TMPDIR": tmpdir15})
     check(p.returncode == 3 and "no candidate ran" in p.stderr and "compile" in p.stderr,
           f"tune with every compile failing: exit {p.returncode}: {p.stderr[-300:]}")
+    # ... leaving the first 4 failed builds' folders for inspection, not one a candidate
+    kept = [f for f in os.listdir(tmpdir15) if f.startswith("dilattn-build-")]
+    check(len(kept) == 4, f"failed builds kept: {len(kept)} folders")
     # the CSV and the chart take the umask, like run's outputs (mkstemp's 0600 before)
     csv15, png15 = os.path.join(tmp, "m.csv"), os.path.join(tmp, "m.png")
     # (another database: CC is part of the host tuner's environment header)
