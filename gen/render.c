@@ -22,6 +22,13 @@ void da__sha256_hex(const void *data, size_t len, char hex[65]) {
   hex[64] = '\0';
 }
 
+int da__is_hex(const char *s, size_t n) {
+  if (!s) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  return s[n] == '\0';
+}
+
 static const char *const mode_s[] = {"longnet", "grouped"};
 static const char *const offs_s[] = {"mod", "block"};
 static const char *const dtype_s[] = {"float32", "float16", "bfloat16"};

@@ -60,6 +60,10 @@ DA_HIDDEN da_status da__render_template_text(da_context *ctx, const da_spec *spe
 /* SHA-256 of data as 64 lowercase hex digits + NUL. */
 DA_HIDDEN void da__sha256_hex(const void *data, size_t len, char hex[65]);
 
+/* 1 when s is exactly n lowercase hex digits (a key, a checksum: n = 64; a disk-cache
+ * folder: 2); 0 otherwise, s NULL included. */
+DA_HIDDEN int da__is_hex(const char *s, size_t n);
+
 #define DA_CACHE_SCHEMA_VERSION 1
 
 #endif

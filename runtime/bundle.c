@@ -57,13 +57,6 @@ void da__bundles_destroy(da__bundles *b) {
 
 size_t da__bundles_count(da__bundles *b) { return b ? b->n : 0; }
 
-static int is_hex64(const char *s) {
-  if (!s || strlen(s) != 64) return 0;
-  for (; *s; s++)
-    if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) return 0;
-  return 1;
-}
-
 static const char *str_member(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
 da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *text, size_t len, const char *origin,
@@ -105,7 +98,7 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
   json_t *k;
   json_array_foreach(kernels, ki, k) {
     json_t *arts = json_object_get(k, "artifacts");
-    if (!str_member(k, "kernel") || !is_hex64(str_member(k, "source_key")) || !json_is_array(arts)) {
+    if (!str_member(k, "kernel") || !da__is_hex(str_member(k, "source_key"), 64) || !json_is_array(arts)) {
       st = da__set_error(ctx, DA_ERR_PARSE, "bundle %s: kernels[%zu] lacks kernel, source_key or artifacts", origin, ki);
       goto done;
     }
@@ -114,7 +107,7 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
     json_array_foreach(arts, ai, a) {
       const char *arch = str_member(a, "arch"), *file = str_member(a, "file");
       json_int_t size = json_integer_value(json_object_get(a, "size"));
-      if (!arch || strlen(arch) >= 32 || !is_hex64(str_member(a, "key")) || !is_hex64(str_member(a, "sha256")) ||
+      if (!arch || strlen(arch) >= 32 || !da__is_hex(str_member(a, "key"), 64) || !da__is_hex(str_member(a, "sha256"), 64) ||
           !file || strchr(file, '/') || size < 0) {
         st = da__set_error(ctx, DA_ERR_PARSE, "bundle %s: kernels[%zu].artifacts[%zu] is incomplete or invalid", origin,
                            ki, ai);

@@ -249,13 +249,6 @@ static int remove_found(const da__disk_cache *dc, const entry_t *e) {
 /* An entry outside the folder its key names (da__disk_cache_get never looks there) */
 static int misplaced(const entry_t *e) { return strncmp(e->sub, e->key, 2) != 0; }
 
-/* n lowercase hex digits and nothing after them */
-static int hex_name(const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
-  return s[n] == '\0';
-}
-
 /* a folder itself, not a link to one (the scan removes what it finds: never through a
  * link out of the cache) */
 static int real_dir(const char *p) {
@@ -277,7 +270,7 @@ static entry_t *collect(const da__disk_cache *dc, size_t *count) {
     DIR *d1 = opendir(p1);
     struct dirent *b;
     while (d1 && (b = readdir(d1))) {
-      if (!hex_name(b->d_name, 2)) continue;
+      if (!da__is_hex(b->d_name, 2)) continue;
       char p2[4500];
       if (snprintf(p2, sizeof p2, "%s/%s", p1, b->d_name) >= (int)sizeof p2 || !real_dir(p2)) continue;
       DIR *d2 = opendir(p2);
@@ -291,7 +284,7 @@ static entry_t *collect(const da__disk_cache *dc, size_t *count) {
         char jpath[4700];
         struct stat jst;
         snprintf(jpath, sizeof jpath, "%s/%.69s", p2, c->d_name);
-        if (!hex_name(keyname, 64) || lstat(jpath, &jst) != 0 || !S_ISREG(jst.st_mode)) continue;
+        if (!da__is_hex(keyname, 64) || lstat(jpath, &jst) != 0 || !S_ISREG(jst.st_mode)) continue;
         if (n == capn) {
           entry_t *nv = realloc(v, 2 * capn * sizeof *v);
           if (!nv) break;

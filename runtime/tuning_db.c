@@ -5,6 +5,7 @@
  * environment is ignored by readers and never overwritten. */
 #define _GNU_SOURCE
 #include "runtime/tuning_db.h"
+#include "gen/render.h"
 
 #include "runtime/cuda_driver.h"
 #include "runtime/disk_cache.h"
@@ -118,14 +119,6 @@ static int int_field(json_t *o, const char *k, json_int_t lo, json_int_t hi, int
   return (!v || json_is_integer(v)) && x >= lo && x <= hi;
 }
 
-/* 64 lowercase hex digits (da__sha256_hex) */
-static int is_hash(const char *s) {
-  if (!s || strlen(s) != 64) return 0;
-  for (int i = 0; i < 64; i++)
-    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
-  return 1;
-}
-
 /* A record, or -1 for a damaged one (skipped): fields out of what the tuner writes (a
  * bucket past 63, tiles past da_plan_options' ranges, a spec hash that is not one) would
  * otherwise reach the planner or overflow the nearest-bucket search. */
@@ -136,7 +129,7 @@ static int parse_record(const char *line, da__tune_record *r) {
     return -1;
   }
   int64_t bucket, tq, tk, fmq, mma, reps;
-  const int ok = is_hash(json_string_value(json_object_get(o, "spec_hash"))) &&
+  const int ok = da__is_hex(json_string_value(json_object_get(o, "spec_hash")), 64) &&
                  int_field(o, "bucket", 0, 63, &bucket) && int_field(o, "tile_q", 0, 256, &tq) &&
                  int_field(o, "tile_k", 0, 1024, &tk) && int_field(o, "fused_min_queries", 0, INT_MAX, &fmq) &&
                  int_field(o, "cuda_mma", 0, 5, &mma) && int_field(o, "reps", 0, INT_MAX, &reps);
