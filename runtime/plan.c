@@ -384,6 +384,17 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   return DA_OK;
 }
 
+/* What a failed attempt at building p left (its kernel, its rendered source), so another
+ * set of options can be tried: da_plan_create_ex's fallbacks. */
+static void plan_unbuild(da_plan *p) {
+  da__cuda_plan_destroy(p->cuda);
+  p->cuda = NULL;
+  da__rendered_free(&p->own);
+  memset(&p->own, 0, sizeof p->own);
+  p->r = NULL;
+  p->host = NULL; /* (the kernel cache's: not freed here) */
+}
+
 da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                             const da_plan_options *opts, da_plan **out) {
   DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
@@ -457,11 +468,7 @@ defaults:
     da__log(DA_LOG_INFO, "plan: %s with tile_q %d, tile_k %d, fused_min_queries %d: %s; mma.sync instead",
             da__cuda_mma_name(opts->cuda_mma), opts->tile_q, opts->tile_k, opts->fused_min_queries,
             da_context_last_error(ctx));
-    da__cuda_plan_destroy(p->cuda);
-    p->cuda = NULL;
-    da__rendered_free(&p->own);
-    memset(&p->own, 0, sizeof p->own);
-    p->r = NULL;
+    plan_unbuild(p);
     eff.cuda_mma = 0;
     sync_fallback = 0;
     st = DA_OK;
@@ -476,12 +483,7 @@ defaults:
     da__log(DA_LOG_WARN, "plan: the tuning database's tile_q %d, tile_k %d, fused_min_queries %d, cuda_mma %d for this "
             "spec failed (%s); the planner's defaults instead",
             tuned.tile_q, tuned.tile_k, tuned.fused_min_queries, tuned.cuda_mma, da_context_last_error(ctx));
-    da__cuda_plan_destroy(p->cuda);
-    p->cuda = NULL;
-    da__rendered_free(&p->own);
-    memset(&p->own, 0, sizeof p->own);
-    p->r = NULL;
-    p->host = NULL;
+    plan_unbuild(p);
     from_tuning = 0;
     opts = asked;
     st = DA_OK;
