@@ -614,16 +614,12 @@ typedef struct {
 } out_file;
 
 static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *shape, const void *data) {
-  const mode_t mode = (mode_t)da__output_mode(o->path);
-  snprintf(o->tmp, sizeof o->tmp, "%s.tmp-run-XXXXXX", o->path);
-  int fd = mkstemp(o->tmp);
+  int fd = da__output_tmp(o->path, o->tmp, sizeof o->tmp);
   if (fd < 0) return fail(EXIT_INPUT, "%s %s: cannot create a temporary file beside it: %s", o->flag, o->path,
                           strerror(errno));
   o->have_tmp = 1;
-  int bad = fchmod(fd, mode) != 0;
-  bad = close(fd) != 0 || bad;
-  if (bad) return fail(EXIT_INPUT, "%s %s: cannot prepare a temporary file beside it: %s", o->flag, o->path,
-                       strerror(errno));
+  if (close(fd) != 0)
+    return fail(EXIT_INPUT, "%s %s: cannot prepare a temporary file beside it: %s", o->flag, o->path, strerror(errno));
   char msg[1024];
   if (da__npy_save(o->tmp, dt, ndim, shape, data, msg, sizeof msg) != DA_OK) {
     size_t n = strlen(o->tmp);

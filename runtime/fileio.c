@@ -63,6 +63,23 @@ unsigned da__output_mode(const char *path) {
   return 0666 & ~mask;
 }
 
+int da__output_tmp(const char *path, char *tmp, size_t cap) {
+  if (snprintf(tmp, cap, "%s.tmp-XXXXXX", path) >= (int)cap) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  const mode_t mode = (mode_t)da__output_mode(path);
+  int fd = mkstemp(tmp);
+  if (fd >= 0 && fchmod(fd, mode) != 0) {
+    const int e = errno;
+    close(fd);
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
 int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
   char tmp[4500];
   if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) {

@@ -18,6 +18,12 @@ DA_HIDDEN int da__write_file_atomic(const char *path, const void *data, size_t l
  * 0666 less the process umask (read without changing it: umask(2) would race threads). */
 DA_HIDDEN unsigned da__output_mode(const char *path);
 
+/* A new empty file beside path, "<path>.tmp-XXXXXX" (its name into tmp), with the
+ * permission bits path is to have (da__output_mode: mkstemp's are 0600): its descriptor,
+ * or -1 with errno set and nothing left behind. The caller writes it and renames it over
+ * path (or unlinks it). */
+DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
+
 /* mkdir -p: path and its missing parents (mode for those made). 0 when path is a folder
  * then, -1 with errno set. */
 DA_HIDDEN int da__mkdir_p(const char *path, unsigned mode);

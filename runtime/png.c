@@ -40,9 +40,7 @@ int da__png_write(const char *path, int w, int h, const unsigned char *rgb) {
   }
   int ok = compress2(z, &zlen, raw, (uLong)raw_len, 6) == Z_OK;
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
-  int fd = ok ? mkstemp(tmp) : -1;
-  if (fd >= 0) fchmod(fd, (mode_t)da__output_mode(path)); /* mkstemp's 0600 otherwise */
+  int fd = ok ? da__output_tmp(path, tmp, sizeof tmp) : -1;
   FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
   if (f) {
     static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};

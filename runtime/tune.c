@@ -472,8 +472,7 @@ int da__cmd_tune(int argc, char **argv) {
       bad = 1;
     } else { /* a file can be made beside it: found now, not after the sweep and the merge */
       char probe[4300];
-      snprintf(probe, sizeof probe, "%s.tmp-XXXXXX", outs[i]);
-      int fd = mkstemp(probe);
+      int fd = da__output_tmp(outs[i], probe, sizeof probe);
       if (fd < 0) {
         fprintf(stderr, "dilattn: error: tune: %s %s: cannot write into %s: %s\n", flags[i], outs[i], dir,
                 strerror(errno));
@@ -514,9 +513,7 @@ int da__cmd_tune(int argc, char **argv) {
   FILE *csv = NULL;
   char tmp[4300];
   if (csv_path) {
-    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", csv_path);
-    int fd = mkstemp(tmp);
-    if (fd >= 0) fchmod(fd, (mode_t)da__output_mode(csv_path)); /* mkstemp's 0600 otherwise */
+    int fd = da__output_tmp(csv_path, tmp, sizeof tmp);
     csv = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!csv) {
       fprintf(stderr, "dilattn: error: -o %s: %s\n", csv_path, strerror(errno));
