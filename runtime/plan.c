@@ -440,12 +440,16 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   if (st == DA_OK && !hit && untuned && tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
     opts = &tuned, from_tuning = 1;
   int sync_fallback = 0;
-defaults:
-  if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) {
-    opts = da__default_mma(opts, env_mma, da__cuda_wgmma_device_serves(ctx, spec),
-                           spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE, &eff,
-                           &sync_fallback);
-  }
+  const int serves = be == DA_BACKEND_CUDA && st == DA_OK && !hit && da__cuda_wgmma_device_serves(ctx, spec);
+  const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
+  if (st == DA_OK && !hit && be == DA_BACKEND_CUDA)
+    opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
+  /* Build, and where that fails softly, the fallbacks in turn: the default instruction
+   * refused the caller's tunables, its kernel did not compile, or JIT is off and no bundle
+   * or disk cache holds it: mma.sync, what such options always had (and what a bundle or
+   * cache made for them holds); then a tuning record's options that fail so (or that the
+   * planner refuses: a database edited by hand, written by another planner, or tuned where
+   * the kernels were then not shipped): the caller's own, the database being advice. */
   for (;;) {
     if (st == DA_OK && hit) {
       p->r = &hit->r;
@@ -459,36 +463,26 @@ defaults:
       }
     }
     if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
-    /* the default instruction refused the caller's tunables, its kernel did not compile, or
-     * JIT is off and no bundle or disk cache holds it: mma.sync, what such options always
-     * had (and what a bundle or cache made for them holds) */
-    if (st == DA_OK || !sync_fallback ||
-        (st != DA_ERR_INVALID_ARGUMENT && st != DA_ERR_COMPILE && !(st == DA_ERR_UNSUPPORTED && da__jit_disabled())))
-      break;
-    da__log(DA_LOG_INFO, "plan: %s with tile_q %d, tile_k %d, fused_min_queries %d: %s; mma.sync instead",
-            da__cuda_mma_name(opts->cuda_mma), opts->tile_q, opts->tile_k, opts->fused_min_queries,
-            da_context_last_error(ctx));
+    const int soft =
+        st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || (st == DA_ERR_UNSUPPORTED && da__jit_disabled());
+    if (st == DA_OK || !((soft && sync_fallback) || ((soft || st == DA_ERR_GENERATOR) && from_tuning))) break;
+    if (soft && sync_fallback) {
+      da__log(DA_LOG_INFO, "plan: %s with tile_q %d, tile_k %d, fused_min_queries %d: %s; mma.sync instead",
+              da__cuda_mma_name(opts->cuda_mma), opts->tile_q, opts->tile_k, opts->fused_min_queries,
+              da_context_last_error(ctx));
+      eff.cuda_mma = 0;
+      sync_fallback = 0;
+    } else {
+      da__log(DA_LOG_WARN, "plan: the tuning database's tile_q %d, tile_k %d, fused_min_queries %d, cuda_mma %d for "
+              "this spec failed (%s); the planner's defaults instead",
+              tuned.tile_q, tuned.tile_k, tuned.fused_min_queries, tuned.cuda_mma, da_context_last_error(ctx));
+      from_tuning = 0;
+      opts = asked;
+      if (be == DA_BACKEND_CUDA) opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
+    }
     plan_unbuild(p);
-    eff.cuda_mma = 0;
-    sync_fallback = 0;
     st = DA_OK;
     da__clear_error(ctx);
-  }
-  /* a tuning record whose options the planner refuses, that do not compile, or (JIT off)
-   * whose kernel no bundle or cache holds (a database edited by hand, written by another
-   * version of the planner, or tuned where the kernels were then not shipped): advice, not
-   * a failure */
-  if (from_tuning && (st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || st == DA_ERR_GENERATOR ||
-                      (st == DA_ERR_UNSUPPORTED && da__jit_disabled()))) {
-    da__log(DA_LOG_WARN, "plan: the tuning database's tile_q %d, tile_k %d, fused_min_queries %d, cuda_mma %d for this "
-            "spec failed (%s); the planner's defaults instead",
-            tuned.tile_q, tuned.tile_k, tuned.fused_min_queries, tuned.cuda_mma, da_context_last_error(ctx));
-    plan_unbuild(p);
-    from_tuning = 0;
-    opts = asked;
-    st = DA_OK;
-    da__clear_error(ctx);
-    goto defaults;
   }
   if (st == DA_OK && use_memo && !hit) {
     /* remember: the rendered facts move into the memo (first writer wins) */
