@@ -384,17 +384,6 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   return DA_OK;
 }
 
-/* What a failed attempt at building p left (its kernel, its rendered source), so another
- * set of options can be tried: da_plan_create_ex's fallbacks. */
-static void plan_unbuild(da_plan *p) {
-  da__cuda_plan_destroy(p->cuda);
-  p->cuda = NULL;
-  da__rendered_free(&p->own);
-  memset(&p->own, 0, sizeof p->own);
-  p->r = NULL;
-  p->host = NULL; /* (the kernel cache's: not freed here) */
-}
-
 da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                             const da_plan_options *opts, da_plan **out) {
   DA_RETURN_IF(!ctx || !spec || !out, DA_ERR_INVALID_ARGUMENT, "ctx, spec and out must not be NULL");
@@ -480,7 +469,12 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
       opts = asked;
       if (be == DA_BACKEND_CUDA) opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
     }
-    plan_unbuild(p);
+    da__cuda_plan_destroy(p->cuda); /* what the failed attempt built */
+    p->cuda = NULL;
+    da__rendered_free(&p->own);
+    memset(&p->own, 0, sizeof p->own);
+    p->r = NULL;
+    p->host = NULL; /* (the kernel cache's) */
     st = DA_OK;
     da__clear_error(ctx);
   }
