@@ -42,10 +42,12 @@ int da__host_cc_found(char *why, size_t why_cap) {
   prog[n] = '\0';
   if (strchr(prog, '/')) {
     struct stat st;
-    if (stat(prog, &st) == 0 && S_ISREG(st.st_mode) && access(prog, X_OK) == 0) return 1;
-    if (why && why_cap)
-      snprintf(why, why_cap, "the C compiler %s (CC) cannot be run: %s", prog,
-               stat(prog, &st) == 0 && !S_ISREG(st.st_mode) ? "not a regular file" : strerror(errno ? errno : EACCES));
+    const char *bad = stat(prog, &st) != 0      ? strerror(errno)
+                      : !S_ISREG(st.st_mode)    ? "not a regular file"
+                      : access(prog, X_OK) != 0 ? strerror(errno)
+                                                : NULL;
+    if (!bad) return 1;
+    if (why && why_cap) snprintf(why, why_cap, "the C compiler %s (CC) cannot be run: %s", prog, bad);
     return 0;
   }
   const char *path = getenv("PATH");
