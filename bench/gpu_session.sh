@@ -57,6 +57,21 @@ step() {
   if [ "$left" -lt "$lim" ]; then echo "== skipped (${left} s left, needs ${lim}): $*" | tee -a "$out/session.log"; return; fi
   run timeout -k 10 "$lim" "$@" # (-k: a CUDA process that ignores TERM is killed 10 s later)
 }
+# where_time_goes.py for "CONFIG [--causal]" into WHERE (a command): each branch alone beside
+# the whole plan, SDPA under each backend PyTorch has
+where() {
+  set -- $1
+  WHERE=(python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs "$@" --out "$out/where_$1${2:+_causal}.json")
+}
+# ncu (Firecracker machines only; --clock-control none, METHOD.md): every kernel of the
+# causal plans and of SDPA on the same N, once each after a warm-up; first the metric names
+# this ncu has for the tensor pipes, so a later call can ask for them by name
+ncu_metrics() { timeout 30 ncu --query-metrics 2>/dev/null | grep -i -E 'tensor|gmma' > "$out/ncu_metrics.txt"; }
+NCU=(ncu --clock-control none --profile-from-start off --section SpeedOfLight
+  --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats
+  --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details
+  --log-file "$out/ncu.csv" python3 bench/where_time_goes.py --lib $B/libdilattn.so --mode ncu
+  --configs longnet5,longnet2 --causal)
 if [ "$phase" = first ]; then
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   run $B/dilattn info
@@ -71,8 +86,8 @@ if [ "$phase" = first ]; then
   step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
     --tiles 0x0@lib,0x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/first_causal.json"
   # 3. where the causal LongNet 5-branch time goes: each branch alone, SDPA per backend
-  step 90 python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs longnet5 --causal \
-    --out "$out/where_longnet5_causal.json"
+  where "longnet5 --causal"
+  step 90 "${WHERE[@]}"
   # 4. the default kernels on the hardware's own checks, then sizes never run
   step 120 $B/tests/test_gpu "$golden" wgmma-ws
   step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" golden
@@ -88,15 +103,11 @@ if [ "$phase" = second ]; then
   step 60 $B/tests/test_gpu "$golden" large
   step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
   for c in "longnet2 --causal" "longnet5"; do
-    set -- $c
-    step 90 python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs $c --out "$out/where_$1${2:+_causal}.json"
+    where "$c"
+    step 90 "${WHERE[@]}"
   done
-  timeout 30 ncu --query-metrics 2>/dev/null | grep -i -E 'tensor|gmma' > "$out/ncu_metrics.txt"
-  step 200 ncu --clock-control none --profile-from-start off --section SpeedOfLight \
-    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
-    --log-file "$out/ncu.csv" python3 bench/where_time_goes.py --lib $B/libdilattn.so --mode ncu \
-    --configs longnet5,longnet2 --causal
+  ncu_metrics
+  step 200 "${NCU[@]}"
   step 120 python3 bench/bench_gpu.py --lib $B/libdilattn.so --configs longnet5,longnet2,dense2048 --tiles 0x0@lib \
     --reps 5 --out "$out/bench_full.json" --plot "$out/bench_full.png"
   step 120 python3 bench/bench_gpu.py --lib $B/libdilattn.so --configs longnet5,longnet2 --causal --tiles 0x0@lib \
@@ -206,18 +217,11 @@ if [ "$phase" = profile ]; then
   # issue 3's open gaps (LongNet 5-branch, causal or not; causal LongNet 2-branch): the
   # branches one at a time against the whole plan, and which SDPA kernel we are compared with
   for c in "longnet5 --causal" "longnet2 --causal" "longnet5"; do
-    set -- $c
-    run timeout 120 python3 bench/where_time_goes.py --lib $B/libdilattn.so --configs $c --out "$out/where_$1${2:+_causal}.json"
+    where "$c"
+    run timeout 120 "${WHERE[@]}"
   done
-  # ncu (Firecracker machines only; --clock-control none, METHOD.md): every kernel of the
-  # causal plans and of SDPA on the same N, once each after a warm-up. The metric names
-  # this ncu has for the tensor pipes first, so a later call can ask for them by name
-  ncu --query-metrics 2>/dev/null | grep -i -E 'tensor|gmma' > "$out/ncu_metrics.txt"
-  run timeout 300 ncu --clock-control none --profile-from-start off --section SpeedOfLight \
-    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details \
-    --log-file "$out/ncu.csv" python3 bench/where_time_goes.py --lib $B/libdilattn.so --mode ncu \
-    --configs longnet5,longnet2 --causal
+  ncu_metrics
+  run timeout 300 "${NCU[@]}"
 fi
 if [ "$phase" = tune ] || [ "$phase" = all ]; then
   for c in longnet5_causal longnet5 longnet2_causal; do
