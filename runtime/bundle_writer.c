@@ -4,6 +4,7 @@
  *   NAME_bundle.c    the compiled artifacts as arrays + NAME_register(ctx)
  * Part of the CLI, not of the library. */
 #define _GNU_SOURCE
+#include "runtime/fileio.h"
 #include "runtime/bundle_writer.h"
 
 #include "gen/render.h"
@@ -38,12 +39,12 @@ static int finish_file(FILE *f, const char *tmp, const char *path, staged_t *st)
   return 0;
 }
 
+/* a bundle file's temp beside it, with the bits gen's other outputs get (da__output_mode) */
 static FILE *open_tmp(const char *path, char *tmp, size_t cap) {
-  snprintf(tmp, cap, "%s.tmp-XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) return NULL;
-  fchmod(fd, 0644);
-  return fdopen(fd, "w");
+  int fd = da__output_tmp(path, tmp, cap);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (fd >= 0 && !f) close(fd), unlink(tmp);
+  return f;
 }
 
 /* C identifier from a config's file name: "configs/long-net.json" -> "long_net". */
