@@ -112,7 +112,31 @@ static void test_templates(void) {
   TU_CHECK(render_text(ctx, t, 0, 0, &out) == DA_OK, "engine: %s", da_context_last_error(ctx));
   TU_CHECK(out && strcmp(out, "a 32 b\nx1\nx2\nend\n") == 0, "engine output: [%s]", out ? out : "(null)");
   free(out);
+  /* the layout rules, each with its exact output: a tag after text on its line is not
+   * alone; a statement alone with blanks around it (or at the text's end) leaves no line;
+   * "{" of C is text, so is a last "{"; quotes, backslashes and control bytes pass as they
+   * are; an empty template is empty */
+  static const char *const layout[][2] = {
+      {"int x; {% if true then %}y{% end %}\n", "int x; y\n"},
+      {"  {% local z = 7 %}  \nA{{ z }}\n  {% z = 8 %}", "A7\n"},
+      {"struct { int a; } s = {0}; {{ p.D }} {\n{", "struct { int a; } s = {0}; 32 {\n{"},
+      {"a \"q\" \\n \\\" \r\n\t{{ p.D }}\x01 '%q' %% {#c#}|", "a \"q\" \\n \\\" \r\n\t32\x01 '%q' %% |"},
+      {"{# one\ntwo #}\nx\n  {# alone #}  \ny", "x\ny"},
+      {"{{ p.D }}{{ p.D }}\n{% for i = 1, 3 do %}{{ i }},{% end %}\n", "3232\n1,2,3,\n"},
+      {"", ""},
+  };
+  for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
+    TU_CHECK(render_text(ctx, layout[i][0], 0, 0, &out) == DA_OK, "layout %zu: %s", i, da_context_last_error(ctx));
+    TU_CHECK(out && strcmp(out, layout[i][1]) == 0, "layout %zu: [%s], want [%s]", i, out ? out : "(null)",
+             layout[i][1]);
+    free(out);
+  }
   /* errors point at the template's own line */
+  expect_error(ctx, "a\n{% local z = 1 %}\nb {\n{# c\nd #}\n  {% if z then %}\n{{ nil }}{% end %}\n", DA_ERR_GENERATOR, "t.tpl:7:");
+  expect_error(ctx, "a\n\n{% local z = 1 %}{{ z }}\n{% if z then %} x {% end %}\n{% %}{{ nil }}", DA_ERR_GENERATOR,
+               "t.tpl:5:");
+  expect_error(ctx, "a\n{% local z = 1 %}\n  {% local y = 2 %}  \n{# c\nd #}\nb {{ z }}\n{% error('boom') %}\n", DA_ERR_GENERATOR,
+               "t.tpl:7: boom");
   expect_error(ctx, "line 1\nline 2\n{{ p.nope.deeper }}\n", DA_ERR_GENERATOR, "t.tpl:3:");
   expect_error(ctx, "1\n2\n3\n4\n{% if then %}\n", DA_ERR_GENERATOR, "t.tpl:5:");
   expect_error(ctx, "ok\n{{ nil }}\n", DA_ERR_GENERATOR, "t.tpl:2");
