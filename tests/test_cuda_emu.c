@@ -606,6 +606,82 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   TU_CHECK(da_emu_wgmma_count() > before, "the wgmma runs issued no wgmma");
 }
 
+/* The emulator itself: a launch that fails in one fiber while the others wait at a
+ * barrier, a divergent barrier, a deadlock, each reported with its reason; the fibers
+ * those launches leave behind never run again, and launches after them compute right
+ * (the fibers start afresh, their stacks reused). */
+typedef struct {
+  int *out;
+  int mode;
+} self_args;
+static void self_invoke(void *kernel, const void *args) {
+  ((void (*)(self_args))kernel)(*(const self_args *)args);
+}
+static const char SELF_SRC[] =
+    "#include \"../../templates/cuda/da_device.cuh\" /* da_emu.h under DA_EMULATE */\n"
+    "struct self_args { int *out; int mode; };\n"
+    "extern \"C\" __global__ void self_kernel(self_args a) {\n"
+    "  __shared__ int acc[4];\n"
+    "  const int t = threadIdx.x, lane = t % 32;\n"
+    "  if (t < 4) acc[t] = 0;\n"
+    "  __syncthreads();\n"
+    "  if (a.mode == 1 && t == 77) __syncwarp(1u);          /* names lane 0 only: fails */\n"
+    "  if (a.mode == 2 && t == 5) { __syncthreads_or(1); return; } /* another barrier kind */\n"
+    "  if (a.mode == 3) {                    /* warp 0 but lane 1 waits for lane 1, which waits */\n"
+    "    if (t < 32 && t != 1) __syncwarp(); /* in __syncthreads for them */\n"
+    "    else __syncthreads();\n"
+    "  }\n"
+    "  float v = (float)t;\n"
+    "  for (int m = 1; m < 32; m <<= 1) v += __shfl_xor_sync(0xffffffffu, v, m);\n"
+    "  __syncthreads();\n"
+    "  if (lane == 0) acc[t / 32] = (int)v;\n"
+    "  __syncthreads();\n"
+    "  a.out[blockIdx.x * blockDim.x + t] = acc[t / 32] * 1000 + t + (int)blockIdx.x * 7;\n"
+    "}\n";
+static void test_emu_self(const char *include_dir) {
+  char dir[] = "/tmp/dilattn-emuself-XXXXXX";
+  if (!mkdtemp(dir)) {
+    TU_CHECK(0, "mkdtemp");
+    return;
+  }
+  char so[512], err[4096];
+  void *lib = NULL, *fn = NULL;
+  int ok = da_emu_compile(SELF_SRC, dir, "self", include_dir, so, sizeof so, err, sizeof err) == 0 &&
+           (lib = dlopen(so, RTLD_NOW | RTLD_LOCAL)) && (fn = dlsym(lib, "self_kernel"));
+  TU_CHECK(ok, "emulator self-check: build: %s", err);
+  if (!ok) return;
+  enum { T = 128, G = 3 };
+  static int out[G * T];
+  static const char *const want[4] = {NULL, "thread 77: __syncwarp with mask 0x00000001 that does not name lane 13",
+                                            "while other threads wait", "deadlock"};
+  for (int round = 0; round < 3; round++)
+    for (int mode = 0; mode < 4; mode++) {
+      da_emu_reset_buffers();
+      da_emu_register_buffer(out, sizeof out, 1);
+      memset(out, 0xff, sizeof out);
+      self_args a = {out, mode};
+      err[0] = '\0';
+      const int rc = da_emu_launch(self_invoke, fn, &a, G, 1, 1, T, 0, 31 + (unsigned)(4 * round + mode), err, sizeof err);
+      if (!want[mode]) {
+        int bad = -1;
+        for (int i = 0; i < G * T && bad < 0; i++) { /* a warp's lanes sum to 32 * 32w + 496 */
+          const int b = i / T, t = i % T, w = t / 32;
+          if (out[i] != (1024 * w + 496) * 1000 + t + 7 * b) bad = i;
+        }
+        TU_CHECK(rc == 0 && bad < 0, "emulator self-check round %d: rc %d (%s), first wrong output %d", round, rc, err,
+                 bad);
+      } else {
+        TU_CHECK(rc != 0 && strstr(err, want[mode]), "emulator self-check mode %d: rc %d, '%s' lacks '%s'", mode, rc,
+                 err, want[mode]);
+      }
+    }
+  printf("emulator self-check: failures and a deadlock reported, launches after them right\n");
+  dlclose(lib);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  TU_CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|idle-wgs|runs|all|wgmma-random|wgmma-ws-random] [FIRST COUNT]\n");
@@ -617,7 +693,10 @@ int main(int argc, char **argv) {
   da_context *ctx;
   da_context_create(&ctx);
   int all = !strcmp(which, "all");
-  if (all || !strcmp(which, "golden")) bs_golden(ctx, argv[2], "cuda-emu", run_emu, NULL);
+  if (all || !strcmp(which, "golden")) {
+    test_emu_self(argv[1]);
+    bs_golden(ctx, argv[2], "cuda-emu", run_emu, NULL);
+  }
   if (all || !strcmp(which, "edge")) {
     test_edge(ctx, run_emu, NULL);
     test_unaligned(ctx, NULL);

@@ -32,6 +32,28 @@ void da_emu_plan_done(int remove) {
 
 static int launches;
 
+/* The kernels this process has compiled, by cache key (the file's name: the key is a
+ * hash of the source, so a key seen before is the same module, compiled already). A
+ * suite renders some specs more than once (a fifth of the wgmma-ws part's compiles). */
+static char (*compiled)[65];
+static size_t n_compiled, cap_compiled;
+
+static int was_compiled(const char *key) {
+  for (size_t i = 0; i < n_compiled; i++)
+    if (!strcmp(compiled[i], key)) return 1;
+  return 0;
+}
+
+static void note_compiled(const char *key) {
+  if (n_compiled == cap_compiled) {
+    size_t cap = cap_compiled ? 2 * cap_compiled : 64;
+    char(*p)[65] = realloc(compiled, cap * sizeof *compiled);
+    if (!p) return; /* then it compiles again next time */
+    compiled = p, cap_compiled = cap;
+  }
+  snprintf(compiled[n_compiled++], 65, "%s", key);
+}
+
 int da_emu_plan_launches(void) { return launches; }
 
 typedef struct {
@@ -62,9 +84,13 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
   da_status st = DA_OK;
   void *lib = NULL, *ws = NULL;
   const unsigned char *mask_table[DA_MAX_BRANCHES];
-  if (da_emu_compile(r.source, work_dir, r.key, include_dir, so, sizeof so, err, sizeof err)) {
+  if (was_compiled(r.key)) {
+    snprintf(so, sizeof so, "%s/%s.so", work_dir, r.key);
+  } else if (da_emu_compile(r.source, work_dir, r.key, include_dir, so, sizeof so, err, sizeof err)) {
     st = da__set_error(ctx, DA_ERR_COMPILE, "%s: %s", r.kernel_name, err);
     goto out;
+  } else {
+    note_compiled(r.key);
   }
   lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {

@@ -4,7 +4,13 @@
  * collective: computes every lane's result with the PTX references of da_device.cuh)
  * and the others resume on a later round. Between barriers fibers are resumed in a
  * seeded random order. A round in which no fiber can move is a deadlock, reported with
- * what each fiber waits for. */
+ * what each fiber waits for.
+ * A fiber starts on its own stack through makecontext / setcontext; after that the
+ * scheduler and the fibers switch with _setjmp / _longjmp, which leave the signal mask
+ * alone: swapcontext saves and restores it with a system call at every switch, a third of
+ * the emulator's time. Under AddressSanitizer (which must be told of every stack switch)
+ * every switch stays swapcontext. */
+#undef _FORTIFY_SOURCE /* its __longjmp_chk refuses a jump to another stack: a fiber's */
 #include "emu_runtime.h"
 
 #include <stdarg.h>
@@ -12,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
@@ -27,6 +34,17 @@
 extern "C" {
 da_emu_thread *da_emu_cur;
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+#define DA_EMU_UCONTEXT_SWITCH 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DA_EMU_UCONTEXT_SWITCH 1
+#endif
+#endif
+#ifndef DA_EMU_UCONTEXT_SWITCH
+#define DA_EMU_UCONTEXT_SWITCH 0
+#endif
 
 namespace {
 
@@ -54,7 +72,9 @@ struct Copy {
 
 struct Fiber {
   da_emu_thread t;
-  ucontext_t ctx;
+  ucontext_t ctx; /* where it starts */
+  jmp_buf jb;     /* where it resumes, once started */
+  bool started = false;
   void *stack = nullptr;
   int state = DONE;
   const unsigned *wait_gen = nullptr;
@@ -131,6 +151,7 @@ struct Range {
 };
 
 ucontext_t sched;
+jmp_buf sched_jb;
 std::vector<Fiber> fibers;
 Barrier block_bar, warp_bar[32], wg_bar[8];
 std::map<const void *, MBar> mbars; /* by address; per block */
@@ -168,6 +189,36 @@ uint64_t next_rand() {
 
 int self_id() { return (int)(cur - fibers.data()); }
 
+/* The running fiber (cur) gives the CPU back to the scheduler (run_fiber returns); it
+ * resumes here when the scheduler next runs it (a fiber that is DONE never does). */
+bool on_fiber;
+void to_sched() {
+  if (!on_fiber) abort(); /* the scheduler has no one to give the CPU to */
+#if DA_EMU_UCONTEXT_SWITCH
+  swapcontext(&cur->ctx, &sched);
+#else
+  if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1);
+#endif
+}
+
+/* The scheduler runs fiber f (cur) until it gives the CPU back. Not inlined: the jump back
+ * lands in this frame, which stays live while f runs, and no local of the scheduler's loop
+ * lives across a setjmp. */
+__attribute__((noinline)) void run_fiber(Fiber &f) {
+  on_fiber = true;
+#if DA_EMU_UCONTEXT_SWITCH
+  swapcontext(&sched, &f.ctx);
+#else
+  if (!_setjmp(sched_jb)) {
+    if (f.started) _longjmp(f.jb, 1);
+    f.started = true;
+    setcontext(&f.ctx); /* its first run: onto its own stack, at fiber_main */
+  }
+#endif
+  on_fiber = false;
+}
+
+
 [[noreturn]] void fail(const char *fmt, ...) {
   char buf[1024];
   va_list ap;
@@ -180,7 +231,7 @@ int self_id() { return (int)(cur - fibers.data()); }
     error = std::string(who) + buf;
   }
   cur->state = DONE;
-  swapcontext(&cur->ctx, &sched); /* never resumed */
+  to_sched(); /* never resumed */
   abort();
 }
 
@@ -189,7 +240,7 @@ void wait_gen(const unsigned *gen, int op) {
   cur->wait_gen = gen;
   cur->wait_val = *gen;
   cur->wait_op = op;
-  swapcontext(&cur->ctx, &sched);
+  to_sched();
 }
 void wait_on(Barrier &b, int op) { wait_gen(&b.gen, op); }
 
@@ -550,6 +601,9 @@ void fiber_main() {
   Fiber *lanes = &fibers[(size_t)(id / 32) * 32];
   for (int l = 0; l < 32; l++)
     if (lanes[l].sw_mask) try_complete_syncwarp(id / 32, lanes[l].sw_mask);
+  to_sched(); /* DONE: never resumed (no return through uc_link: sched holds no context
+               * when the switches are jumps) */
+  abort();
 }
 
 std::string describe_deadlock() {
@@ -628,6 +682,7 @@ int run_block(dim3 bid, dim3 grid) {
     f.ctx.uc_stack.ss_size = STACK;
     f.ctx.uc_link = &sched;
     makecontext(&f.ctx, fiber_main, 0);
+    f.started = false;
   }
   std::vector<int> order((size_t)nthreads);
   for (int i = 0; i < nthreads; i++) order[(size_t)i] = i;
@@ -641,7 +696,7 @@ int run_block(dim3 bid, dim3 grid) {
       f.state = READY;
       cur = &f;
       da_emu_cur = &f.t;
-      swapcontext(&sched, &f.ctx);
+      run_fiber(f);
       moved = 1;
       if (!error.empty()) return -1;
     }
