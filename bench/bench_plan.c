@@ -5,7 +5,13 @@
  * median with min and max over repetitions, validated first (the plan runs and its
  * output is finite). Prints one JSON object per measurement and a summary against the
  * targets (render < 5 ms, NVRTC cold < 0.5 s per kernel, disk < 5 ms, memory < 2 us).
- * Run: build/bench/bench_plan [--out FILE.json]   (uses a fresh DILATTN_CACHE_DIR) */
+ * Run: build/bench/bench_plan [--out FILE.json] [--base-templates DIR]   (uses a fresh
+ * DILATTN_CACHE_DIR). --base-templates: the renders are timed beside the same renders
+ * from a baseline's templates and generator modules (DIR as DILATTN_TEMPLATE_DIR takes
+ * them: DIR/<target>/..., DIR/lua/<module>.lua), interleaved in this process, each reported with
+ * its ratio to the baseline:
+ *   mkdir B && git archive REV templates gen/lua | tar -x -C B && mv B/gen/lua B/lua
+ *   && cp -r B/templates/. B/ */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -89,9 +95,16 @@ static int validate(da_context *ctx, da_plan *p, const da_spec *s) {
 }
 
 int main(int argc, char **argv) {
-  const char *out_path = NULL;
-  for (int i = 1; i < argc; i++)
+  const char *out_path = NULL, *base = NULL;
+  for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    else if (!strcmp(argv[i], "--base-templates") && i + 1 < argc) base = argv[++i];
+    else {
+      fprintf(stderr, "usage: bench_plan [--out FILE.json] [--base-templates DIR]\n");
+      return 2;
+    }
+  }
+  const char *own_dir = getenv("DILATTN_TEMPLATE_DIR"); /* the templates timed: these, or the embedded ones */
   char dir[] = "/tmp/dilattn-bench-XXXXXX";
   if (!mkdtemp(dir)) return 1;
   setenv("DILATTN_CACHE_DIR", dir, 1);
@@ -103,18 +116,40 @@ int main(int argc, char **argv) {
   da_context_create(&ctx);
   double v[20000];
 
-  /* render */
+  /* render; with a baseline, each rep renders from both, alternately */
   for (int tgt = 0; tgt < 2; tgt++) {
     da_spec s = longnet(0);
-    for (int i = 0; i < 30; i++) {
-      da__rendered r;
-      double t0 = now_us();
-      if (da__render_ex(ctx, &s, tgt ? DA_TARGET_CUDA : DA_TARGET_HOST, NULL, &r) != DA_OK) return 1;
-      v[i] = (now_us() - t0) / 1e3;
-      da__rendered_free(&r);
+    double vb[30];
+    for (int i = 0; i < 30; i++)
+      for (int side = 0; side < (base ? 2 : 1); side++) {
+        if (side) setenv("DILATTN_TEMPLATE_DIR", base, 1);
+        else if (own_dir) setenv("DILATTN_TEMPLATE_DIR", own_dir, 1);
+        else unsetenv("DILATTN_TEMPLATE_DIR");
+        da__rendered r;
+        double t0 = now_us();
+        if (da__render_ex(ctx, &s, tgt ? DA_TARGET_CUDA : DA_TARGET_HOST, NULL, &r) != DA_OK) {
+          fprintf(stderr, "render%s: %s\n", side ? " (baseline)" : "", da_context_last_error(ctx));
+          return 1;
+        }
+        (side ? vb : v)[i] = (now_us() - t0) / 1e3;
+        da__rendered_free(&r);
+      }
+    const char *name = tgt ? "render_cuda" : "render_host";
+    const stat_t own = stats(v, 30);
+    if (!base) {
+      report(name, "ms", own, 5, "LongNet 5 branches, D=64, fp16, causal");
+      continue;
     }
-    report(tgt ? "render_cuda" : "render_host", "ms", stats(v, 30), 5, "LongNet 5 branches, D=64, fp16, causal");
+    const stat_t b = stats(vb, 30);
+    char note[300], bname[40];
+    snprintf(note, sizeof note, "LongNet 5 branches, D=64, fp16, causal; %.2fx the baseline's %.3g ms (interleaved)",
+             b.median / own.median, b.median);
+    report(name, "ms", own, 5, note);
+    snprintf(bname, sizeof bname, "%s_baseline", name);
+    report(bname, "ms", b, 5, "the same renders from --base-templates");
   }
+  if (own_dir) setenv("DILATTN_TEMPLATE_DIR", own_dir, 1);
+  else unsetenv("DILATTN_TEMPLATE_DIR");
 
   /* cold host plan: distinct specs, fresh cache */
   for (int i = 0; i < 6; i++) {
