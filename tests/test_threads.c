@@ -3,13 +3,22 @@
  * reference (CTest runs this binary built with ThreadSanitizer too: test_threads_tsan);
  * da_plan_preload compiles in parallel with progress reports, returns every plan, and
  * stops early when the progress callback cancels.
- * Run: build/tests/test_threads   (ctest -R threads) */
+ * Given the fake CUDA driver (tests/fake_cuda.c), the same on the CUDA backend: 4 threads
+ * create plans of overlapping fp16 specs (warp-specialized fused and split, a sparse
+ * layout's device tables, mma.sync) on one context and execute them at once, each on a
+ * stream of its own, with the workspace from the context's device pool. NVRTC compiles for
+ * real; the fake runs no kernel, so what is checked is that every call succeeds and,
+ * under ThreadSanitizer, that the backend's shared state (device setup, module cache,
+ * pool, pattern cache) is touched without a race.
+ * Run: build/tests/test_threads [build/tests/libfake_cuda.so]   (ctest -R threads) */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reference.h"
+#include "runtime/nvrtc.h"
 #include "test_util.h"
 
 #define NSPEC 5
@@ -93,7 +102,96 @@ static int on_progress(void *user, int done, int total, int index, da_status st)
   return p->cancel_after && done >= p->cancel_after;
 }
 
-int main(void) {
+#define NCUDA 4
+static da_spec cuda_specs[NCUDA];
+
+static void make_cuda_specs(double tag) {
+  for (int i = 0; i < NCUDA; i++) {
+    da_spec *s = &cuda_specs[i];
+    da_spec_init(s);
+    s->num_branches = 2;
+    s->segment_lengths[0] = 128;
+    s->segment_lengths[1] = 256;
+    s->dilation_rates[0] = 1;
+    s->dilation_rates[1] = 2;
+    s->num_heads = 4;
+    s->num_kv_heads = 2;
+    s->head_dim = 64;
+    s->dtype = DA_DTYPE_FLOAT16;
+    s->has_scale = 1;
+    s->scale = tag + 0.01 * i; /* distinct kernels per test run */
+  }
+  cuda_specs[0].segment_lengths[0] = 2048; /* fused: a tile holds 1024 / 2 queries */
+  cuda_specs[0].segment_lengths[1] = 4096;
+  cuda_specs[1].causal = 1; /* split: workspace from the pool */
+  cuda_specs[1].segment_lengths[1] = 512;
+  cuda_specs[1].dilation_rates[1] = 4;
+  cuda_specs[2].sparsity.layout = DA_LAYOUT_LOCAL_WINDOW; /* block tables on the device */
+  cuda_specs[2].sparsity.block = 16;
+  cuda_specs[2].sparsity.window = 1;
+  cuda_specs[3].head_dim = 32; /* mma.sync */
+}
+
+static void *cuda_thread_main(void *arg) {
+  targ_t *t = arg;
+  t->ok = 1;
+  const int64_t B = 1 + t->id % 2, N = 700 + 64 * t->id, H = 4, D = 64;
+  const size_t nq = (size_t)(B * N * H * D), nk = nq / 2; /* fp16 elements; D 32 uses less */
+  uint16_t *q = calloc(nq, 2), *k = calloc(nk, 2), *v = calloc(nk, 2), *out = calloc(nq, 2);
+  float *lse = calloc((size_t)(B * H * N), sizeof(float));
+  void *stream = (void *)(uintptr_t)(0x5000 + 16 * t->id); /* the fake takes any handle */
+  for (int round = 0; round < 2 && t->ok && q && k && v && out && lse; round++)
+    for (int j = 0; j < NCUDA && t->ok; j++) {
+      const da_spec *s = &cuda_specs[(j + t->id) % NCUDA];
+      da_plan *p = NULL;
+      if (da_plan_create(shared_ctx, s, DA_BACKEND_CUDA, &p) != DA_OK) {
+        snprintf(t->err, sizeof t->err, "cuda plan %d: %s", (j + t->id) % NCUDA, da_context_last_error(shared_ctx));
+        t->ok = 0;
+        break;
+      }
+      da_args a;
+      da_args_init(&a, s, B, N, q, k, v, out, lse);
+      a.stream = stream;
+      if (da_plan_execute(p, &a) != DA_OK) {
+        snprintf(t->err, sizeof t->err, "cuda execute %d: %s", (j + t->id) % NCUDA, da_context_last_error(shared_ctx));
+        t->ok = 0;
+      }
+      da_plan_destroy(p);
+    }
+  if (!q || !k || !v || !out || !lse) snprintf(t->err, sizeof t->err, "out of memory"), t->ok = 0;
+  free(q), free(k), free(v), free(out), free(lse);
+  return NULL;
+}
+
+/* The CUDA part: driver the fake one (its path), NVRTC real. */
+static void test_cuda_threads(const char *fake_driver, double tag) {
+  setenv("DILATTN_CUDA_LIB", fake_driver, 1);
+  make_cuda_specs(tag);
+  TU_CHECK(da_context_create(&shared_ctx) == DA_OK, "context");
+  int maj, min; /* without NVRTC there is nothing to compile with (the driver's set-up, the
+                  * context's first CUDA plan, is left to the threads: they race for it) */
+  if (da__nvrtc_version(shared_ctx, &maj, &min) != DA_OK) {
+    printf("SKIP cuda threads: %s\n", da_context_last_error(shared_ctx));
+    da_context_destroy(shared_ctx);
+    unsetenv("DILATTN_CUDA_LIB");
+    return;
+  }
+  pthread_t th[4];
+  targ_t args[4];
+  for (int i = 0; i < 4; i++) {
+    args[i].id = i;
+    pthread_create(&th[i], NULL, cuda_thread_main, &args[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    TU_CHECK(args[i].ok, "cuda thread %d: %s", i, args[i].err);
+  }
+  printf("cuda threads: 4 x %d plans executed on one context\n", 2 * NCUDA);
+  da_context_destroy(shared_ctx);
+  unsetenv("DILATTN_CUDA_LIB");
+}
+
+int main(int argc, char **argv) {
   const char *tag = getenv("DILATTN_TEST_TAG"); /* lets the TSan build use fresh kernels */
   make_specs(tag ? atof(tag) : 0.5);
   da_context_create(&shared_ctx);
@@ -145,5 +243,6 @@ int main(void) {
   TU_CHECK(st == DA_ERR_INVALID_SPEC && strstr(da_context_last_error(ctx), "spec 1"), "bad spec: %s %s",
            da_status_name(st), da_context_last_error(ctx));
   da_context_destroy(ctx);
+  if (argc > 1) test_cuda_threads(argv[1], tag ? atof(tag) + 0.9 : 1.4);
   return tu_report();
 }
