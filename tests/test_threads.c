@@ -132,6 +132,8 @@ static void make_cuda_specs(double tag) {
   cuda_specs[3].head_dim = 32; /* mma.sync */
 }
 
+static da_plan *shared_plans[NCUDA]; /* set: the threads execute these, not their own */
+
 static void *cuda_thread_main(void *arg) {
   targ_t *t = arg;
   t->ok = 1;
@@ -143,8 +145,8 @@ static void *cuda_thread_main(void *arg) {
   for (int round = 0; round < 2 && t->ok && q && k && v && out && lse; round++)
     for (int j = 0; j < NCUDA && t->ok; j++) {
       const da_spec *s = &cuda_specs[(j + t->id) % NCUDA];
-      da_plan *p = NULL;
-      if (da_plan_create(shared_ctx, s, DA_BACKEND_CUDA, &p) != DA_OK) {
+      da_plan *p = shared_plans[(j + t->id) % NCUDA];
+      if (!p && da_plan_create(shared_ctx, s, DA_BACKEND_CUDA, &p) != DA_OK) {
         snprintf(t->err, sizeof t->err, "cuda plan %d: %s", (j + t->id) % NCUDA, da_context_last_error(shared_ctx));
         t->ok = 0;
         break;
@@ -156,7 +158,7 @@ static void *cuda_thread_main(void *arg) {
         snprintf(t->err, sizeof t->err, "cuda execute %d: %s", (j + t->id) % NCUDA, da_context_last_error(shared_ctx));
         t->ok = 0;
       }
-      da_plan_destroy(p);
+      if (!shared_plans[(j + t->id) % NCUDA]) da_plan_destroy(p);
     }
   if (!q || !k || !v || !out || !lse) snprintf(t->err, sizeof t->err, "out of memory"), t->ok = 0;
   free(q), free(k), free(v), free(out), free(lse);
@@ -186,7 +188,17 @@ static void test_cuda_threads(const char *fake_driver, double tag) {
     pthread_join(th[i], NULL);
     TU_CHECK(args[i].ok, "cuda thread %d: %s", i, args[i].err);
   }
-  printf("cuda threads: 4 x %d plans executed on one context\n", 2 * NCUDA);
+  /* then each plan made once and executed by all four threads at once */
+  for (int i = 0; i < NCUDA; i++)
+    TU_CHECK(da_plan_create(shared_ctx, &cuda_specs[i], DA_BACKEND_CUDA, &shared_plans[i]) == DA_OK, "shared plan %d: %s",
+             i, da_context_last_error(shared_ctx));
+  for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, cuda_thread_main, &args[i]);
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    TU_CHECK(args[i].ok, "cuda thread %d, shared plans: %s", i, args[i].err);
+  }
+  for (int i = 0; i < NCUDA; i++) da_plan_destroy(shared_plans[i]), shared_plans[i] = NULL;
+  printf("cuda threads: 4 x %d plans of their own, then 4 plans shared by all, executed on one context\n", 2 * NCUDA);
   da_context_destroy(shared_ctx);
   unsetenv("DILATTN_CUDA_LIB");
 }
