@@ -2,6 +2,7 @@
  * message naming field and value), the config JSON parser (unknown fields rejected) and
  * the canonical JSON that banners and cache keys hold. */
 #include "runtime/internal.h"
+#include "runtime/log.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -357,6 +358,10 @@ da_status da_spec_from_json(const char *text, size_t len, da_spec *out, char *ms
   if (!have_kv) s.num_kv_heads = s.num_heads;
   st = da_spec_validate(&s, msg, cap);
   if (st == DA_OK) *out = s;
+  /* valid, but not what a config that asks for it may expect (SEMANTICS: grouped mode takes
+   * no offsets field; group g's offset is g % r_g) */
+  if (st == DA_OK && s.mode == DA_MODE_GROUPED && s.offsets == DA_OFFSETS_BLOCK)
+    da__log(DA_LOG_WARN, "offsets \"block\" has no effect in grouped mode: group g takes offset g %% r_g");
 done:
   json_decref(root);
   return st;

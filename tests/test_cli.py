@@ -169,6 +169,12 @@ def test_gen_wgmma(tmp):
         rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma", "-o", d2)
         check(rc == 2 and "wgmma" in err and "head_dim 64 or 128" in err and not os.listdir(d2),
               f"gen --mma wgmma for {bad}: exit {rc}: {err}")
+    # grouped mode takes no offsets: "block" there is valid, generates, and says it does nothing
+    for offs, warned in (("block", True), ("mod", False)):
+        json.dump(dict(base, mode="grouped", offsets=offs), open(cfg, "w"))
+        rc, _, err = run("gen", cfg, "-o", d)
+        check(rc == 0 and ("no effect in grouped mode" in err) == warned,
+              f"gen, grouped with offsets {offs}: exit {rc}, want a warning: {warned}: {err}")
     # the warp-specialized variant takes sparse layouts too (their tile verdicts on named barriers)
     json.dump(dict(base, sparsity=dict(layout="local_window", block=8, window=1)), open(cfg, "w"))
     rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws", "-o", d2)
