@@ -84,7 +84,6 @@ struct da__cuda {
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*DeviceGetDefaultMemPool)(void **, CUdevice);
   CUresult (*MemPoolSetAttribute)(void *, int, void *);
-  int pool_ready;
 };
 
 static da__cuda g_cuda;
@@ -392,6 +391,19 @@ da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void
 /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuda.h: 4) */
 #define DA_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 
+/* The device's default memory pool keeps what it holds between executions (no release
+ * threshold). Set up once per process, with the primary context current (the caller's
+ * enter()): several threads' first executions used to race on a flag here. */
+static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
+static void pool_setup(void) {
+  da__cuda *c = &g_cuda;
+  if (!c->DeviceGetDefaultMemPool || !c->MemPoolSetAttribute) return;
+  void *pool = NULL;
+  uint64_t keep = UINT64_MAX; /* never give memory back between executions */
+  if (c->DeviceGetDefaultMemPool(&pool, c->device) == CUDA_SUCCESS)
+    c->MemPoolSetAttribute(pool, DA_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+}
+
 da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes, void *stream, void **dptr) {
   DA_RETURN_IF(!c || !dptr, DA_ERR_INVALID_ARGUMENT, "cuda: NULL argument to malloc");
   if (!c->MemAllocAsync || !c->MemFreeAsync) return da__cuda_malloc(ctx, c, bytes, dptr);
@@ -401,13 +413,7 @@ da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes
   }
   int pushed;
   DA_TRY(enter(ctx, c, &pushed));
-  if (!c->pool_ready && c->DeviceGetDefaultMemPool && c->MemPoolSetAttribute) {
-    void *pool = NULL;
-    uint64_t keep = UINT64_MAX; /* never give memory back between executions */
-    if (c->DeviceGetDefaultMemPool(&pool, c->device) == CUDA_SUCCESS)
-      c->MemPoolSetAttribute(pool, DA_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
-    c->pool_ready = 1;
-  }
+  pthread_once(&g_pool_once, pool_setup); /* once, by whichever thread allocates first */
   CUdeviceptr d = 0;
   CUresult r = c->MemAllocAsync(&d, bytes, (CUstream)stream);
   leave(c, pushed);

@@ -9,7 +9,7 @@
  *
  * Environment: FAKE_CUDA_CC (compute capability, default 90), FAKE_CUDA_SMS (132),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
- * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D"). */
+ * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P"). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
@@ -178,21 +178,20 @@ CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
 }
 
 static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                       unsigned smem, void **params, int dependent) {
+                       unsigned smem, void *stream, void **params, int dependent) {
   if (need_context()) return need_context();
   fake_func *f = fn;
   if (!f || !params || !gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
       (unsigned long long)bx * by * bz > 1024 || smem > (unsigned)f->max_dyn_smem)
     return INVALID_VALUE;
-  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d\n", f->name, gx, gy, gz, bx, by, bz, smem,
-           dependent);
+  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p\n", f->name, gx, gy, gz, bx, by, bz,
+           smem, dependent, stream);
   return OK;
 }
 CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, void *stream, void **params, void **extra) {
-  (void)stream;
   if (extra) return INVALID_VALUE;
-  return launch(fn, gx, gy, gz, bx, by, bz, smem, params, 0);
+  return launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, 0);
 }
 
 /* cuda.h's CUlaunchConfig and CUlaunchAttribute (64-byte value union) */
@@ -218,7 +217,7 @@ static CUresult launch_ex(const fake_config *c, void *fn, void **params, void **
   for (unsigned i = 0; i < c->nattrs; i++)
     if (c->attrs[i].id == 6 /* PROGRAMMATIC_STREAM_SERIALIZATION */)
       dependent = c->attrs[i].value.programmatic_stream_serialization_allowed;
-  return launch(fn, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem, params, dependent);
+  return launch(fn, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem, c->stream, params, dependent);
 }
 
 CUresult cuMemAlloc_v2(unsigned long long *d, size_t bytes) {

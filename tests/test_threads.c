@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "reference.h"
 #include "runtime/nvrtc.h"
@@ -119,7 +120,7 @@ static void make_cuda_specs(double tag) {
     s->head_dim = 64;
     s->dtype = DA_DTYPE_FLOAT16;
     s->has_scale = 1;
-    s->scale = tag + 0.01 * i; /* distinct kernels per test run */
+    s->scale = tag + 0.01 * i;
   }
   cuda_specs[0].segment_lengths[0] = 2048; /* fused: a tile holds 1024 / 2 queries */
   cuda_specs[0].segment_lengths[1] = 4096;
@@ -132,6 +133,8 @@ static void make_cuda_specs(double tag) {
   cuda_specs[3].head_dim = 32; /* mma.sync */
 }
 
+static void *thread_stream(int id) { return (void *)(uintptr_t)(0x5000 + 16 * id); } /* the fake takes any */
+
 static da_plan *shared_plans[NCUDA]; /* set: the threads execute these, not their own */
 
 static void *cuda_thread_main(void *arg) {
@@ -141,7 +144,7 @@ static void *cuda_thread_main(void *arg) {
   const size_t nq = (size_t)(B * N * H * D), nk = nq / 2; /* fp16 elements; D 32 uses less */
   uint16_t *q = calloc(nq, 2), *k = calloc(nk, 2), *v = calloc(nk, 2), *out = calloc(nq, 2);
   float *lse = calloc((size_t)(B * H * N), sizeof(float));
-  void *stream = (void *)(uintptr_t)(0x5000 + 16 * t->id); /* the fake takes any handle */
+  void *stream = thread_stream(t->id);
   for (int round = 0; round < 2 && t->ok && q && k && v && out && lse; round++)
     for (int j = 0; j < NCUDA && t->ok; j++) {
       const da_spec *s = &cuda_specs[(j + t->id) % NCUDA];
@@ -165,42 +168,85 @@ static void *cuda_thread_main(void *arg) {
   return NULL;
 }
 
-/* The CUDA part: driver the fake one (its path), NVRTC real. */
+/* Every launch in the fake driver's log (FAKE_CUDA_LOG) went on one of the threads'
+ * streams, and each thread's on its own: the same number each (they ran the same plans). */
+static void check_streams(const char *log) {
+  FILE *f = fopen(log, "r");
+  TU_CHECK(f != NULL, "no launch log %s", log);
+  if (!f) return;
+  int per[4] = {0}, other = 0;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    const char *at = strstr(line, " stream ");
+    void *sp = NULL;
+    if (!at || sscanf(at, " stream %p", &sp) != 1) {
+      other++;
+      continue;
+    }
+    int i = 0;
+    while (i < 4 && sp != thread_stream(i)) i++;
+    if (i < 4) per[i]++;
+    else other++;
+  }
+  fclose(f);
+  TU_CHECK(!other && per[0] > 0 && per[1] == per[0] && per[2] == per[0] && per[3] == per[0],
+           "launches by stream: %d %d %d %d, %d on no thread's stream", per[0], per[1], per[2], per[3], other);
+}
+
+/* The CUDA part: driver the fake one (its path), NVRTC real, into a cache of its own (a
+ * cache that already held the kernels would leave nothing to compile). */
 static void test_cuda_threads(const char *fake_driver, double tag) {
+  char dir[] = "/tmp/dilattn-threads-XXXXXX", log[64], cmd[128];
+  if (!mkdtemp(dir)) {
+    TU_CHECK(0, "mkdtemp");
+    return;
+  }
+  const char *old_cache = getenv("DILATTN_CACHE_DIR");
+  char *saved = old_cache ? strdup(old_cache) : NULL;
+  setenv("DILATTN_CACHE_DIR", dir, 1);
+  snprintf(log, sizeof log, "%s/launches.log", dir);
+  setenv("FAKE_CUDA_LOG", log, 1);
   setenv("DILATTN_CUDA_LIB", fake_driver, 1);
   make_cuda_specs(tag);
   TU_CHECK(da_context_create(&shared_ctx) == DA_OK, "context");
   int maj, min; /* without NVRTC there is nothing to compile with (the driver's set-up, the
                   * context's first CUDA plan, is left to the threads: they race for it) */
-  if (da__nvrtc_version(shared_ctx, &maj, &min) != DA_OK) {
-    printf("SKIP cuda threads: %s\n", da_context_last_error(shared_ctx));
-    da_context_destroy(shared_ctx);
-    unsetenv("DILATTN_CUDA_LIB");
-    return;
-  }
+  const int have_nvrtc = da__nvrtc_version(shared_ctx, &maj, &min) == DA_OK;
+  if (!have_nvrtc) printf("SKIP cuda threads: %s\n", da_context_last_error(shared_ctx));
   pthread_t th[4];
   targ_t args[4];
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 4 && have_nvrtc; i++) {
     args[i].id = i;
     pthread_create(&th[i], NULL, cuda_thread_main, &args[i]);
   }
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 4 && have_nvrtc; i++) {
     pthread_join(th[i], NULL);
     TU_CHECK(args[i].ok, "cuda thread %d: %s", i, args[i].err);
   }
+  if (have_nvrtc) check_streams(log);
+  unlink(log);
   /* then each plan made once and executed by all four threads at once */
-  for (int i = 0; i < NCUDA; i++)
+  for (int i = 0; i < NCUDA && have_nvrtc; i++)
     TU_CHECK(da_plan_create(shared_ctx, &cuda_specs[i], DA_BACKEND_CUDA, &shared_plans[i]) == DA_OK, "shared plan %d: %s",
              i, da_context_last_error(shared_ctx));
-  for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, cuda_thread_main, &args[i]);
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 4 && have_nvrtc; i++) pthread_create(&th[i], NULL, cuda_thread_main, &args[i]);
+  for (int i = 0; i < 4 && have_nvrtc; i++) {
     pthread_join(th[i], NULL);
     TU_CHECK(args[i].ok, "cuda thread %d, shared plans: %s", i, args[i].err);
   }
+  if (have_nvrtc) {
+    check_streams(log);
+    printf("cuda threads: 4 x %d plans of their own, then 4 plans shared by all, executed on one context\n", 2 * NCUDA);
+  }
   for (int i = 0; i < NCUDA; i++) da_plan_destroy(shared_plans[i]), shared_plans[i] = NULL;
-  printf("cuda threads: 4 x %d plans of their own, then 4 plans shared by all, executed on one context\n", 2 * NCUDA);
   da_context_destroy(shared_ctx);
   unsetenv("DILATTN_CUDA_LIB");
+  unsetenv("FAKE_CUDA_LOG");
+  if (saved) setenv("DILATTN_CACHE_DIR", saved, 1);
+  else unsetenv("DILATTN_CACHE_DIR");
+  free(saved);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  TU_CHECK(system(cmd) == 0, "%s", cmd);
 }
 
 int main(int argc, char **argv) {
