@@ -131,6 +131,21 @@ static void test_templates(void) {
              layout[i][1]);
     free(out);
   }
+  { /* many tags on one long line (then more lines) stay linear: each newline is found once
+     * and a tag looks back over blanks only (this took past the instruction budget) */
+    enum { NT = 20000 };
+    const char unit[] = "x{% do end %}";
+    char *big = malloc(sizeof unit * NT + 16);
+    if (big) {
+      for (int i = 0; i < NT; i++) memcpy(big + i * (sizeof unit - 1), unit, sizeof unit - 1);
+      strcpy(big + NT * (sizeof unit - 1), "\n{{ p.D }}\n");
+      TU_CHECK(render_text(ctx, big, 0, 0, &out) == DA_OK, "long line of tags: %s", da_context_last_error(ctx));
+      TU_CHECK(out && strlen(out) == NT + 4 && !strcmp(out + NT, "\n32\n"), "long line of tags: %.40s...",
+               out ? out : "(null)");
+      free(out);
+      free(big);
+    }
+  }
   /* errors point at the template's own line */
   expect_error(ctx, "a\n{% local z = 1 %}\nb {\n{# c\nd #}\n  {% if z then %}\n{{ nil }}{% end %}\n", DA_ERR_GENERATOR, "t.tpl:7:");
   expect_error(ctx, "a\n\n{% local z = 1 %}{{ z }}\n{% if z then %} x {% end %}\n{% %}{{ nil }}", DA_ERR_GENERATOR,

@@ -19,34 +19,34 @@ local function to_text(v, where)
   error(string.format("%s: expression is %s, not text", where, t), 3)
 end
 
--- Newlines in text[a..b], found by plain search (no substring is made).
-local function count_newlines(text, a, b)
-  local n = 0
-  local i = text:find("\n", a, true)
-  while i and i <= b do
-    n = n + 1
-    i = text:find("\n", i + 1, true)
-  end
-  return n
-end
-
 local CLOSE = { [123] = "}}", [37] = "%}", [35] = "#}" } -- after "{": "{", "%", "#"
+local BLANK = { [32] = true, [9] = true }                   -- " ", "\t"
 
 -- Compile template text into Lua source. Returns the source and the table of its literal
 -- texts: the chunk puts literal k as _L[k] (passed in, not written into the code as a
 -- quoted string: 86 KB of kernel text would be quoted, then lexed back, every render),
 -- followed by as many newlines as it holds, so the chunk keeps the template's layout.
--- The search is plain (every "{" looked at, no pattern): a pattern search tries a match
--- at each byte of the text.
+-- Every search is plain and looks at each byte once or a few times: every "{" is looked
+-- at (a pattern search tried a match at each byte), each newline is found once by a
+-- cursor that only moves forward, and a tag looks back over blanks only.
 function M.translate(text, chunkname)
   local code = { "local _put, _s, _L = ...; " }
   local lits = {}
   local pos, line = 1, 1
   local n = #text
-  local function put_literal(a, b) -- text[a..b], if not empty
+  local nl_next = text:find("\n", 1, true) -- the first newline not yet counted
+  local function newlines_to(b)             -- newlines after those counted, up to b
+    local k = 0
+    while nl_next and nl_next <= b do
+      k = k + 1
+      nl_next = text:find("\n", nl_next + 1, true)
+    end
+    return k
+  end
+  local function put_literal(a, b, nl) -- text[a..b], if not empty, holding nl newlines
     if b >= a then
       lits[#lits + 1] = text:sub(a, b)
-      code[#code + 1] = "_put(_L[" .. #lits .. "])" .. string.rep("\n", count_newlines(text, a, b)) .. " "
+      code[#code + 1] = "_put(_L[" .. #lits .. "])" .. string.rep("\n", nl) .. " "
     end
   end
   while pos <= n do
@@ -58,13 +58,14 @@ function M.translate(text, chunkname)
       s = text:find("{", s + 1, true)
     end
     if not s then
-      put_literal(pos, n)
+      put_literal(pos, n, newlines_to(n))
       break
     end
     local kind = text:sub(s + 1, s + 1)
     local e = s + 1
     local cs, ce = text:find(close, e + 1, true)
-    line = line + count_newlines(text, pos, s - 1)
+    local nl_lit = newlines_to(s - 1)
+    line = line + nl_lit
     if not cs then
       error(string.format("%s:%d: unclosed {%s tag", chunkname, line, kind), 0)
     end
@@ -72,28 +73,29 @@ function M.translate(text, chunkname)
     local lit_end = s - 1
     -- A statement or comment alone on its line emits no output line.
     if kind ~= "{" then
-      -- the line's text before the tag, when all of it belongs to this literal and is blank
-      local ls = s
-      while ls > 1 and text:byte(ls - 1) ~= 10 do ls = ls - 1 end
-      local before = ls >= pos and select(2, text:find("^[ \t]*", ls)) == s - 1
+      -- before the tag: blanks back to the line's start, inside this literal
+      local j = s - 1
+      while j >= pos and BLANK[text:byte(j)] do j = j - 1 end
+      local before = j < pos and pos == 1 or j >= pos - 1 and text:byte(j) == 10
       -- blanks then the end of the line (or of the text) after the tag
       local _, ae = text:find("^[ \t]*", ce + 1)
       local nl = text:byte(ae + 1) == 10
       if before and (nl or ae == n) then
-        lit_end = ls - 1
+        lit_end = j
         ce = nl and ae + 1 or ae
         if nl then body = body .. "\n" end
       end
     end
-    put_literal(pos, lit_end)
+    put_literal(pos, lit_end, nl_lit)
+    local nl_tag = newlines_to(ce)
     if kind == "{" then
       code[#code + 1] = "_put(_s((" .. body .. "), " .. string.format("%q", chunkname .. ":" .. line) .. ")) "
     elseif kind == "%" then
       code[#code + 1] = body .. " "
     else
-      code[#code + 1] = string.rep("\n", count_newlines(body, 1, #body))
+      code[#code + 1] = string.rep("\n", nl_tag) -- the comment's own and the line's end
     end
-    line = line + count_newlines(text, s, ce)
+    line = line + nl_tag
     pos = ce + 1
   end
   return table.concat(code), lits
