@@ -13,7 +13,10 @@
 
 static char include_dir[1024], work_dir[256];
 
+static size_t n_compiled;
+
 int da_emu_plan_init(const char *inc) {
+  n_compiled = 0; /* a new work folder holds none of them */
   snprintf(include_dir, sizeof include_dir, "%s", inc);
   snprintf(work_dir, sizeof work_dir, "%s/dilattn-emu-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(work_dir)) {
@@ -36,7 +39,7 @@ static int launches;
  * hash of the source, so a key seen before is the same module, compiled already). A
  * suite renders some specs more than once (a fifth of the wgmma-ws part's compiles). */
 static char (*compiled)[65];
-static size_t n_compiled, cap_compiled;
+static size_t cap_compiled;
 
 static int was_compiled(const char *key) {
   for (size_t i = 0; i < n_compiled; i++)
