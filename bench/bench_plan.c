@@ -105,6 +105,9 @@ int main(int argc, char **argv) {
     }
   }
   const char *own_dir = getenv("DILATTN_TEMPLATE_DIR"); /* the templates timed: these, or the embedded ones */
+  if (own_dir && *own_dir)
+    fprintf(stderr, "bench_plan: DILATTN_TEMPLATE_DIR is set: plans skip the memo (templates on disk may change), "
+                    "so warm_plan_memory times a render, not a memo hit\n");
   char dir[] = "/tmp/dilattn-bench-XXXXXX";
   if (!mkdtemp(dir)) return 1;
   setenv("DILATTN_CACHE_DIR", dir, 1);
