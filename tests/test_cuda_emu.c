@@ -606,56 +606,6 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   TU_CHECK(da_emu_wgmma_count() > before, "the wgmma runs issued no wgmma");
 }
 
-/* Random specs of the plan sm_90 devices run most, the warp-specialized kernel with the
- * fused tiling: the random family reaches it rarely (a campaign: 74 of 1783 specs on that
- * kernel were fused). Classes of g / R = 64 to 1024 rows (g = gcd(w) 256 to 1024, R =
- * lcm(r) <= 4), 2 or 3 branches, fp16 / bf16 at D 64 or 128, causal or not, longnet or
- * grouped, dense or a local window, each query tile shape; most of them must plan fused. */
-static void fused_ws_random(da_context *ctx, int first, int count) {
-  int fused = 0;
-  for (int i = first; i < first + count; i++) {
-    uint64_t st = 4242 + 7919 * (uint64_t)i;
-    da_spec s;
-    da_spec_init(&s);
-    s.num_branches = 2 + (int)(tu_rand(&st) % 2);
-    const int64_t g = (int64_t)256 << (tu_rand(&st) % 3);
-    int64_t wmax = 0;
-    for (int b = 0; b < s.num_branches; b++) {
-      s.segment_lengths[b] = g * (b == 0 ? 1 : 1 + (int64_t)(tu_rand(&st) % 4)); /* gcd g */
-      s.dilation_rates[b] = (int64_t)1 << (tu_rand(&st) % 3);
-      if (s.segment_lengths[b] > wmax) wmax = s.segment_lengths[b];
-    }
-    s.head_dim = tu_rand(&st) % 2 ? 64 : 128;
-    s.dtype = tu_rand(&st) % 2 ? DA_DTYPE_FLOAT16 : DA_DTYPE_BFLOAT16;
-    s.causal = (int)(tu_rand(&st) % 2);
-    s.mode = tu_rand(&st) % 8 == 0 ? DA_MODE_GROUPED : DA_MODE_LONGNET; /* grouped: single */
-    s.offsets = (da_offsets)(tu_rand(&st) % 2);
-    s.num_heads = 4;
-    s.num_kv_heads = tu_rand(&st) % 2 ? 2 : 4;
-    const int lay = (int)(tu_rand(&st) % 6);
-    s.sparsity.layout = lay == 0 ? DA_LAYOUT_DENSE : lay == 1 ? DA_LAYOUT_LOCAL_WINDOW : DA_LAYOUT_NONE;
-    s.sparsity.block = (int64_t)16 << (tu_rand(&st) % 3);
-    s.sparsity.window = 1;
-    static const int tiles[] = {0, 64, 128, 192};
-    /* fused_min_queries at its default value, set: the planner keeps the fused tiling
-     * rather than trading it for split on its tile-fill estimate */
-    da_plan_options base = {tiles[tu_rand(&st) % 4], 0, 16, 0, 4};
-    const int64_t span = 2 * wmax < 2400 ? 2 * wmax : 2400;
-    const int64_t N = 150 + (int64_t)(tu_rand(&st) % (uint64_t)span);
-    da_plan_options o = bs_ws_options(&s, &base);
-    da__rendered r;
-    if (da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK) {
-      fused += !strcmp(r.strategy, "fused");
-      da__rendered_free(&r);
-    }
-    char what[64];
-    snprintf(what, sizeof what, "fused-ws random spec %d (tile_q %d)", i, o.tile_q);
-    bs_check(ctx, &s, 1, N, 5000 + (uint64_t)i, what, run_emu, &o);
-  }
-  printf("fused-ws-random %d..%d: %d of %d specs planned fused\n", first, first + count - 1, fused, count);
-  TU_CHECK(2 * fused >= count, "fused-ws-random: only %d of %d specs planned fused", fused, count);
-}
-
 /* The emulator itself: a launch that fails in one fiber while the others wait at a
  * barrier, a divergent barrier, a deadlock, each reported with its reason; the fibers
  * those launches leave behind never run again, and launches after them compute right
@@ -811,7 +761,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (!strcmp(which, "wgmma-random")) bs_random(ctx, first, count, 400, run_emu_wgmma, NULL); /* replay on the wgmma path */
-  if (!strcmp(which, "fused-ws-random")) fused_ws_random(ctx, first, count);
+  if (!strcmp(which, "fused-ws-random")) bs_fused_ws_random(ctx, first, count, "cuda-emu", run_emu);
   if (!strcmp(which, "wgmma-ws-random")) { /* the same on the warp-specialized variant, two consumer warpgroups */
     da_plan_options ws = {128, 0, 0, 0, 4};
     bs_random(ctx, first, count, 400, run_emu_wgmma, &ws);

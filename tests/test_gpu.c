@@ -11,7 +11,8 @@
  *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
  *            path (cuda_mma = 2) wherever it applies, tile shapes, N = 1M
  *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
- *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized), then 192-row tiles and
+ *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized; random specs of its fused
+ *     plan too: bs_fused_ws_random), then 192-row tiles and
  *             cuda_mma = 5 (P double-buffered)
  * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
@@ -354,6 +355,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   /* P in two register sets (wgmma-ws-p2, cuda_mma 5) and three consumer warpgroups (tile_q 192) */
   static const da_plan_options ws_variants[2] = {{128, 0, 0, 0, 5}, {192, 0, 0, 0, 4}};
   if (mma == 4) bs_idle_wgs(ctx, runner_ws, "cuda wgmma-ws");
+  if (mma == 4 && !small) bs_fused_ws_random(ctx, 0, 8, "cuda wgmma-ws", runner_ws); /* the sm_90 default, fused */
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v];
     char vlabel[64];
