@@ -274,9 +274,9 @@ DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int6
  * workspace), DA_ERR_DEVICE. On the host backend the call is synchronous and may be
  * made from several threads on one plan at once. On the CUDA backend the launches go on
  * args->stream, and several threads may execute one plan at once, each on a stream of
- * its own (tests/test_threads.c runs that under ThreadSanitizer). On the CUDA backend, q, k and v that
- * are 16-byte aligned with strides that are multiples of 8 elements are loaded with
- * cp.async; any other layout works through plain loads, a little slower. */
+ * its own (tests/test_threads.c runs that under ThreadSanitizer); q, k and v that are
+ * 16-byte aligned with strides that are multiples of 8 elements are loaded with cp.async;
+ * any other layout works through plain loads, a little slower. */
 DA_API da_status da_plan_execute(da_plan *plan, const da_args *args);
 
 /* ---------------------------------------------------------------------------------
