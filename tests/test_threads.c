@@ -26,21 +26,24 @@
 static da_context *shared_ctx;
 static da_spec specs[NSPEC];
 
+/* The specs both parts start from: two branches (w0, w1 with rates 1, r1), 4 heads over 2
+ * kv heads, a scale that makes the kernels new to each test run (tag) */
+static void two_branch_spec(da_spec *s, int64_t w0, int64_t w1, int64_t r1, int head_dim, double scale) {
+  da_spec_init(s);
+  s->num_branches = 2;
+  s->segment_lengths[0] = w0, s->segment_lengths[1] = w1;
+  s->dilation_rates[0] = 1, s->dilation_rates[1] = r1;
+  s->num_heads = 4;
+  s->num_kv_heads = 2;
+  s->head_dim = head_dim;
+  s->has_scale = 1;
+  s->scale = scale;
+}
+
 static void make_specs(double tag) {
   for (int i = 0; i < NSPEC; i++) {
-    da_spec *s = &specs[i];
-    da_spec_init(s);
-    s->num_branches = 2;
-    s->segment_lengths[0] = 16 << (i % 3);
-    s->segment_lengths[1] = 64;
-    s->dilation_rates[0] = 1;
-    s->dilation_rates[1] = 1 + i % 2;
-    s->num_heads = 4;
-    s->num_kv_heads = 2;
-    s->head_dim = 16;
-    s->causal = i % 2;
-    s->has_scale = 1;
-    s->scale = tag + 0.01 * i; /* distinct kernels per test run */
+    two_branch_spec(&specs[i], 16 << (i % 3), 64, 1 + i % 2, 16, tag + 0.01 * i);
+    specs[i].causal = i % 2;
   }
 }
 
@@ -48,6 +51,22 @@ typedef struct {
   int id, ok;
   char err[512];
 } targ_t;
+
+#define NTHREADS 4
+
+/* fn on NTHREADS threads at once (ids 0..3); each must end ok */
+static void run_threads(void *(*fn)(void *), const char *what) {
+  pthread_t th[NTHREADS];
+  targ_t args[NTHREADS];
+  for (int i = 0; i < NTHREADS; i++) {
+    args[i].id = i;
+    pthread_create(&th[i], NULL, fn, &args[i]);
+  }
+  for (int i = 0; i < NTHREADS; i++) {
+    pthread_join(th[i], NULL);
+    TU_CHECK(args[i].ok, "%s thread %d: %s", what, i, args[i].err);
+  }
+}
 
 static void *thread_main(void *arg) {
   targ_t *t = arg;
@@ -107,21 +126,8 @@ static int on_progress(void *user, int done, int total, int index, da_status st)
 static da_spec cuda_specs[NCUDA];
 
 static void make_cuda_specs(double tag) {
-  for (int i = 0; i < NCUDA; i++) {
-    da_spec *s = &cuda_specs[i];
-    da_spec_init(s);
-    s->num_branches = 2;
-    s->segment_lengths[0] = 128;
-    s->segment_lengths[1] = 256;
-    s->dilation_rates[0] = 1;
-    s->dilation_rates[1] = 2;
-    s->num_heads = 4;
-    s->num_kv_heads = 2;
-    s->head_dim = 64;
-    s->dtype = DA_DTYPE_FLOAT16;
-    s->has_scale = 1;
-    s->scale = tag + 0.01 * i;
-  }
+  for (int i = 0; i < NCUDA; i++) two_branch_spec(&cuda_specs[i], 128, 256, 2, 64, tag + 0.01 * i);
+  for (int i = 0; i < NCUDA; i++) cuda_specs[i].dtype = DA_DTYPE_FLOAT16;
   cuda_specs[0].segment_lengths[0] = 2048; /* fused: a tile holds 1024 / 2 queries */
   cuda_specs[0].segment_lengths[1] = 4096;
   cuda_specs[1].causal = 1; /* split: workspace from the pool */
@@ -174,7 +180,7 @@ static void check_streams(const char *log) {
   FILE *f = fopen(log, "r");
   TU_CHECK(f != NULL, "no launch log %s", log);
   if (!f) return;
-  int per[4] = {0}, other = 0;
+  int per[NTHREADS] = {0}, other = 0;
   char line[512];
   while (fgets(line, sizeof line, f)) {
     const char *at = strstr(line, " stream ");
@@ -184,13 +190,15 @@ static void check_streams(const char *log) {
       continue;
     }
     int i = 0;
-    while (i < 4 && sp != thread_stream(i)) i++;
-    if (i < 4) per[i]++;
+    while (i < NTHREADS && sp != thread_stream(i)) i++;
+    if (i < NTHREADS) per[i]++;
     else other++;
   }
   fclose(f);
-  TU_CHECK(!other && per[0] > 0 && per[1] == per[0] && per[2] == per[0] && per[3] == per[0],
-           "launches by stream: %d %d %d %d, %d on no thread's stream", per[0], per[1], per[2], per[3], other);
+  int same = per[0] > 0;
+  for (int i = 1; i < NTHREADS; i++) same &= per[i] == per[0];
+  TU_CHECK(!other && same, "launches by stream: %d %d %d %d, %d on no thread's stream", per[0], per[1], per[2], per[3],
+           other);
 }
 
 /* The CUDA part: driver the fake one (its path), NVRTC real, into a cache of its own (a
@@ -211,30 +219,17 @@ static void test_cuda_threads(const char *fake_driver, double tag) {
   TU_CHECK(da_context_create(&shared_ctx) == DA_OK, "context");
   int maj, min; /* without NVRTC there is nothing to compile with (the driver's set-up, the
                   * context's first CUDA plan, is left to the threads: they race for it) */
-  const int have_nvrtc = da__nvrtc_version(shared_ctx, &maj, &min) == DA_OK;
-  if (!have_nvrtc) printf("SKIP cuda threads: %s\n", da_context_last_error(shared_ctx));
-  pthread_t th[4];
-  targ_t args[4];
-  for (int i = 0; i < 4 && have_nvrtc; i++) {
-    args[i].id = i;
-    pthread_create(&th[i], NULL, cuda_thread_main, &args[i]);
-  }
-  for (int i = 0; i < 4 && have_nvrtc; i++) {
-    pthread_join(th[i], NULL);
-    TU_CHECK(args[i].ok, "cuda thread %d: %s", i, args[i].err);
-  }
-  if (have_nvrtc) check_streams(log);
-  unlink(log);
-  /* then each plan made once and executed by all four threads at once */
-  for (int i = 0; i < NCUDA && have_nvrtc; i++)
-    TU_CHECK(da_plan_create(shared_ctx, &cuda_specs[i], DA_BACKEND_CUDA, &shared_plans[i]) == DA_OK, "shared plan %d: %s",
-             i, da_context_last_error(shared_ctx));
-  for (int i = 0; i < 4 && have_nvrtc; i++) pthread_create(&th[i], NULL, cuda_thread_main, &args[i]);
-  for (int i = 0; i < 4 && have_nvrtc; i++) {
-    pthread_join(th[i], NULL);
-    TU_CHECK(args[i].ok, "cuda thread %d, shared plans: %s", i, args[i].err);
-  }
-  if (have_nvrtc) {
+  if (da__nvrtc_version(shared_ctx, &maj, &min) != DA_OK) {
+    printf("SKIP cuda threads: %s\n", da_context_last_error(shared_ctx));
+  } else {
+    run_threads(cuda_thread_main, "cuda");
+    check_streams(log);
+    unlink(log);
+    /* then each plan made once and executed by all four threads at once */
+    for (int i = 0; i < NCUDA; i++)
+      TU_CHECK(da_plan_create(shared_ctx, &cuda_specs[i], DA_BACKEND_CUDA, &shared_plans[i]) == DA_OK,
+               "shared plan %d: %s", i, da_context_last_error(shared_ctx));
+    run_threads(cuda_thread_main, "cuda, shared plans:");
     check_streams(log);
     printf("cuda threads: 4 x %d plans of their own, then 4 plans shared by all, executed on one context\n", 2 * NCUDA);
   }
@@ -253,16 +248,7 @@ int main(int argc, char **argv) {
   const char *tag = getenv("DILATTN_TEST_TAG"); /* lets the TSan build use fresh kernels */
   make_specs(tag ? atof(tag) : 0.5);
   da_context_create(&shared_ctx);
-  pthread_t th[4];
-  targ_t args[4];
-  for (int i = 0; i < 4; i++) {
-    args[i].id = i;
-    pthread_create(&th[i], NULL, thread_main, &args[i]);
-  }
-  for (int i = 0; i < 4; i++) {
-    pthread_join(th[i], NULL);
-    TU_CHECK(args[i].ok, "thread %d: %s", i, args[i].err);
-  }
+  run_threads(thread_main, "host");
   da_context_destroy(shared_ctx);
 
   /* preload: every plan back, progress once per spec */
