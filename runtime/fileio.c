@@ -63,12 +63,12 @@ unsigned da__output_mode(const char *path) {
   return 0666 & ~mask;
 }
 
-int da__output_tmp(const char *path, char *tmp, size_t cap) {
+/* "<path>.tmp-XXXXXX" made with mode: its descriptor, or -1 with errno set and nothing left */
+static int tmp_beside(const char *path, char *tmp, size_t cap, mode_t mode) {
   if (snprintf(tmp, cap, "%s.tmp-XXXXXX", path) >= (int)cap) {
     errno = ENAMETOOLONG;
     return -1;
   }
-  const mode_t mode = (mode_t)da__output_mode(path);
   int fd = mkstemp(tmp);
   if (fd >= 0 && fchmod(fd, mode) != 0) {
     const int e = errno;
@@ -80,13 +80,13 @@ int da__output_tmp(const char *path, char *tmp, size_t cap) {
   return fd;
 }
 
+int da__output_tmp(const char *path, char *tmp, size_t cap) {
+  return tmp_beside(path, tmp, cap, (mode_t)da__output_mode(path));
+}
+
 int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
   char tmp[4500];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  int fd = mkstemp(tmp);
+  int fd = tmp_beside(path, tmp, sizeof tmp, (mode_t)mode);
   if (fd < 0) return -1;
   struct sigaction ign = {.sa_handler = SIG_IGN}, old;
   sigaction(SIGXFSZ, &ign, &old);
@@ -98,7 +98,7 @@ int da__write_file_atomic(const char *path, const void *data, size_t len, unsign
     done += (size_t)n;
   }
   sigaction(SIGXFSZ, &old, NULL);
-  int ok = done == len && fchmod(fd, (mode_t)mode) == 0 && fsync(fd) == 0;
+  int ok = done == len && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {
     int e = errno ? errno : EIO;

@@ -9,6 +9,7 @@
 
 #include "runtime/cuda_driver.h"
 #include "runtime/disk_cache.h"
+#include "runtime/fileio.h"
 #include "runtime/host_compiler.h"
 #include "runtime/nvrtc.h"
 
@@ -156,7 +157,7 @@ static int parse_record(const char *line, da__tune_record *r) {
   r->reps = (int)reps;
   r->is_default = json_is_true(json_object_get(o, "default"));
   json_decref(o);
-  return strlen(r->spec_hash) == 64 && r->backend[0] ? 0 : -1;
+  return r->backend[0] ? 0 : -1; /* (the spec hash was checked above) */
 }
 
 static void format_record(const da__tune_record *r, FILE *f) {
@@ -255,14 +256,11 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path) {
   int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
   free(old);
   if (nold < 0) return unmergeable(ctx, path, mismatch);
-  char dir[4200];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == dir) dir[1] = '\0';
-  else *slash = '\0';
-  DA_RETURN_IF(access(dir, W_OK | X_OK) != 0, DA_ERR_IO, "tuning db %s: cannot write into %s: %s", path, dir,
-               strerror(errno));
+  char probe[4300]; /* a file can be made beside it (as tune's -o and --plot are checked) */
+  const int fd = da__output_tmp(path, probe, sizeof probe);
+  DA_RETURN_IF(fd < 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path, strerror(errno));
+  close(fd);
+  unlink(probe);
   return DA_OK;
 }
 
