@@ -345,21 +345,24 @@ int main(int argc, char **argv) {
     }
   }
   /* the warp-specialized defaults measured on an H200 (bench/results/gpu-h200-ebf7fe1.md):
-   * three consumer warpgroups at D = 64 without a causal mask or a layout, and the fused
-   * strategy kept there unless split fills 10 points more of its rows */
+   * three consumer warpgroups at D = 64 without a causal mask or a layout; the fused
+   * strategy kept unless split fills its 64-row warpgroups 5 points more
+   * (gpu-h200-58e46dd.md: LongNet 5-branch ran split 1.06x to 1.12x faster, LongNet
+   * 2-branch and the 5-branch's groups, branches 0..2 and 3..4, fused 1.04x to 1.16x) */
   {
     static const struct {
-      int nb, d, causal, sparse, tq;
+      int first, nb, d, causal, sparse, tq;
       const char *strategy;
-    } defaults[] = {{1, 64, 0, 0, 192, "single"}, {2, 64, 0, 0, 192, "fused"}, {5, 64, 0, 0, 192, "fused"},
-                    {2, 64, 1, 0, 128, "fused"},  {5, 64, 1, 0, 128, "split"}, {2, 128, 0, 0, 128, "fused"},
-                    {2, 64, 0, 1, 128, "fused"}};
+    } defaults[] = {{0, 1, 64, 0, 0, 192, "single"}, {0, 2, 64, 0, 0, 192, "fused"}, {0, 5, 64, 0, 0, 192, "split"},
+                    {0, 3, 64, 0, 0, 192, "fused"},  {3, 2, 64, 0, 0, 192, "fused"}, {0, 2, 64, 1, 0, 128, "fused"},
+                    {0, 5, 64, 1, 0, 128, "split"},  {0, 2, 128, 0, 0, 128, "fused"}, {0, 2, 64, 0, 1, 128, "fused"}};
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
       da_spec t;
       da_spec_init(&t);
       t.num_branches = defaults[i].nb;
       static const int64_t sw[5] = {2048, 4096, 8192, 16384, 32768}, sr[5] = {1, 2, 4, 6, 12};
-      memcpy(t.segment_lengths, sw, sizeof sw), memcpy(t.dilation_rates, sr, sizeof sr);
+      for (int b = 0; b < defaults[i].nb; b++)
+        t.segment_lengths[b] = sw[defaults[i].first + b], t.dilation_rates[b] = sr[defaults[i].first + b];
       t.num_heads = t.num_kv_heads = 8, t.head_dim = defaults[i].d, t.dtype = DA_DTYPE_FLOAT16;
       t.causal = defaults[i].causal;
       if (defaults[i].sparse) t.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, t.sparsity.block = 64, t.sparsity.window = 1;

@@ -308,19 +308,22 @@ function M.plan_cuda(p, opts)
     -- (128-row tiles) against 3.38 / 4.33 ms fused (64-row) causal / full at D = 64, and
     -- 7.04 against 7.91 ms at D = 128 (64-row tiles for both). Defaults only: an explicit
     -- tile_q or fused_min_queries keeps its strategy.
-    -- With 192-row tiles the margin is 10 points: LongNet 2- and 5-branch (fused 0.89 of
-    -- the rows, split 0.96 to 0.97) ran fused 1.10x to 1.14x and 0.99x to 1.05x faster than
-    -- split over N = 16K to 1M on an H200 (bench/results/gpu-h200-ebf7fe1.md): the split's
-    -- workspace pass costs more than 8 points of padding there. (Both margins were measured
-    -- while split plans still had _init / _finish passes. The 117dd5d session's
-    -- fused-against-split rows, 0x0/split, ran mma.sync split kernels: a tile or strategy
-    -- set without an instruction was mma.sync then, runtime/plan.c da__default_mma. The
-    -- warp-specialized split with its epilogue merge is still untimed against fused;
-    -- gpu_session.sh check times 0x0:wgmma-ws/fused against 0x0:wgmma-ws/split.)
+    -- Warp-specialized plans without a sparse layout compare the fill of the 64-row
+    -- warpgroups instead, by the same 5 points: a tile's consumer warpgroups without a
+    -- query row leave it (ws_skip_idle) and issue nothing, so what costs is a warpgroup's
+    -- padded rows. Timed on an H200 at 58e46dd in 192-row tiles
+    -- (bench/results/gpu-h200-58e46dd.md): LongNet 5-branch (warpgroups filled 0.89 fused,
+    -- 0.996 split) ran split 1.06x to 1.12x faster than fused over N = 16K to 1M; LongNet
+    -- 2-branch (1.00 both: its fused padding is whole idle warpgroups) fused 1.04x to 1.06x
+    -- faster than split, and the 5-branch's groups w = 2048..8192 (1.00 both) and w =
+    -- 16384, 32768 (0.97 against 0.99) fused 1.07x and 1.16x at 64K. The rule before
+    -- compared the 192-row tiles' fill (0.89 against 0.96 to 0.97 for both LongNets) with a
+    -- 10-point margin, set while split plans still had _init / _finish passes
+    -- (bench/results/gpu-h200-ebf7fe1.md), and kept all four fused.
     if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries then
       local split_tq = default_tq("split")
-      local margin = split_tq == 192 and 0.10 or 0.05
-      if M.tile_fill(p, "split", split_tq) - M.tile_fill(p, "fused", p.tile_q) > margin then
+      local wgs = p.wg_ws and not p.sparse -- (a layout's tiles keep their idle warpgroups)
+      if M.tile_fill(p, "split", wgs and 64 or split_tq) - M.tile_fill(p, "fused", wgs and 64 or p.tile_q) > 0.05 then
         p.strategy = "split"
         p.tile_q = split_tq
       end
