@@ -35,17 +35,31 @@
 #   bash bench/gpu_session.sh tune       # dilattn tune on the LongNet configs of bench/configs (fused vs split, tiles)
 #   bash bench/gpu_session.sh            # all four in one go (will not fit one call)
 # Everything it prints also lands in $OUT (or /tmp/dilattn-gpu): logs, bench JSON, plot.
+# Under the device tool (OUT set) the files are written to /tmp/dilattn-gpu and packed,
+# after every command, into $OUT/session.tar.gz beside a copy of session.log: the tool
+# brings back 8 files at most, and the 58e46dd session lost its session.log and two
+# profiles to that limit. Unpack with tar -xzf session.tar.gz.
 # The device's copy of the tree may carry a stale .git: put DILATTN_COMMIT=<short hash of
 # the carried build> in front of the command so the bench records the right commit.
 set -u
-out=${OUT:-/tmp/dilattn-gpu}
+out=/tmp/dilattn-gpu
 mkdir -p "$out"
+pack() { # (nothing to do without the device tool's $OUT)
+  [ -n "${OUT:-}" ] || return 0
+  tar -czf "$OUT/session.tar.gz.tmp" -C "$out" . && mv "$OUT/session.tar.gz.tmp" "$OUT/session.tar.gz"
+  cp "$out/session.log" "$OUT/" 2>/dev/null || true
+}
 B=${DILATTN_BUILD:-build} # the build folder: build-gpu when carried (bench/gpu_carry.sh)
 golden=$B/golden
 phase=${1:-all}
 export DILATTN_CACHE_DIR=${DILATTN_CACHE_DIR:-/tmp/dilattn-kcache} # not under $OUT: nothing to bring back
 export DILATTN_WGMMA_MAP_DIR=${DILATTN_WGMMA_MAP_DIR:-$out} # test_gpu wgmma: the probe's wrong reads, if any
-run() { echo "== $*"; "$@" 2>&1 | tee -a "$out/session.log"; echo "rc=${PIPESTATUS[0]}" | tee -a "$out/session.log"; }
+run() {
+  echo "== $*" | tee -a "$out/session.log"
+  "$@" 2>&1 | tee -a "$out/session.log"
+  echo "rc=${PIPESTATUS[0]}" | tee -a "$out/session.log"
+  pack
+}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; } | tee "$out/device.txt"
 # first / second: step LIMIT CMD... runs CMD under LIMIT seconds if that much of the
 # phase's budget is left, else logs it as skipped (a later call or session runs it)
@@ -54,7 +68,7 @@ budget=${FIRST_BUDGET:-420}
 step() {
   local lim=$1; shift
   local left=$((budget - ($(date +%s) - t_start)))
-  if [ "$left" -lt "$lim" ]; then echo "== skipped (${left} s left, needs ${lim}): $*" | tee -a "$out/session.log"; return; fi
+  if [ "$left" -lt "$lim" ]; then echo "== skipped (${left} s left, needs ${lim}): $*" | tee -a "$out/session.log"; pack; return; fi
   run timeout -k 10 "$lim" "$@" # (-k: a CUDA process that ignores TERM is killed 10 s later)
 }
 # where_time_goes.py for "CONFIG [--causal]" into WHERE (a command): each branch alone beside
@@ -78,9 +92,9 @@ if [ "$phase" = first ]; then
   # 1. correctness of everything untimed (bench/results/untimed-since-*.md): every default
   #    kernel on the golden cases and random specs (the per-head longest-first table too)
   step 170 $B/tests/test_gpu "$golden" small
-  # 2. the per-head longest-first order of fused grids without a causal mask (223617f)
-  #    against the last timed library (@lib), and the first fused-or-split comparison of
-  #    the warp-specialized kernel
+  # 2. the defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh),
+  #    and the warp-specialized kernel fused and split (the planner's choice between them,
+  #    planner.lua plan_cuda, last timed at 58e46dd)
   step 90 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 \
     --tiles 0x0@lib,0x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/first_full.json"
   step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
@@ -95,6 +109,8 @@ if [ "$phase" = first ]; then
 fi
 if [ "$phase" = second ]; then
   budget=${SECOND_BUDGET:-500}
+  # (the bench's @lib rows below: without these the 58e46dd session's had only an error)
+  export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   # fused groups (bench/results/model-fused-groups.md): LongNet 5-branch against its two
   # groups timed apart, fused in 192- and 128-row tiles and split; ms of the groups' best
   # summed against longnet5's says what building them could gain
