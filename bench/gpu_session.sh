@@ -17,7 +17,9 @@
 #                                        # each under its own limit, inside FIRST_BUDGET seconds
 #                                        # (default 420); what does not fit is named as skipped
 #   bash bench/gpu_session.sh second     # the second call, if time is left: the rest of suite,
-#                                        # where the causal time goes (ncu), the bench's plot
+#                                        # where the causal time goes (ncu: sections, and the
+#                                        # executed instructions of the plain causal kernel and
+#                                        # cuDNN's, per SASS instruction), the bench's plot
 #                                        # (SECOND_BUDGET, default 500)
 #   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
 #   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
@@ -86,6 +88,9 @@ NCU=(ncu --clock-control none --profile-from-start off --section SpeedOfLight
   --section SchedulerStats --section Occupancy --section LaunchStats --csv --page details
   --log-file "$out/ncu.csv" python3 bench/where_time_goes.py --lib $B/libdilattn.so --mode ncu
   --configs longnet5,longnet2 --causal)
+NCU_SRC=(ncu --clock-control none --profile-from-start off --section SourceCounters --section WarpStateStats
+  --import-source no -f -o /tmp/dilattn-causal-src python3 bench/where_time_goes.py --lib $B/libdilattn.so
+  --mode ncu --configs dense2048 --causal)
 if [ "$phase" = first ]; then
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   run $B/dilattn info
@@ -111,13 +116,18 @@ if [ "$phase" = second ]; then
   budget=${SECOND_BUDGET:-500}
   # (the bench's @lib rows below: without these the 58e46dd session's had only an error)
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
-  # fused groups (bench/results/model-fused-groups.md): LongNet 5-branch against its two
-  # groups timed apart, fused in 192- and 128-row tiles and split; ms of the groups' best
-  # summed against longnet5's says what building them could gain
-  step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet5,longnet5_g123,longnet5_g45 \
-    --tiles 0x0:wgmma-ws/fused,128x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/fused_groups.json"
   step 60 $B/tests/test_gpu "$golden" large
   step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
+  # where the plain causal kernel's instructions go (gpu-h200-58e46dd.md: dense 2048 causal
+  # at 0.79 of cuDNN with 1.3x its instructions per FLOP): executed instructions and stall
+  # samples per SASS instruction of ours and of cuDNN's kernel on the same 2048-token
+  # causal segments, to sum by opcode and by part (key loop, prologue, epilogue) here
+  step 150 "${NCU_SRC[@]}"
+  if [ -f /tmp/dilattn-causal-src.ncu-rep ]; then
+    run timeout 120 ncu -i /tmp/dilattn-causal-src.ncu-rep --page source --csv --print-source sass \
+      --log-file "$out/causal_src_sass.csv"
+    rm -f /tmp/dilattn-causal-src.ncu-rep
+  fi
   for c in "longnet2 --causal" "longnet5"; do
     where "$c"
     step 90 "${WHERE[@]}"
