@@ -42,6 +42,13 @@ CONFIGS = {
     # each beside longnet5's says what the groups would gain before anyone builds them
     "longnet5_g123": dict(segment_lengths=[2048, 4096, 8192], dilation_rates=[1, 2, 4]),
     "longnet5_g45": dict(segment_lengths=[16384, 32768], dilation_rates=[6, 12]),
+    # one dilated branch alone (a single plan whose heads leave rows uncovered: _clear, then
+    # the branch; where_time_goes.py timed such plans 0.10 to 0.13 ms slower at 64K than
+    # their share of the work, gpu-h200-58e46dd.md), and LongNet 5-branch in grouped mode
+    # (each head one branch: every head of r > 1 leaves rows uncovered)
+    "dilated2": dict(segment_lengths=[4096], dilation_rates=[2]),
+    "longnet5_grouped": dict(segment_lengths=[2048, 4096, 8192, 16384, 32768], dilation_rates=[1, 2, 4, 6, 12],
+                             mode="grouped"),
 }
 
 
@@ -80,20 +87,29 @@ def effective_flops(cfg, B, N):
 
 def torch_dilated(q, k, v, cfg):
     """Same semantics in PyTorch: per branch gather the offset class of each head, SDPA
-    with lse per segment batch, then the exact LSE merge across branches. [B, N, H, D]."""
+    with lse per segment batch, then the exact LSE merge across branches. [B, N, H, D].
+    Grouped mode (SEMANTICS.md "Modes"): group g of the heads takes branch g alone, offset
+    g % r, and out is divided by the number of branches."""
     B, N, H, D = q.shape
+    nb = len(cfg["segment_lengths"])
+    grouped = cfg.get("mode") == "grouped"
+    sizes = [H // nb + (1 if g < H % nb else 0) for g in range(nb)]
+    starts = [sum(sizes[:g]) for g in range(nb)]
     Hkv = k.shape[2]
     rep = H // Hkv
     kx, vx = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
     scale = cfg.get("scale") or 1.0 / math.sqrt(D)
     outs, lses = [], []
-    for w, r in zip(cfg["segment_lengths"], cfg["dilation_rates"]):
+    for i, (w, r) in enumerate(zip(cfg["segment_lengths"], cfg["dilation_rates"])):
         o_acc = torch.zeros(B, N, H, D, device=q.device, dtype=torch.float32)
         l_acc = torch.full((B, H, N), -math.inf, device=q.device, dtype=torch.float32)
         assert N % w == 0, "the torch baseline handles N multiple of w"
         nseg = N // w
         for off in range(r):
-            heads = [h for h in range(H) if h % r == off]  # mod offsets
+            if grouped:
+                heads = list(range(starts[i], starts[i] + sizes[i])) if off == i % r else []
+            else:
+                heads = [h for h in range(H) if h % r == off]  # mod offsets
             if not heads or off >= w:
                 continue
             hs = torch.tensor(heads, device=q.device)
@@ -116,6 +132,8 @@ def torch_dilated(q, k, v, cfg):
     for o_i, l_i in zip(outs, lses):
         wgt = torch.exp(l_i - lse).nan_to_num(0.0)  # [B, H, N]
         out += o_i * wgt.permute(0, 2, 1)[..., None]
+    if grouped:  # (a head's other branches have lse -inf: the merge above kept its own)
+        out /= nb
     return out.to(q.dtype), lse
 
 
@@ -221,7 +239,8 @@ def main():
             base = CONFIGS[name]
             ws = [w for w in base["segment_lengths"] if w <= N]
             cfg = dict(segment_lengths=ws, dilation_rates=base["dilation_rates"][:len(ws)], num_heads=args.heads,
-                       num_kv_heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
+                       num_kv_heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal,
+                       mode=base.get("mode", "longnet"))
             B = 1
             torch.manual_seed(0)
             q, k, v = (torch.randn(B, N, args.heads, args.head_dim, device="cuda", dtype=dt) for _ in range(3))
