@@ -582,24 +582,14 @@ static da_status execute_plan(da_context *ctx, da_plan *plan, const da_spec *spe
   return st;
 }
 
-const char *da__cli_split_path(const char *path, char *dir, size_t cap) {
-  const char *slash = strrchr(path, '/');
-  if (!slash) {
-    snprintf(dir, cap, ".");
-    return path;
-  }
-  size_t n = (size_t)(slash - path);
-  snprintf(dir, cap, "%.*s", (int)(n ? n : 1), path);
-  return slash + 1;
-}
-
 int da__cli_same_file(const char *a, const char *b) {
   struct stat sa, sb;
   int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
   if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
   if (ea != eb) return 0;
   char da[4096], db[4096], ra[PATH_MAX], rb[PATH_MAX];
-  const char *na = da__cli_split_path(a, da, sizeof da), *nb = da__cli_split_path(b, db, sizeof db);
+  const char *na = da__split_path(a, da, sizeof da), *nb = da__split_path(b, db, sizeof db);
+  if (!na || !nb) return !strcmp(a, b);
   if (strcmp(na, nb)) return 0;
   if (!realpath(da, ra) || !realpath(db, rb)) return !strcmp(da, db);
   return !strcmp(ra, rb);

@@ -12,9 +12,6 @@ int da__cli_load_config(const char *path, da_spec *spec);
 /* JSON string literal of s (or null), escaped (quotes, backslashes, control characters),
  * whole however long: valid until the same slot (0..7) is used again. */
 const char *da__cli_jstr(const char *s, int slot);
-/* The folder of path (dir, cap bytes) and its last component: "a/b.npy" -> "a", "b.npy";
- * "b.npy" -> ".", "b.npy"; "/b.npy" -> "/", "b.npy". */
-const char *da__cli_split_path(const char *path, char *dir, size_t cap);
 /* 1 when paths a and b name one file: the same device and inode where both exist, else the
  * same last component in the same folder (folders compared after realpath). */
 int da__cli_same_file(const char *a, const char *b);

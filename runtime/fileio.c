@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,16 @@ static int tmp_beside(const char *path, char *tmp, size_t cap, mode_t mode) {
     return -1;
   }
   return fd;
+}
+
+const char *da__split_path(const char *path, char *dir, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  const size_t n = !slash || slash == path ? 1 : (size_t)(slash - path);
+  if (n > INT_MAX || snprintf(dir, cap, "%.*s", (int)n, slash ? path : ".") >= (int)cap) {
+    errno = ENAMETOOLONG;
+    return NULL;
+  }
+  return slash ? slash + 1 : path;
 }
 
 int da__output_tmp(const char *path, char *tmp, size_t cap) {

@@ -24,6 +24,11 @@ DA_HIDDEN unsigned da__output_mode(const char *path);
  * path (or unlinks it). */
 DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
 
+/* A file's path split at its last '/': the folder into dir ("." where there is no '/',
+ * "/" where the only one comes first), and the name, returned (a pointer into path).
+ * NULL with errno ENAMETOOLONG where the folder does not fit cap. */
+DA_HIDDEN const char *da__split_path(const char *path, char *dir, size_t cap);
+
 /* mkdir -p: path and its missing parents (mode for those made). 0 when path is a folder
  * then, -1 with errno set. */
 DA_HIDDEN int da__mkdir_p(const char *path, unsigned mode);

@@ -485,15 +485,13 @@ static int write_all(int fd, const void *buf, size_t n) {
 
 /* fsync the folder holding path so the rename survives a crash; best effort. */
 static void sync_parent_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  if (!dir) return;
+  char dir[4096];
+  if (!da__split_path(path, dir, sizeof dir)) return;
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
     fsync(fd);
     close(fd);
   }
-  free(dir);
 }
 
 da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const int64_t *shape,

@@ -114,10 +114,10 @@ da_status da_context_register_bundle(da_context *ctx, const char *manifest_path)
   DA_RETURN_IF(!text, errno == ENOMEM ? DA_ERR_NO_MEMORY : DA_ERR_IO, "bundle: cannot read %s: %s", manifest_path,
                strerror(errno));
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s", manifest_path);
-  char *slash = strrchr(dir, '/');
-  if (slash) *slash = '\0';
-  else snprintf(dir, sizeof dir, ".");
+  if (!da__split_path(manifest_path, dir, sizeof dir)) {
+    free(text);
+    return da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "bundle: %s: its folder's path is too long", manifest_path);
+  }
   da_status st = da__bundles_add(ctx, ctx->kernels.bundles, text, len, manifest_path, dir, NULL, NULL, NULL, 0);
   free(text);
   return st;

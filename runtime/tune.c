@@ -462,9 +462,11 @@ int da__cmd_tune(int argc, char **argv) {
   for (int i = 0; i < 2 && !bad; i++) {
     if (!outs[i]) continue;
     char dir[4200];
-    da__cli_split_path(outs[i], dir, sizeof dir);
     struct stat st;
-    if (stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (!da__split_path(outs[i], dir, sizeof dir)) {
+      fprintf(stderr, "dilattn: error: tune: %s %s: %s\n", flags[i], outs[i], strerror(errno));
+      bad = 1;
+    } else if (stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)) {
       fprintf(stderr, "dilattn: error: tune: %s %s: is a folder\n", flags[i], outs[i]);
       bad = 1;
     } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {

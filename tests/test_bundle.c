@@ -5,6 +5,7 @@
  * clear error, never a crash; bundles linked in as data.
  * Run: build/tests/test_bundle build/dilattn   (ctest -R bundle) */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,7 +91,27 @@ static void test_newest_first(void) {
   da_context_destroy(ctx);
 }
 
+/* da__split_path, which finds a manifest's folder (its artifacts' names are relative to
+ * it), and the folders the CLI's outputs and npy's fsync go to */
+static void test_split_path(void) {
+  static const struct {
+    const char *path, *dir, *name;
+  } cases[] = {{"a/b.npy", "a", "b.npy"},     {"b.npy", ".", "b.npy"},         {"/b.npy", "/", "b.npy"},
+               {"/x/y/z.json", "/x/y", "z.json"}, {"x//y", "x/", "y"},          {"dir/", "dir", ""}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[64] = "unset";
+    const char *name = da__split_path(cases[i].path, dir, sizeof dir);
+    TU_CHECK(name && !strcmp(dir, cases[i].dir) && !strcmp(name, cases[i].name), "split %s: %s, %s (want %s, %s)",
+             cases[i].path, dir, name ? name : "(null)", cases[i].dir, cases[i].name);
+  }
+  char small[4];
+  errno = 0;
+  TU_CHECK(!da__split_path("abcd/e", small, sizeof small) && errno == ENAMETOOLONG, "a folder past cap: refused");
+  TU_CHECK(da__split_path("abc/e", small, sizeof small) && !strcmp(small, "abc"), "a folder that just fits");
+}
+
 int main(int argc, char **argv) {
+  test_split_path();
   test_newest_first();
   if (argc < 2 || !mkdtemp(base)) return 1;
   snprintf(bdir, sizeof bdir, "%s/bundle", base);
