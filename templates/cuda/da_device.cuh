@@ -417,11 +417,19 @@ __device__ __forceinline__ void da_grid_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-/* 16 bytes to global memory; p must be 16-byte aligned */
+/* 16 bytes to global memory; p must be 16-byte aligned. One st.global.v4: the plain
+ * store of the aligned struct compiled to four 4-byte STG.E on sm_80 and sm_90a (NVRTC
+ * 13.0; the out tiles of every tensor-core kernel: 4x the store instructions and LSU
+ * requests of the epilogue), while the same struct's shared-memory load is one LDS.128. */
 __device__ __forceinline__ void da_st_v16(void *p, const da_u32x4 &v) {
   DA_CHECK_GLOBAL(p, 16, 1);
   DA_CHECK_ALIGNED(p, 16);
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+#else
   *(da_u32x4 *)p = v;
+#endif
 }
 /* 16 bytes (8 halves) to global memory with 2-byte stores: p need only be element-aligned */
 __device__ __forceinline__ void da_st_v16_halves(da_u16 *p, const da_u32x4 &v) {
