@@ -261,7 +261,7 @@ static int lpt_rows(da_context *ctx, const da_spec *s, int rows[16][64], int *tp
   memset(&o, 0, sizeof o);
   o.cuda_mma = 4; /* the sm_90 default instruction */
   /* the fused strategy kept (fused_min_queries set, at its default value): the default
-   * sends LongNet 5-branch to split now (its warpgroups fill 0.89 fused, 0.996 split) */
+   * sends LongNet 5-branch to split now (0.89 of its rows filled fused, 0.96 split) */
   o.fused_min_queries = 16;
   da__rendered r;
   if (da__render_ex(ctx, s, DA_TARGET_CUDA, &o, &r) != DA_OK) return -2;

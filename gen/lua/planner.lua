@@ -308,22 +308,30 @@ function M.plan_cuda(p, opts)
     -- (128-row tiles) against 3.38 / 4.33 ms fused (64-row) causal / full at D = 64, and
     -- 7.04 against 7.91 ms at D = 128 (64-row tiles for both). Defaults only: an explicit
     -- tile_q or fused_min_queries keeps its strategy.
-    -- Warp-specialized plans without a sparse layout compare the fill of the 64-row
-    -- warpgroups instead, by the same 5 points: a tile's consumer warpgroups without a
-    -- query row leave it (ws_skip_idle) and issue nothing, so what costs is a warpgroup's
-    -- padded rows. Timed on an H200 at 58e46dd in 192-row tiles
-    -- (bench/results/gpu-h200-58e46dd.md): LongNet 5-branch (warpgroups filled 0.89 fused,
-    -- 0.996 split) ran split 1.06x to 1.12x faster than fused over N = 16K to 1M; LongNet
-    -- 2-branch (1.00 both: its fused padding is whole idle warpgroups) fused 1.04x to 1.06x
-    -- faster than split, and the 5-branch's groups w = 2048..8192 (1.00 both) and w =
-    -- 16384, 32768 (0.97 against 0.99) fused 1.07x and 1.16x at 64K. The rule before
-    -- compared the 192-row tiles' fill (0.89 against 0.96 to 0.97 for both LongNets) with a
-    -- 10-point margin, set while split plans still had _init / _finish passes
-    -- (bench/results/gpu-h200-ebf7fe1.md), and kept all four fused.
+    -- Three consumer warpgroups (192-row tiles, warp-specialized, no sparse layout): each
+    -- strategy's fill at the grain it runs at. Where at least 1 in 20 of its warpgroups
+    -- would have no query row they leave their tiles (ws_skip_idle) and issue nothing, so
+    -- the 64-row warpgroups count; else the whole tiles. Same 5 points. Timed on an H200 at
+    -- 58e46dd (bench/results/gpu-h200-58e46dd.md): LongNet 5-branch (fused 0.89 of its
+    -- warpgroups' rows, every tile's third warpgroup 43 of 64; split 0.96 of its tiles' rows,
+    -- 3.7% of its warpgroups idle) ran split 1.06x to 1.12x faster than fused over N = 16K
+    -- to 1M; LongNet 2-branch (fused 1.00: its padding is whole idle warpgroups; split
+    -- 0.97) fused 1.04x to 1.06x faster than split, and the 5-branch's groups w = 2048..8192
+    -- (1.00 against 0.97) and w = 16384, 32768 (0.97 against 0.95) fused 1.07x and 1.16x
+    -- to 1.25x at 64K. The rule before compared whole 192-row tiles (0.89 against 0.96 to
+    -- 0.97 for both LongNets) by 10 points, set while split plans still had _init / _finish
+    -- passes (bench/results/gpu-h200-ebf7fe1.md), and kept all four fused. 128-row tiles
+    -- keep the whole-tile rule: untimed there, and idle warpgroups would also cost a causal
+    -- plan its two tiles a CTA (plan_lpt).
     if p.strategy == "fused" and not opts.tile_q and not opts.fused_min_queries then
       local split_tq = default_tq("split")
-      local wgs = p.wg_ws and not p.sparse -- (a layout's tiles keep their idle warpgroups)
-      if M.tile_fill(p, "split", wgs and 64 or split_tq) - M.tile_fill(p, "fused", wgs and 64 or p.tile_q) > 0.05 then
+      local function fill(strategy, tq)
+        if p.wg_ws and not p.sparse and tq == 192 and M.idle_share(p, strategy, tq) >= 0.05 then
+          return M.tile_fill(p, strategy, 64)
+        end
+        return M.tile_fill(p, strategy, tq)
+      end
+      if fill("split", split_tq) - fill("fused", p.tile_q) > 0.05 then
         p.strategy = "split"
         p.tile_q = split_tq
       end
