@@ -7,7 +7,9 @@ store of an alignas(16) struct, NVVM (NVRTC 13.0) split every chunk into four 4-
 st.global.u32, for sm_80 and sm_90a alike: four times the store instructions and LSU
 requests of the epilogue, in every kernel, with no test or report to show it. This renders
 an mma.sync kernel (sm_80) and the warp-specialized wgmma kernels (sm_90a: fused, split,
-causal) with `dilattn gen`, compiles each to PTX with NVRTC and looks for the vector store.
+causal), and the _clear row kernel of a plan that leaves rows uncovered (a dilated branch
+alone, bf16), with `dilattn gen`, compiles each to PTX with NVRTC and looks in each kernel
+(.entry) for the vector store.
 
 Run: python3 tests/test_ptx_stores.py build/dilattn   (ctest -R ptx_stores); skips (exit
 77) where no libnvrtc is found ($DILATTN_NVRTC_LIB, $CUDA_HOME/lib64, /usr/local/cuda*)."""
@@ -28,7 +30,16 @@ CONFIGS = {  # name: (config, --mma, arch)
     "longnet2_ws_fused": (dict(segment_lengths=[2048, 4096], dilation_rates=[1, 2]), "wgmma-ws", "sm_90"),
     "longnet5_ws_split": (LONGNET5, "wgmma-ws", "sm_90"),
     "longnet5_ws_causal": (dict(LONGNET5, causal=True), "wgmma-ws", "sm_90"),
+    "dilated_clear_bf16": (dict(segment_lengths=[4096], dilation_rates=[2], dtype="bfloat16"), "wgmma-ws", "sm_90"),
 }
+SCALAR32 = re.compile(r"\bst\.global\.[ub]32\b")
+VEC16 = re.compile(r"\bst\.global\.v4\.b32\b")
+
+
+def entries(ptx):
+    """{kernel name: its PTX text} for each .entry of ptx."""
+    parts = re.split(r"^\.visible \.entry\s+", ptx, flags=re.M)
+    return {re.match(r"[\w$]+", p).group(0): p for p in parts[1:]}
 
 
 def find_nvrtc():
@@ -75,7 +86,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, DILATTN_CACHE_DIR=os.path.join(d, "cache"), DILATTN_TUNING="0")
         for name, (base, mma, arch) in CONFIGS.items():
-            cfg = dict(base, num_heads=8, num_kv_heads=8, head_dim=64, dtype="float16")
+            cfg = dict(dict(num_heads=8, num_kv_heads=8, head_dim=64, dtype="float16"), **base)
             path, out = os.path.join(d, name + ".json"), os.path.join(d, name)
             os.mkdir(out)
             with open(path, "w") as f:
@@ -92,11 +103,17 @@ def main():
             check(ptx is not None, f"{name}: NVRTC to PTX for {target}: {log[-600:]}")
             if ptx is None:
                 continue
-            v4 = len(re.findall(r"\bst\.global\.v4\.b32\b", ptx))
-            u32 = len(re.findall(r"\bst\.global\.u32\b", ptx))
-            check(v4 >= 1, f"{name} ({target}): out's 16-byte chunks in st.global.v4.b32: {v4} "
-                           f"(st.global.u32: {u32}, four a chunk when the struct store is split)")
-            check(u32 < 4, f"{name} ({target}): {u32} st.global.u32 (a split 16-byte store leaves four a chunk)")
+            kernels = entries(ptx)
+            main = [k for k in kernels if k.endswith(("_branch", "_fused"))]
+            check(len(main) == 1, f"{name}: one _branch or _fused kernel in the PTX: {sorted(kernels)}")
+            if name.startswith("dilated"):  # _clear, where its heads leave rows uncovered
+                main += [k for k in kernels if k.endswith("_clear")]
+                check(len(main) == 2, f"{name}: a _clear kernel: {sorted(kernels)}")
+            for k in main:
+                v4, s32 = len(VEC16.findall(kernels[k])), len(SCALAR32.findall(kernels[k]))
+                check(v4 >= 1, f"{name} ({target}) {k}: out's 16-byte chunks in st.global.v4.b32: {v4} "
+                               f"(4-byte stores: {s32}, four a chunk when the 16-byte store is split)")
+                check(s32 < 4, f"{name} ({target}) {k}: {s32} 4-byte st.global (a split 16-byte store leaves four a chunk)")
     report()
 
 

@@ -425,7 +425,8 @@ __device__ __forceinline__ void da_st_v16(void *p, const da_u32x4 &v) {
   DA_CHECK_GLOBAL(p, 16, 1);
   DA_CHECK_ALIGNED(p, 16);
 #if defined(__CUDA_ARCH__)
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+  asm volatile("{\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n st.global.v4.b32 [g], {%1, %2, %3, %4};\n}\n" ::"l"(p),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 #else
   *(da_u32x4 *)p = v;

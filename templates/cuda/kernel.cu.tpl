@@ -1757,8 +1757,9 @@ extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
 {% if p.dtype_name ~= "float32" then %}
   /* a whole chunk in one 16-byte store where out allows them (the tensor-core paths' test):
    * eight 2-byte stores at a 16-byte stride across the lanes made each warp instruction 16
-   * partial sector writes, ~17M at N = 65536, H = 8, D = 64, about 0.1 ms of L2 requests
-   * (single and split plans that leave rows uncovered ran 0.10 to 0.13 ms over their share
+   * partial sector writes, ~17M at N = 65536, H = 8, D = 64 (now 2.1M whole ones), about
+   * 0.1 ms of L2 requests
+   * (single and split plans that leave rows uncovered ran 0.10 to 0.15 ms over their share
    * of the work there on an H200, bench/results/gpu-h200-58e46dd.md) */
   if (A.out16 && d1 - d0 == 8) {
     da_st_v16((da_u16 *)A.out + o + d0, da_u32x4{0u, 0u, 0u, 0u});
