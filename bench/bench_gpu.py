@@ -43,7 +43,7 @@ CONFIGS = {
     "longnet5_g123": dict(segment_lengths=[2048, 4096, 8192], dilation_rates=[1, 2, 4]),
     "longnet5_g45": dict(segment_lengths=[16384, 32768], dilation_rates=[6, 12]),
     # one dilated branch alone (a single plan whose heads leave rows uncovered: _clear, then
-    # the branch; where_time_goes.py timed such plans 0.10 to 0.13 ms slower at 64K than
+    # the branch; where_time_goes.py timed such plans 0.10 to 0.15 ms slower at 64K than
     # their share of the work, gpu-h200-58e46dd.md), and LongNet 5-branch in grouped mode
     # (each head one branch: every head of r > 1 leaves rows uncovered)
     "dilated2": dict(segment_lengths=[4096], dilation_rates=[2]),

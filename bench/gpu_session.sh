@@ -36,20 +36,24 @@
 #                                        # backend (where_time_goes.py), then ncu's sections of every kernel
 #   bash bench/gpu_session.sh tune       # dilattn tune on the LongNet configs of bench/configs (fused vs split, tiles)
 #   bash bench/gpu_session.sh            # all four in one go (will not fit one call)
-# Everything it prints also lands in $OUT (or /tmp/dilattn-gpu): logs, bench JSON, plot.
-# Under the device tool (OUT set) the files are written to /tmp/dilattn-gpu and packed,
-# after every command, into $OUT/session.tar.gz beside a copy of session.log: the tool
-# brings back 8 files at most, and the 58e46dd session lost its session.log and two
-# profiles to that limit. Unpack with tar -xzf session.tar.gz.
+# Everything it prints also lands in files (logs, bench JSON, plots) under
+# /tmp/dilattn-gpu-files; under the device tool (OUT set) they are packed, after every
+# command, into $OUT/session.tar.gz beside a copy of session.log (and the ncu source CSV,
+# gzipped beside them: it may be large): the tool brings back 8 files at most, 16 MiB
+# each, and the 58e46dd session lost its session.log and two profiles to that limit.
+# Unpack with tar -xzf session.tar.gz.
 # The device's copy of the tree may carry a stale .git: put DILATTN_COMMIT=<short hash of
 # the carried build> in front of the command so the bench records the right commit.
 set -u
-out=/tmp/dilattn-gpu
+out=/tmp/dilattn-gpu-files
 mkdir -p "$out"
 pack() { # (nothing to do without the device tool's $OUT)
   [ -n "${OUT:-}" ] || return 0
-  tar -czf "$OUT/session.tar.gz.tmp" -C "$out" . && mv "$OUT/session.tar.gz.tmp" "$OUT/session.tar.gz"
+  tar -czf "$OUT/session.tar.gz.tmp" --exclude=causal_src_sass.csv -C "$out" . &&
+    mv "$OUT/session.tar.gz.tmp" "$OUT/session.tar.gz"
   cp "$out/session.log" "$OUT/" 2>/dev/null || true
+  [ -f "$out/causal_src_sass.csv" ] && gzip -c "$out/causal_src_sass.csv" > "$OUT/causal_src_sass.csv.gz"
+  return 0
 }
 B=${DILATTN_BUILD:-build} # the build folder: build-gpu when carried (bench/gpu_carry.sh)
 golden=$B/golden
@@ -105,12 +109,13 @@ if [ "$phase" = first ]; then
   step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
     --tiles 0x0@lib,0x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/first_causal.json"
   # 3. plans that leave rows uncovered (a _clear launch, then the branches), never timed
-  #    alone: one dilated branch (where_time_goes.py found such plans 0.10 to 0.13 ms slower
+  #    alone: one dilated branch (where_time_goes.py found such plans 0.10 to 0.15 ms slower
   #    at 64K than their share of the work, gpu-h200-58e46dd.md) and LongNet 5-branch in
   #    grouped mode, never benchmarked; --profile: each kernel's device time. (The grouped
   #    rows' PyTorch reference is new after 8564322: a row invalid there is to be checked
   #    against the golden cases, which cover grouped mode, before the library.)
-  step 70 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs dilated2,longnet5_grouped \
+  #    (from 32K: at 16K the 32768-token branch drops out and the grouped config has 4 groups)
+  step 70 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 32768,65536 --configs dilated2,longnet5_grouped \
     --tiles 0x0@lib --profile --reps 10 --out "$out/first_uncovered.json"
   # 4. where the causal LongNet 5-branch time goes: each branch alone, SDPA per backend
   where "longnet5 --causal"
@@ -132,7 +137,7 @@ if [ "$phase" = second ]; then
   # causal segments, to sum by opcode and by part (key loop, prologue, epilogue) here
   step 150 "${NCU_SRC[@]}"
   if [ -f /tmp/dilattn-causal-src.ncu-rep ]; then
-    run timeout 120 ncu -i /tmp/dilattn-causal-src.ncu-rep --page source --csv --print-source sass \
+    step 120 ncu -i /tmp/dilattn-causal-src.ncu-rep --page source --csv --print-source sass \
       --log-file "$out/causal_src_sass.csv"
     rm -f /tmp/dilattn-causal-src.ncu-rep
   fi
