@@ -185,7 +185,7 @@ static int fact_int_list(lua_State *L, const char *key, int64_t *dst, int cap) {
   return n;
 }
 
-static void copy_facts(lua_State *L, da__rendered *f) {
+static void copy_facts(lua_State *L, const da_spec *spec, da__rendered *f) {
   fact_str(L, "strategy", f->strategy, sizeof f->strategy);
   fact_str(L, "cuda_path", f->cuda_path, sizeof f->cuda_path);
   f->ws_floats_per_token = fact_int(L, "ws_floats_per_token");
@@ -204,6 +204,10 @@ static void copy_facts(lua_State *L, da__rendered *f) {
   f->ws_tiles = (int)fact_int_or(L, "ws_tiles", 1);
   f->num_branches = fact_int_list(L, "branch_w", f->branch_w, DA_MAX_BRANCHES);
   fact_int_list(L, "branch_tiles", f->branch_tiles, DA_MAX_BRANCHES);
+  /* (a generator without these, DILATTN_TEMPLATE_DIR's from before them: every head) */
+  if (fact_int_list(L, "branch_head0", f->branch_head0, DA_MAX_BRANCHES) < f->num_branches ||
+      fact_int_list(L, "branch_heads", f->branch_heads, DA_MAX_BRANCHES) < f->num_branches)
+    for (int i = 0; i < f->num_branches; i++) f->branch_head0[i] = 0, f->branch_heads[i] = spec->num_heads;
 }
 
 /* Run the generator. text NULL: the target's kernel template. On success the returned
@@ -270,7 +274,7 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
       *src_out = malloc(len + 1);
       *name_out = strdup(name);
       if (*src_out) memcpy(*src_out, src, len + 1);
-      if (facts) copy_facts(L, facts);
+      if (facts) copy_facts(L, spec, facts);
       if (!*src_out || !*name_out) {
         free(*src_out);
         free(*name_out);

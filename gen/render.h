@@ -35,6 +35,9 @@ typedef struct {
   int64_t run_period;  /* runs are whole numbers of it (the lcm of the w; 0: runs unknown to the plan) */
   int num_branches;
   int64_t branch_w[DA_MAX_BRANCHES], branch_tiles[DA_MAX_BRANCHES]; /* branch grid: ceil(N / w) * tiles */
+  int64_t branch_head0[DA_MAX_BRANCHES], branch_heads[DA_MAX_BRANCHES]; /* and the heads [head0, head0 + heads)
+                                                                           that use the branch: the grid's y
+                                                                           (0 heads: not launched) */
 } da__rendered;
 
 DA_HIDDEN da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,

@@ -7,8 +7,9 @@
  *           (split_first >= 0 first); workspace fp32 [B][H][N][D] then [B][H][N]: each row's
  *           covering launches merge into it, the last writes out and lse
  *   single: _clear (likewise), _branch per branch
- *   (a plan with ws_tiles > 1 launches the attention kernel's (x, H, B) blocks ws_tiles a
- *   CTA, in x alone: kernel.cu.tpl run_tiles)
+ *   a _branch launch's grid (ceil(N/w) * tiles, the branch's heads, B): every head in LongNet
+ *   mode, its group's in grouped mode (branch_head0 / branch_heads); a plan with ws_tiles > 1
+ *   launches those blocks ws_tiles a CTA, in x alone: kernel.cu.tpl run_tiles
  * Everything is asynchronous on the caller's stream; the split workspace, when the caller
  * does not pass one, comes from the device's stream-ordered memory pool. */
 #include "runtime/cuda_backend.h"
@@ -246,7 +247,7 @@ static da_status launch_rows(const da_context *ctx, int heads, int head_dim, int
   return launch(user, which, (unsigned)blocks, (unsigned)heads, (unsigned)a->batch, 256, 0, a);
 }
 
-/* The attention kernel's grid: (gx, H, B) blocks of a tile each, or where the plan runs
+/* The attention kernel's grid: (gx, heads, B) blocks of a tile each, or where the plan runs
  * ws_tiles tiles a CTA (kernel.cu.tpl run_tiles), those blocks ws_tiles a CTA in x. */
 static da_status launch_main(const da_context *ctx, const da__rendered *r, int64_t gx, int heads, da__cuda_args *a,
                              da__cuda_launch_fn launch, void *user) {
@@ -280,8 +281,12 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
     for (int i = 0; i < r->num_branches; i++) {
       const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
       const int64_t tokens = n - t0 < run ? n - t0 : run;
+      /* the heads that use the branch (kernel.cu.tpl BR_HEAD0: the grid's y counts from
+       * there); none: not launched (grouped mode with fewer heads than branches) */
+      const int bh = (int)r->branch_heads[br];
+      if (bh <= 0) continue;
       a->branch = br;
-      DA_TRY(launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], heads, a,
+      DA_TRY(launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, a,
                          launch, user));
     }
   }

@@ -116,6 +116,11 @@ static void test_edge(da_context *ctx, bs_runner run, void *user) {
       {2, {256, 512}, {1, 2}, 32, 1, DA_MODE_GROUPED, 4, 2, DA_DTYPE_BFLOAT16, DA_LAYOUT_LOCAL_WINDOW, 600},
       {1, {512, 0, 0}, {1, 0, 0}, 96, 1, DA_MODE_LONGNET, 2, 2, DA_DTYPE_FLOAT16, DA_LAYOUT_GLOBAL_LOCAL, 512},
       {2, {64, 128}, {1, 2}, 64, 1, DA_MODE_LONGNET, 2, 2, DA_DTYPE_FLOAT32, DA_LAYOUT_NONE, 333},
+      /* grouped, dense, causal: each branch launch holds its group's heads alone (BR_HEAD0:
+       * 2, 2 and 1 of 5 heads), through the longest-first grid of one tile a CTA (mma.sync)
+       * and two (the warp-specialized run_tiles), and without a causal mask */
+      {3, {128, 256, 512}, {1, 2, 4}, 64, 1, DA_MODE_GROUPED, 5, 5, DA_DTYPE_FLOAT16, DA_LAYOUT_NONE, 1100},
+      {3, {128, 256, 512}, {1, 2, 4}, 64, 0, DA_MODE_GROUPED, 5, 5, DA_DTYPE_BFLOAT16, DA_LAYOUT_NONE, 900},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     da_spec s;

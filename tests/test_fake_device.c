@@ -199,6 +199,26 @@ static void test_launches(da_context *ctx) {
   unsetenv("DILATTN_WORKSPACE_LIMIT");
   unsetenv("DILATTN_PDL");
   da_plan_destroy(p);
+  /* grouped LongNet 5-branch (groups of 2, 2, 2, 1 and 1 of 8 heads): _clear over every
+   * head, then each branch over its group's heads alone; with 3 heads (groups of 1, 1, 1,
+   * 0, 0) the branches no head uses are not launched */
+  for (int heads = 8; heads >= 3; heads -= 5) {
+    da_spec g = longnet(5, 0);
+    g.mode = DA_MODE_GROUPED, g.num_heads = g.num_kv_heads = heads;
+    p = plan_with(ctx, &g, 0, 0, 0, &st);
+    run(p, &g, N, &st);
+    n = read_launches(L, 64);
+    const int nb = heads == 8 ? 5 : 3;
+    TU_CHECK(st == DA_OK && n == 1 + nb && ends_with(L[0].name, "_clear") && L[0].g[1] == (unsigned)heads,
+             "grouped, %d heads: _clear over every head and %d branch launches (%d launches, %s)", heads, nb, n,
+             da_context_last_error(ctx));
+    for (int i = 1; i < n && n == 1 + nb; i++) {
+      const unsigned want = heads == 8 ? (i <= 3 ? 2 : 1) : 1;
+      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[1] == want && L[i].g[2] == 1,
+               "grouped, %d heads: branch launch %d over %u heads (want %u)", heads, i, L[i].g[1], want);
+    }
+    da_plan_destroy(p);
+  }
   /* LongNet 2-branch causal: fused, one launch */
   const da_spec s2 = longnet(2, 1);
   p = plan_with(ctx, &s2, 0, 0, 0, &st);

@@ -102,10 +102,14 @@ function M.render(spec, target, opts, spec_json, version, text, chunkname)
     cuda_mma = (p.wg_ws and (p.ws_pbuf2 and 5 or 4)) or (p.wg_overlap and 3) or (p.cuda_path == "wgmma" and 2) or (p.cuda_path == "mma" and 1) or 0,
     branch_w = {},
     branch_tiles = {},
+    branch_head0 = {},
+    branch_heads = {},
   }
   for i, b in ipairs(p.branches) do
     facts.branch_w[i] = b.w
     facts.branch_tiles[i] = b.tiles_per_segment or 0
+    facts.branch_head0[i] = b.head0
+    facts.branch_heads[i] = b.nheads
   end
   return src, p.name, facts
 end

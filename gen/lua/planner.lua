@@ -98,6 +98,29 @@ function M.plan(spec, target, opts)
     p.out_divisor = 1
   end
   p.max_branches_per_head = (spec.mode == "grouped") and 1 or nb
+  -- Per branch: the heads that use it, a contiguous range (every head in LongNet mode, its
+  -- group in grouped mode), so a branch launch's grid holds only those (CUDA: its y is
+  -- b.nheads from head b.head0; grouped LongNet 5-branch at H = 8 had launched 4 CTAs
+  -- without a query for each one with, every CTA with a whole SM's shared memory). A
+  -- branch no head uses is not launched (nheads 0). Not contiguous: every head, the kernel
+  -- skipping those without it.
+  p.branch_heads_all = true -- (every branch every head: the kernels' head decode stays by a constant)
+  for _, b in ipairs(p.branches) do
+    local first, last, count = nil, nil, 0
+    for h, list in ipairs(p.heads) do
+      for _, e in ipairs(list) do
+        if e.branch == b.index then first, last, count = first or h - 1, h - 1, count + 1 end
+      end
+    end
+    if count == 0 then
+      b.head0, b.nheads = 0, 0
+    elseif last - first + 1 == count then
+      b.head0, b.nheads = first, count
+    else
+      b.head0, b.nheads = 0, p.H
+    end
+    p.branch_heads_all = p.branch_heads_all and b.head0 == 0 and b.nheads == p.H
+  end
 
   -- Sparsity.
   local sp = spec.sparsity
@@ -253,7 +276,8 @@ end
 --         session has run it (bench/results).
 --   simt: everything else (float32 inputs, odd head dims): TPR threads per query row,
 --         fp32 FMAs, K/V tiles converted to fp32 in shared memory.
--- The grid is (query tiles, heads, batch); the runtime sizes x from N with the facts here.
+-- The grid is (query tiles, heads, batch): a branch launch's heads are those that use the
+-- branch (b.head0, b.nheads); the runtime sizes x from N with the facts here.
 function M.plan_cuda(p, opts)
   local D = p.D
   -- the fused kernel keeps a residue class's first tile for each of the lcm_r classes in

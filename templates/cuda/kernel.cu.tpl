@@ -33,6 +33,20 @@
 __constant__ int RES_TILE_START[{{ p.lcm_r + 1 }}] = { {{ join(p.residue_tile_start) }} };
 {% end %}
 __constant__ da_i64 BR_TILES_PER_SEG[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.tiles_per_segment) end) }} };
+{% if p.strategy ~= "fused" then %}
+/* a branch launch's heads: [BR_HEAD0(br), BR_HEAD0(br) + BR_HEADS(br)), the grid's y: the
+ * branch's group in grouped mode (planner.lua), else every head, by constants (a division
+ * by a head count from memory cost the warp-specialized producer its 40 registers) */
+{% if p.branch_heads_all then %}
+#define BR_HEAD0(br) 0
+#define BR_HEADS(br) NUM_HEADS
+{% else %}
+__constant__ int BR_HEAD0_[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.head0) end) }} };
+__constant__ int BR_HEADS_[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.nheads) end) }} };
+#define BR_HEAD0(br) BR_HEAD0_[br]
+#define BR_HEADS(br) BR_HEADS_[br]
+{% end %}
+{% end %}
 {% if p.lpt then %}
 /* causal (or a fused grid whose heads' tiles differ): blocks longest first within groups of
  * units (planner.lua plan_lpt) */
@@ -1561,13 +1575,13 @@ struct da_ref {
   da_i64 b, h, seg, a0;
 };
 __device__ __forceinline__ bool da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
-  const da_i64 tps = BR_TILES_PER_SEG[A.branch], w = BR_W[A.branch];
+  const da_i64 tps = BR_TILES_PER_SEG[A.branch], w = BR_W[A.branch], nh = BR_HEADS(A.branch);
   const da_i64 nseg = (min(A.seq_len - A.tok0, A.ws_len) + w - 1) / w; /* the launch's segments */
-  const da_i64 units = nseg * NUM_HEADS * A.batch;
+  const da_i64 units = nseg * nh * A.batch;
   if (l >= units * tps) return false;
   da_i64 depth;
   const da_i64 u = da_lpt_unit(l, units, tps, BR_LPT_GROUP[A.branch], &depth);
-  R.b = u / NUM_HEADS / nseg, R.h = u % NUM_HEADS, R.seg = u / NUM_HEADS % nseg;
+  R.b = u / nh / nseg, R.h = BR_HEAD0(A.branch) + u % nh, R.seg = u / nh % nseg;
   R.a0 = (tps - 1 - depth) * (da_i64)TQ; /* a segment's latest (heaviest) tile first */
   return true;
 }
@@ -1692,7 +1706,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 {% end %}
 }
 {% else %}
-/* grid (ceil(n / w_branch) * BR_TILES_PER_SEG[branch], H, B), one launch per branch and
+/* grid (ceil(n / w_branch) * BR_TILES_PER_SEG[branch], BR_HEADS(branch), B), one launch per branch and
  * run of n = min(ws_len, N - tok0) tokens{% if p.ws_tiles > 1 then %}; here those blocks WS_TILES a CTA, in x{% end %} */
 extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(const da_cuda_args A) {
   DA_SMEM_DECL
@@ -1707,14 +1721,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 {% if p.lpt then %}
   /* (da_block_ref's decode, inline: through that struct ptxas spilled 120 bytes of the
    * producer on small split specs with one tile a CTA) */
-  const da_i64 tps = BR_TILES_PER_SEG[A.branch], nseg = gridDim.x / tps;
+  const da_i64 tps = BR_TILES_PER_SEG[A.branch], nseg = gridDim.x / tps, nh = BR_HEADS(A.branch); /* gridDim.y */
   da_i64 depth;
   const da_i64 u = da_lpt_unit(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z),
                                nseg * gridDim.y * gridDim.z, tps, BR_LPT_GROUP[A.branch], &depth);
-  const da_i64 h = u % NUM_HEADS, seg = u / NUM_HEADS % nseg, b = u / NUM_HEADS / nseg;
+  const da_i64 h = BR_HEAD0(A.branch) + u % nh, seg = u / nh % nseg, b = u / nh / nseg;
   const da_i64 a0 = (tps - 1 - depth) * (da_i64)TQ; /* causal: a segment's latest (heaviest) tile first */
 {% else %}
-  const da_i64 b = blockIdx.z, h = blockIdx.y, tps = BR_TILES_PER_SEG[A.branch];
+  const da_i64 b = blockIdx.z, h = BR_HEAD0(A.branch) + blockIdx.y, tps = BR_TILES_PER_SEG[A.branch];
   const da_i64 seg = blockIdx.x / tps, a0 = blockIdx.x % tps * (da_i64)TQ;
 {% end %}
   if (!da_branch_tile(A, b, h, seg, a0, [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
