@@ -36,7 +36,7 @@ __constant__ da_i64 BR_TILES_PER_SEG[{{ p.num_branches }}] = { {{ join(p.branche
 {% if p.strategy ~= "fused" then %}
 /* a branch launch's heads: [BR_HEAD0(br), BR_HEAD0(br) + BR_HEADS(br)), the grid's y: the
  * branch's group in grouped mode (planner.lua), else every head, by constants (a division
- * by a head count from memory cost the warp-specialized producer its 40 registers) */
+ * by a head count read from memory spilled 160 bytes in a warp-specialized kernel) */
 {% if p.branch_heads_all then %}
 #define BR_HEAD0(br) 0
 #define BR_HEADS(br) NUM_HEADS
@@ -1772,9 +1772,8 @@ extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
   /* a whole chunk in one 16-byte store where out allows them (the tensor-core paths' test):
    * eight 2-byte stores at a 16-byte stride across the lanes made each warp instruction 16
    * partial sector writes, ~17M at N = 65536, H = 8, D = 64 (now 2.1M whole ones), about
-   * 0.1 ms of L2 requests
-   * (single and split plans that leave rows uncovered ran 0.10 to 0.15 ms over their share
-   * of the work there on an H200, bench/results/gpu-h200-58e46dd.md) */
+   * 0.1 ms of L2 requests (single and split plans that leave rows uncovered ran 0.10 to
+   * 0.15 ms over their share of the work there on an H200, bench/results/gpu-h200-58e46dd.md) */
   if (A.out16 && d1 - d0 == 8) {
     da_st_v16((da_u16 *)A.out + o + d0, da_u32x4{0u, 0u, 0u, 0u});
   } else {
