@@ -13,10 +13,7 @@
 
 static char include_dir[1024], work_dir[256];
 
-static size_t n_compiled;
-
 int da_emu_plan_init(const char *inc) {
-  n_compiled = 0; /* a new work folder holds none of them */
   snprintf(include_dir, sizeof include_dir, "%s", inc);
   snprintf(work_dir, sizeof work_dir, "%s/dilattn-emu-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(work_dir)) {
@@ -34,28 +31,6 @@ void da_emu_plan_done(int remove) {
 }
 
 static int launches;
-
-/* The kernels this process has compiled, by cache key (the file's name: the key is a
- * hash of the source, so a key seen before is the same module, compiled already). A
- * suite renders some specs more than once (a fifth of the wgmma-ws part's compiles). */
-static char (*compiled)[65];
-static size_t cap_compiled;
-
-static int was_compiled(const char *key) {
-  for (size_t i = 0; i < n_compiled; i++)
-    if (!strcmp(compiled[i], key)) return 1;
-  return 0;
-}
-
-static void note_compiled(const char *key) {
-  if (n_compiled == cap_compiled) {
-    size_t cap = cap_compiled ? 2 * cap_compiled : 64;
-    char(*p)[65] = realloc(compiled, cap * sizeof *compiled);
-    if (!p) return; /* then it compiles again next time */
-    compiled = p, cap_compiled = cap;
-  }
-  snprintf(compiled[n_compiled++], 65, "%s", key);
-}
 
 int da_emu_plan_launches(void) { return launches; }
 
@@ -87,13 +62,13 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
   da_status st = DA_OK;
   void *lib = NULL, *ws = NULL;
   const unsigned char *mask_table[DA_MAX_BRANCHES];
-  if (was_compiled(r.key)) {
-    snprintf(so, sizeof so, "%s/%s.so", work_dir, r.key);
-  } else if (da_emu_compile(r.source, work_dir, r.key, include_dir, so, sizeof so, err, sizeof err)) {
+  /* a module compiled already in this work folder (the file is named by its cache key, a
+   * hash of the source; a suite renders some specs more than once, a fifth of the wgmma-ws
+   * part's compiles; the compiler leaves no output where it fails) */
+  snprintf(so, sizeof so, "%s/%s.so", work_dir, r.key);
+  if (access(so, R_OK) != 0 && da_emu_compile(r.source, work_dir, r.key, include_dir, so, sizeof so, err, sizeof err)) {
     st = da__set_error(ctx, DA_ERR_COMPILE, "%s: %s", r.kernel_name, err);
     goto out;
-  } else {
-    note_compiled(r.key);
   }
   lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
