@@ -95,6 +95,15 @@ int da__output_tmp(const char *path, char *tmp, size_t cap) {
   return tmp_beside(path, tmp, cap, (mode_t)da__output_mode(path));
 }
 
+int da__can_write_beside(const char *path) {
+  char probe[4500];
+  const int fd = tmp_beside(path, probe, sizeof probe, 0600);
+  if (fd < 0) return -1;
+  close(fd);
+  unlink(probe);
+  return 0;
+}
+
 int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
   char tmp[4500];
   int fd = tmp_beside(path, tmp, sizeof tmp, (mode_t)mode);

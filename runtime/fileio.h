@@ -24,6 +24,10 @@ DA_HIDDEN unsigned da__output_mode(const char *path);
  * path (or unlinks it). */
 DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
 
+/* 0 when a file can be made beside path (a temp file made there and removed: checked
+ * before long work whose result goes there), else -1 with errno set. */
+DA_HIDDEN int da__can_write_beside(const char *path);
+
 /* A file's path split at its last '/': the folder into dir ("." where there is no '/',
  * "/" where the only one comes first), and the name, returned (a pointer into path).
  * NULL with errno ENAMETOOLONG where the folder does not fit cap. */

@@ -472,17 +472,10 @@ int da__cmd_tune(int argc, char **argv) {
     } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
       fprintf(stderr, "dilattn: error: tune: %s %s: %s is not a folder\n", flags[i], outs[i], dir);
       bad = 1;
-    } else { /* a file can be made beside it: found now, not after the sweep and the merge */
-      char probe[4300];
-      int fd = da__output_tmp(outs[i], probe, sizeof probe);
-      if (fd < 0) {
-        fprintf(stderr, "dilattn: error: tune: %s %s: cannot write into %s: %s\n", flags[i], outs[i], dir,
-                strerror(errno));
-        bad = 1;
-      } else {
-        close(fd);
-        unlink(probe);
-      }
+    } else if (da__can_write_beside(outs[i]) != 0) { /* found now, not after the sweep and the merge */
+      fprintf(stderr, "dilattn: error: tune: %s %s: cannot write into %s: %s\n", flags[i], outs[i], dir,
+              strerror(errno));
+      bad = 1;
     }
   }
   char db[4200];

@@ -256,11 +256,8 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path) {
   int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
   free(old);
   if (nold < 0) return unmergeable(ctx, path, mismatch);
-  char probe[4300]; /* a file can be made beside it (as tune's -o and --plot are checked) */
-  const int fd = da__output_tmp(path, probe, sizeof probe);
-  DA_RETURN_IF(fd < 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path, strerror(errno));
-  close(fd);
-  unlink(probe);
+  DA_RETURN_IF(da__can_write_beside(path) != 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path,
+               strerror(errno));
   return DA_OK;
 }
 

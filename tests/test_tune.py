@@ -176,8 +176,9 @@ try:
     # ... also when that shows only at the end: a name the temp file cannot extend (NAME_MAX)
     long_png = os.path.join(tmp, "p" * 245 + ".png")
     p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--plot", long_png, "--db", db9)
-    check(p.returncode == 2 and "cannot write" in p.stderr and not os.path.exists(long_png),
-          f"tune --plot that cannot be written: exit {p.returncode}: {p.stderr[-200:]}")
+    check(p.returncode == 2 and "cannot write" in p.stderr and not os.path.exists(long_png) and not p.stdout,
+          f"tune --plot that cannot be written: exit {p.returncode}, found before the sweep: {not p.stdout}: "
+          f"{p.stderr[-200:]}")
     png2 = os.path.join(tmp, "two.png")
     p = run("tune", cfg_a, cfg_b, "--seq-len", "16", "--reps", "1", "--plot", png2, "--db", db9)
     check(p.returncode == 0 and all(open(f"{png2}.{i}.png", "rb").read(4) == b"\x89PNG" for i in (0, 1))
