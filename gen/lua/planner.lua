@@ -102,8 +102,7 @@ function M.plan(spec, target, opts)
   -- group in grouped mode), so a branch launch's grid holds only those (CUDA: its y is
   -- b.nheads from head b.head0; grouped LongNet 5-branch at H = 8 had launched 4 CTAs
   -- without a query for each one with, every CTA with a whole SM's shared memory). A
-  -- branch no head uses is not launched (nheads 0). Not contiguous: every head, the kernel
-  -- skipping those without it.
+  -- branch no head uses is not launched (nheads 0).
   p.branch_heads_all = true -- (every branch every head: the kernels' head decode stays by a constant)
   for _, b in ipairs(p.branches) do
     local first, last, count = nil, nil, 0
@@ -112,13 +111,8 @@ function M.plan(spec, target, opts)
         if e.branch == b.index then first, last, count = first or h - 1, h - 1, count + 1 end
       end
     end
-    if count == 0 then
-      b.head0, b.nheads = 0, 0
-    elseif last - first + 1 == count then
-      b.head0, b.nheads = first, count
-    else
-      b.head0, b.nheads = 0, p.H
-    end
+    assert(count == 0 or last - first + 1 == count, "planner: the heads of a branch are not contiguous")
+    b.head0, b.nheads = first or 0, count
     p.branch_heads_all = p.branch_heads_all and b.head0 == 0 and b.nheads == p.H
   end
 
