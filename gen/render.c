@@ -125,10 +125,13 @@ static int push_render_fn(lua_State *L) {
   return 1;
 }
 
-static const char *const MMA_NAMES[6] = {"", "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2"};
-const char *da__cuda_mma_name(int cuda_mma) { return cuda_mma >= 1 && cuda_mma <= 5 ? MMA_NAMES[cuda_mma] : "sync"; }
+static const char *const MMA_NAMES[DA__CUDA_MMA_MAX + 1] = {"",         "sync",        "wgmma",       "wgmma-overlap",
+                                                            "wgmma-ws", "wgmma-ws-p2", "wgmma-ws-tma"};
+const char *da__cuda_mma_name(int cuda_mma) {
+  return cuda_mma >= 1 && cuda_mma <= DA__CUDA_MMA_MAX ? MMA_NAMES[cuda_mma] : "sync";
+}
 int da__cuda_mma_parse(const char *name) {
-  for (int i = 1; i <= 5; i++)
+  for (int i = 1; i <= DA__CUDA_MMA_MAX; i++)
     if (name && !strcmp(name, MMA_NAMES[i])) return i;
   return 0;
 }
@@ -142,9 +145,9 @@ static int check_opts(const da_context *ctx, const da__render_opts *o) {
   DA_RETURN_IF(o->tile_q < 0 || o->tile_q > 256, DA_ERR_INVALID_ARGUMENT, "tile_q: %d is out of range (1 to 256)", o->tile_q);
   DA_RETURN_IF(o->tile_k < 0 || o->tile_k > 1024, DA_ERR_INVALID_ARGUMENT, "tile_k: %d is out of range (1 to 1024)", o->tile_k);
   DA_RETURN_IF(o->fused_min_queries < 0, DA_ERR_INVALID_ARGUMENT, "fused_min_queries: %d is negative", o->fused_min_queries);
-  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > 5, DA_ERR_INVALID_ARGUMENT,
+  DA_RETURN_IF(o->cuda_mma < 0 || o->cuda_mma > DA__CUDA_MMA_MAX, DA_ERR_INVALID_ARGUMENT,
                "cuda_mma: %d is not 0 (default), 1 (mma.sync), 2 (wgmma), 3 (wgmma, overlapped), 4 (wgmma, "
-               "warp-specialized) or 5 (warp-specialized, P double-buffered)",
+               "warp-specialized), 5 (warp-specialized, P double-buffered) or 6 (warp-specialized, TMA copies)",
                o->cuda_mma);
   return DA_OK;
 }
@@ -204,6 +207,9 @@ static void copy_facts(lua_State *L, const da_spec *spec, da__rendered *f) {
   f->ws_tiles = (int)fact_int_or(L, "ws_tiles", 1);
   f->num_branches = fact_int_list(L, "branch_w", f->branch_w, DA_MAX_BRANCHES);
   fact_int_list(L, "branch_tiles", f->branch_tiles, DA_MAX_BRANCHES);
+  f->tma_maps = (int)fact_int_or(L, "tma_maps", 0);
+  f->kv_heads = fact_int_or(L, "kv_heads", spec->num_kv_heads);
+  if (fact_int_list(L, "branch_r", f->branch_r, DA_MAX_BRANCHES) < f->num_branches) f->tma_maps = 0;
   /* (a generator without these, DILATTN_TEMPLATE_DIR's from before them: every head) */
   if (fact_int_list(L, "branch_head0", f->branch_head0, DA_MAX_BRANCHES) < f->num_branches ||
       fact_int_list(L, "branch_heads", f->branch_heads, DA_MAX_BRANCHES) < f->num_branches)

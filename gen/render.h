@@ -18,7 +18,7 @@ typedef struct {
   /* CUDA target */
   char cuda_path[8];   /* mma | wgmma | simt */
   int cuda_mma;        /* da_plan_options.cuda_mma the plan resolved to: 1 mma, 2 wgmma, 3 overlapped,
-                          4 warp-specialized, 5 that with P double-buffered, 0 else */
+                          4 warp-specialized, 5 that with P double-buffered, 6 that with TMA copies, 0 else */
   int threads;         /* threads per CTA */
   int split_first;     /* split: the branch launched first (r = 1, it covers every row); -1: none */
   int clear_rows;      /* split, single: some row no branch covers, so _clear runs first; 0: the branches write all */
@@ -38,6 +38,11 @@ typedef struct {
   int64_t branch_head0[DA_MAX_BRANCHES], branch_heads[DA_MAX_BRANCHES]; /* and the heads [head0, head0 + heads)
                                                                            that use the branch: the grid's y
                                                                            (0 heads: not launched) */
+  int64_t branch_r[DA_MAX_BRANCHES];
+  int64_t kv_heads;
+  int tma_maps;        /* wgmma-ws-tma: tensor maps the kernel takes after its arguments (a K and a V map
+                          per offset class of every branch, fused, or of the launched one; kernel.cu.tpl
+                          da_cuda_kargs), 0: none */
 } da__rendered;
 
 DA_HIDDEN da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
@@ -47,8 +52,10 @@ DA_HIDDEN void da__rendered_free(da__rendered *r);
 /* Whether the wgmma paths (cuda_mma 2, 3, 4) serve spec: float16 / bfloat16 at head_dim 64 or
  * 128 (the planner's rule, gen/lua/planner.lua plan_cuda). */
 DA_HIDDEN int da__wgmma_serves(const da_spec *spec);
-/* The names of da_plan_options.cuda_mma 1..5 (gen --mma, DILATTN_CUDA_MMA, the planner's
- * opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2". parse: 0 for any other text. */
+/* The names of da_plan_options.cuda_mma 1..DA__CUDA_MMA_MAX (gen --mma, DILATTN_CUDA_MMA, the
+ * planner's opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2",
+ * "wgmma-ws-tma". parse: 0 for any other text. */
+#define DA__CUDA_MMA_MAX 6
 DA_HIDDEN const char *da__cuda_mma_name(int cuda_mma);
 DA_HIDDEN int da__cuda_mma_parse(const char *name);
 

@@ -321,7 +321,13 @@ typedef struct {
                             conditions);
                             5 = 4 with P in two register sets, a tile's exps under the P V of
                             the tile before (tile_q 128, not under a sparse layout;
-                            experimental). Ignored by the host backend. */
+                            experimental); 6 = 4 with K and V copied by the tensor memory
+                            accelerator (one producer thread, a tensor map per branch,
+                            offset class and tensor, encoded per execution; not under a
+                            sparse layout, which takes 4; where the tensors are not 16-byte
+                            aligned, or the driver has no cuTensorMapEncodeTiled, or
+                            DILATTN_TMA=0, that thread copies alone, slowly; experimental,
+                            untimed). Ignored by the host backend. */
 } da_plan_options;
 
 /* da_plan_create with tunables (opts may be NULL). When opts is NULL or its tunables are
@@ -332,7 +338,8 @@ DA_API da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_back
                                    const da_plan_options *opts, da_plan **out);
 
 /* The tunables the plan was built with (tuned or default, as resolved): tile_q, tile_k and,
- * on CUDA, cuda_mma (1 mma.sync, 2 wgmma, 3 wgmma overlapped, 4 wgmma warp-specialized; 0 on the host
+ * on CUDA, cuda_mma (1 mma.sync, 2 wgmma, 3 wgmma overlapped, 4 wgmma warp-specialized, 5 and 6 its
+ * variants; 0 on the host
  * and the SIMT path). The struct
  * grew cuda_mma in 0.2.0: code built against an older header must be rebuilt. */
 DA_API da_status da_plan_get_options(const da_plan *plan, da_plan_options *out);

@@ -63,7 +63,8 @@ static int fail(int code, const char *fmt, ...) {
 static void usage_to(FILE *f) {
   fputs("usage:\n"
         "  dilattn gen   CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90]\n"
-        "                [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2] [-o DIR]\n"
+        "                [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2|wgmma-ws-tma]\n"
+        "                [-o DIR]\n"
         "                [--report] [--compile] [--bundle NAME] [--threads T]\n"
         "  dilattn run   CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
         "                [--backend auto|host|cuda]\n"
@@ -339,7 +340,8 @@ static int cmd_gen(int argc, char **argv) {
   memset(&gopts, 0, sizeof gopts);
   if (mma && !da__cuda_mma_parse(mma))
     return fail(EXIT_INPUT,
-                "--mma %s: expected sync (mma.sync, the default), wgmma, wgmma-overlap, wgmma-ws or wgmma-ws-p2 (sm_90 only)",
+                "--mma %s: expected sync (mma.sync, the default), wgmma, wgmma-overlap, wgmma-ws, wgmma-ws-p2 or wgmma-ws-tma "
+                "(sm_90 only)",
                 mma);
   if (mma && !cuda) return fail(EXIT_INPUT, "--mma %s: only the cuda target has tensor-core paths", mma);
   gopts.cuda_mma = mma ? da__cuda_mma_parse(mma) : 0;

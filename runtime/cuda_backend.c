@@ -262,10 +262,79 @@ static da_status launch_main(const da_context *ctx, const da__rendered *r, int64
   return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, (unsigned)heads, (unsigned)a->batch, threads, smem, a);
 }
 
+/* wgmma-ws-tma: the tensor maps of branch br's offset classes into m[2 * c] (K) and
+ * m[2 * c + 1] (V), c = position % r (kernel.cu.tpl produce_tma): the rows of class c,
+ * [head_dim, ceil((N - c) / r), kv heads, batch], from position c on with a row stride of
+ * r positions, read in boxes of 64 head dims x tile_k rows into the 128-byte-swizzled
+ * tiles wgmma reads (zeros past the last row). 0 where the encoder refuses one. */
+static int encode_tmaps(const da__rendered *r, const da__cuda_args *a, int head_dim, int br, da__tmap_encode_fn enc,
+                        da__cuda_tmap *m) {
+  const int64_t rate = r->branch_r[br], n = a->seq_len;
+  for (int64_t c = 0; c < rate; c++)
+    for (int t = 0; t < 2; t++) {
+      const int64_t *st = t ? a->v_stride : a->k_stride;
+      da__cuda_tmap *map = &m[2 * c + t];
+      memset(map, 0, sizeof *map);
+      if (c >= n) continue; /* a class without a position: no tile reads it */
+      const uint64_t dims[4] = {(uint64_t)head_dim, (uint64_t)((n - c + rate - 1) / rate), (uint64_t)r->kv_heads,
+                                (uint64_t)a->batch};
+      const uint64_t strides[3] = {(uint64_t)(rate * st[1] * 2), (uint64_t)(st[2] * 2), (uint64_t)(st[0] * 2)};
+      const uint32_t box[4] = {64, (uint32_t)r->tile_k, 1, 1}, ones[4] = {1, 1, 1, 1};
+      char *base = (char *)(uintptr_t)(t ? a->v : a->k) + c * st[1] * 2;
+      if (enc(map, DA__TMAP_UINT16, 4, base, dims, strides, box, ones, 0, DA__TMAP_SWIZZLE_128B, DA__TMAP_L2_128B, 0))
+        return 0;
+    }
+  return 1;
+}
+
+/* Whether a wgmma-ws-tma plan's kernels may take their copies by TMA for these arguments:
+ * 16-byte aligned tensors and strides (TMA's rule too), positive strides, and coordinates
+ * within int32 (the instruction's). */
+static int tma_usable(const da__rendered *r, const da__cuda_args *a, da__tmap_encode_fn enc) {
+  if (!enc || r->tma_maps <= 0 || r->tma_maps > DA_CUDA_TMAPS_MAX || !a->vec16) return 0;
+  if (a->seq_len >= ((int64_t)1 << 31) - 1024 || a->batch >= ((int64_t)1 << 31) || r->kv_heads < 1) return 0;
+  for (int i = 0; i < 3; i++)
+    if (a->k_stride[i] <= 0 || a->v_stride[i] <= 0) return 0;
+  return 1;
+}
+
+/* Encode the maps a launch of branch br (-1: the fused kernel, every branch) takes into
+ * K, and set K->a.tma; a refused map leaves the launch on cp.async. */
+static void prepare_tmaps(const da__rendered *r, int head_dim, int br, da__tmap_encode_fn enc, da__cuda_kargs *K) {
+  if (!K->a.tma) return;
+  int64_t need = 0;
+  for (int i = 0; i < r->num_branches; i++) need += br < 0 || i == br ? 2 * r->branch_r[i] : 0;
+  int ok = need <= r->tma_maps && need <= DA_CUDA_TMAPS_MAX; /* (the plan's count: planner.lua p.tma_maps) */
+  if (!ok) {
+  } else if (br >= 0) {
+    ok = encode_tmaps(r, &K->a, head_dim, br, enc, K->m);
+  } else {
+    for (int i = 0, slot = 0; i < r->num_branches && ok; slot += 2 * (int)r->branch_r[i], i++)
+      ok = encode_tmaps(r, &K->a, head_dim, i, enc, &K->m[slot]);
+  }
+  if (!ok) {
+    da__log(DA_LOG_INFO, "cuda: a tensor map was refused (strides or sizes); this launch copies K and V by cp.async");
+    K->a.tma = 0;
+  }
+}
+
 da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
-                                   da__cuda_args *a, da__cuda_launch_fn launch, void *user) {
-  if (!strcmp(r->strategy, "fused"))
-    return launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, a, launch, user);
+                                   da__cuda_args *args, da__cuda_launch_fn launch, void *user,
+                                   da__tmap_encode_fn enc) {
+  /* every launch takes the kernels' full parameter (the arguments, then a wgmma-ws-tma
+   * kernel's tensor maps: other kernels read the prefix) */
+  da__cuda_kargs K;
+  K.a = *args;
+  da__cuda_args *a = &K.a;
+  a->tma = tma_usable(r, a, enc);
+  const int tma = a->tma;
+  da_status st = DA_OK;
+  if (!strcmp(r->strategy, "fused")) {
+    prepare_tmaps(r, head_dim, -1, enc, &K);
+    st = launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, a, launch, user);
+    *args = *a;
+    return st;
+  }
   /* _clear, unless the branches write every row; a split plan's branch with r = 1 first
    * (split_first: kernel.cu.tpl's tile_end knows the order from da_split_side); the
    * branches run over the tokens in runs of a->ws_len (a whole number of every branch's w),
@@ -286,11 +355,16 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
       const int bh = (int)r->branch_heads[br];
       if (bh <= 0) continue;
       a->branch = br;
-      DA_TRY(launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, a,
-                         launch, user));
+      a->tma = tma;
+      prepare_tmaps(r, head_dim, br, enc, &K);
+      st = launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, a, launch,
+                       user);
+      if (st != DA_OK) goto out;
     }
   }
-  return DA_OK;
+out:
+  *args = *a;
+  return st;
 }
 
 void da__cuda_args_fill(da__cuda_args *a, const da_args *args) {
@@ -373,7 +447,8 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   }
   a.ws_len = run;
   driver_launch d = {ctx, p, stream, 0};
-  da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, &a, launch_on_driver, &d);
+  da_status st =
+      da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, &a, launch_on_driver, &d, da__cuda_tmap_encoder(p->dev));
   if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
     da_status s2 = da__cuda_sync(ctx, p->dev, stream);
     da__cuda_free(p->dev, owned);

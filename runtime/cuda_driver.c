@@ -71,6 +71,7 @@ struct da__cuda {
                            unsigned, unsigned, CUstream, void **, void **);
   /* programmatic dependent launch (CUDA 12+; optional) */
   CUresult (*LaunchKernelEx)(const da__cu_launch_config *, CUfunction, void **, void **);
+  da__tmap_encode_fn TensorMapEncodeTiled; /* (CUDA 12+; optional) */
   int cc_major;
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);                  /* cuMemAlloc_v2 */
   CUresult (*MemFree)(CUdeviceptr);                             /* cuMemFree_v2 */
@@ -191,6 +192,7 @@ static void cuda_init(void) {
     load_sym(c->dl, "cuDeviceGetDefaultMemPool", &c->DeviceGetDefaultMemPool, unused, sizeof unused);
     load_sym(c->dl, "cuMemPoolSetAttribute", &c->MemPoolSetAttribute, unused, sizeof unused);
     load_sym(c->dl, "cuLaunchKernelEx", &c->LaunchKernelEx, unused, sizeof unused);
+    load_sym(c->dl, "cuTensorMapEncodeTiled", &c->TensorMapEncodeTiled, unused, sizeof unused);
   }
   if (!ok) {
     g_status = DA_ERR_UNSUPPORTED;
@@ -339,6 +341,11 @@ da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da__cuda_ker
 int da__cuda_pdl(const da__cuda *c) {
   const char *env = getenv("DILATTN_PDL");
   return c && c->LaunchKernelEx && c->cc_major >= 9 && !(env && !strcmp(env, "0"));
+}
+
+da__tmap_encode_fn da__cuda_tmap_encoder(const da__cuda *c) {
+  const char *env = getenv("DILATTN_TMA");
+  return c && c->cc_major >= 9 && !(env && !strcmp(env, "0")) ? c->TensorMapEncodeTiled : NULL;
 }
 
 da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k, unsigned gx,

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "runtime/cuda_args.h"
 #include "runtime/internal.h"
 
 typedef struct da__cuda da__cuda; /* process-wide singleton, never freed */
@@ -50,6 +51,9 @@ DA_HIDDEN da_status da__cuda_launch(const da_context *ctx, da__cuda *c, const da
 DA_HIDDEN da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k,
                                        unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                        unsigned bz, unsigned dyn_smem, void *stream, void **params, int dependent);
+/* The driver's encoder where the device takes tensor maps (sm_90 or later) and the driver
+ * has it, unless DILATTN_TMA=0; else NULL (wgmma-ws-tma kernels then copy by cp.async). */
+DA_HIDDEN da__tmap_encode_fn da__cuda_tmap_encoder(const da__cuda *c);
 /* Whether programmatic dependent launches are available: an sm_90 or later device whose
  * driver has cuLaunchKernelEx, unless DILATTN_PDL=0. */
 DA_HIDDEN int da__cuda_pdl(const da__cuda *c);

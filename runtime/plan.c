@@ -348,12 +348,12 @@ const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma,
   if (m < 2 || !serves) return opts;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  eff->cuda_mma = m == 5 && sparse ? 4 : m; /* wgmma-ws-p2 has no sparse form */
+  eff->cuda_mma = (m == 5 || m == 6) && sparse ? 4 : m; /* wgmma-ws-p2 and -tma have no sparse form */
   *sync_fallback = eff->tile_q || eff->tile_k || eff->fused_min_queries;
   return eff;
 }
 
-/* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws, wgmma-ws-p2: its variants): CUDA plans the wgmma
+/* DILATTN_CUDA_MMA=wgmma (or wgmma-overlap, wgmma-ws, wgmma-ws-p2, wgmma-ws-tma: its variants): CUDA plans the wgmma
  * path serves (fp16 / bf16 at head_dim 64 or 128, on an sm_90 device) that set no tunable
  * take it here, before the tuning database is consulted (a caller or the tuner that chose
  * an instruction gets what it chose; options with tunables and cuda_mma 0 get it through
@@ -370,16 +370,17 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   if (*auto_mma || !strcmp(env, "sync")) return DA_OK;
   const int mma = da__cuda_mma_parse(env); /* sync (1) returned above */
   DA_RETURN_IF(mma < 2, DA_ERR_INVALID_ARGUMENT,
-               "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws, wgmma-ws-p2, sync or auto (the default)",
+               "DILATTN_CUDA_MMA=%s: expected wgmma, wgmma-overlap, wgmma-ws, wgmma-ws-p2, wgmma-ws-tma, sync or auto "
+               "(the default)",
                env);
   if (be != DA_BACKEND_CUDA || (opts && (opts->cuda_mma || opts->tile_q || opts->tile_k || opts->fused_min_queries)))
     return DA_OK;
   if (!da__cuda_wgmma_device_serves(ctx, spec)) return DA_OK;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  /* wgmma-ws-p2 has no sparse form (planner.lua): those plans take wgmma-ws */
+  /* wgmma-ws-p2 and -tma have no sparse form (planner.lua): those plans take wgmma-ws */
   const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
-  eff->cuda_mma = mma == 5 && sparse ? 4 : mma;
+  eff->cuda_mma = (mma == 5 || mma == 6) && sparse ? 4 : mma;
   *res = eff;
   return DA_OK;
 }

@@ -133,7 +133,7 @@ static int parse_record(const char *line, da__tune_record *r) {
   const int ok = da__is_hex(json_string_value(json_object_get(o, "spec_hash")), 64) &&
                  int_field(o, "bucket", 0, 63, &bucket) && int_field(o, "tile_q", 0, 256, &tq) &&
                  int_field(o, "tile_k", 0, 1024, &tk) && int_field(o, "fused_min_queries", 0, INT_MAX, &fmq) &&
-                 int_field(o, "cuda_mma", 0, 5, &mma) && int_field(o, "reps", 0, INT_MAX, &reps);
+                 int_field(o, "cuda_mma", 0, DA__CUDA_MMA_MAX, &mma) && int_field(o, "reps", 0, INT_MAX, &reps);
   if (!ok) {
     json_decref(o);
     return -1;
@@ -389,5 +389,13 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
         c[n].cuda_mma = v == 2 ? 5 : 4;
         n++;
       }
+  /* ... and with K and V copied by TMA (cuda_mma 6, the planner's tiles; untimed until a
+   * GPU session: the sweep is where it meets the default); not under a sparse layout */
+  if (cuda && wgmma && !sparse)
+    for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++) {
+      c[n].fused_min_queries = multi ? fmins[f] : 0;
+      c[n].cuda_mma = 6;
+      n++;
+    }
   return n;
 }

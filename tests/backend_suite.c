@@ -259,7 +259,7 @@ da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base) 
   da_plan_options o = {0, 0, 0, 0, 0};
   if (da__wgmma_serves(s)) {
     if (base) o = *base;
-    o.cuda_mma = base && base->cuda_mma >= 2 ? base->cuda_mma : 2; /* 2 .. 5 */
+    o.cuda_mma = base && base->cuda_mma >= 2 ? base->cuda_mma : 2; /* 2 .. 6 */
   }
   return o;
 }
@@ -269,6 +269,7 @@ da_plan_options bs_ws_options(const da_spec *s, const da_plan_options *base) {
   if (s->sparsity.layout != DA_LAYOUT_NONE && s->sparsity.layout != DA_LAYOUT_DENSE) {
     if (o.tile_q == 192) o.tile_q = 0;
     if (o.cuda_mma == 5) o.cuda_mma = 4, o.tile_q = 0;
+    if (o.cuda_mma == 6) o.cuda_mma = 4;
   }
   return o;
 }

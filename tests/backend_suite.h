@@ -27,7 +27,7 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
 da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
 /* bs_wgmma_options, with tile_q 192 (the warp-specialized kernel's three consumer
  * warpgroups) dropped to the planner's choice, and cuda_mma 5 (wgmma-ws-p2) to 4 with it,
- * under a sparse layout, where they are refused. */
+ * and cuda_mma 6 (wgmma-ws-tma) to 4, under a sparse layout, where they are refused. */
 da_plan_options bs_ws_options(const da_spec *s, const da_plan_options *base);
 
 /* Random specs first .. first + count - 1 of the warp-specialized fused plan (cuda_mma 4,

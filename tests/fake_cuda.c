@@ -9,7 +9,10 @@
  *
  * Environment: FAKE_CUDA_CC (compute capability, default 90), FAKE_CUDA_SMS (132),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
- * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P"). */
+ * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
+ * tma T", T the arguments' tma flag and, where it is set, the first tensor map's address
+ * (runtime/cuda_args.h); each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
+ * box .. swizzle S", after checking cuda.h's rules for the parameters the runtime passes). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
@@ -17,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/cuda_args.h"
 
 typedef int CUresult;
 enum { OK = 0, INVALID_VALUE = 1, NOT_FOUND = 500, INVALID_IMAGE = 200 };
@@ -184,8 +189,40 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (!f || !params || !gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
       (unsigned long long)bx * by * bz > 1024 || smem > (unsigned)f->max_dyn_smem)
     return INVALID_VALUE;
-  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p\n", f->name, gx, gy, gz, bx, by, bz,
-           smem, dependent, stream);
+  /* dilattn's kernels take a da__cuda_kargs (others, a test's own, their own parameters) */
+  const da__cuda_kargs *k = strncmp(f->name, "da_fwd_", 7) ? NULL : params[0];
+  uint64_t first_map = 0; /* what the encoder put at the start of the first map: its address */
+  if (k && k->a.tma) memcpy(&first_map, k->m[0].bytes, sizeof first_map);
+  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p tma %d %llx\n", f->name, gx, gy, gz, bx,
+           by, bz, smem, dependent, stream, k ? k->a.tma : 0, (unsigned long long)first_map);
+  return OK;
+}
+
+/* cuda.h's rules for tiled tensor maps, those the runtime's parameters could break; the
+ * map holds the global address (the launch log shows it) */
+CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *addr, const uint64_t *dims,
+                                const uint64_t *strides, const uint32_t *box, const uint32_t *es, int interleave,
+                                int swizzle, int l2, int oob) {
+  if (!map || (uintptr_t)map % 64 || dtype < 0 || dtype > 12 || rank < 1 || rank > 5 || (uintptr_t)addr % 16 ||
+      interleave < 0 || interleave > 2 || swizzle < 0 || swizzle > 6 || l2 < 0 || l2 > 3 || oob < 0 || oob > 1)
+    return INVALID_VALUE;
+  const unsigned esize = dtype == 0 ? 1 : dtype == 1 || dtype == 6 || dtype == 9 ? 2 : dtype == 4 || dtype == 5 || dtype == 8 ? 8 : 4;
+  for (unsigned i = 0; i < rank; i++)
+    if (!dims[i] || dims[i] > (1ull << 32) || !box[i] || box[i] > 256 || !es[i] || es[i] > 8 ||
+        (i && (strides[i - 1] % 16 || strides[i - 1] >= (1ull << 40))))
+      return INVALID_VALUE;
+  if (box[0] * esize % 16 || (swizzle == 3 && box[0] * esize > 128)) return INVALID_VALUE;
+  memset(map, 0, 128);
+  memcpy(map, &addr, sizeof addr);
+  char line[512];
+  int n = snprintf(line, sizeof line, "tmap addr %p dims", addr);
+  for (unsigned i = 0; i < rank; i++) n += snprintf(line + n, sizeof line - (size_t)n, " %llu", (unsigned long long)dims[i]);
+  n += snprintf(line + n, sizeof line - (size_t)n, " strides");
+  for (unsigned i = 0; i + 1 < rank; i++)
+    n += snprintf(line + n, sizeof line - (size_t)n, " %llu", (unsigned long long)strides[i]);
+  n += snprintf(line + n, sizeof line - (size_t)n, " box");
+  for (unsigned i = 0; i < rank; i++) n += snprintf(line + n, sizeof line - (size_t)n, " %u", box[i]);
+  log_line("%s swizzle %d dtype %d\n", line, swizzle, dtype);
   return OK;
 }
 CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

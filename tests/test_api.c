@@ -376,6 +376,10 @@ static void test_default_mma(void) {
   TU_CHECK(r == &eff && eff.cuda_mma == 4 && eff.tile_q == 64 && fb == 1, "wgmma-ws-p2 under a sparse layout: 4");
   r = da__default_mma(&o, 5, 1, 0, &eff, &fb);
   TU_CHECK(r == &eff && eff.cuda_mma == 5, "wgmma-ws-p2 from the environment");
+  r = da__default_mma(&o, 6, 1, 1, &eff, &fb); /* DILATTN_CUDA_MMA=wgmma-ws-tma, sparse */
+  TU_CHECK(r == &eff && eff.cuda_mma == 4, "wgmma-ws-tma under a sparse layout: 4");
+  r = da__default_mma(&o, 6, 1, 0, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 6, "wgmma-ws-tma from the environment");
   r = da__default_mma(&o, 1, 1, 0, &eff, &fb); /* DILATTN_CUDA_MMA=sync */
   TU_CHECK(r == &o && !fb, "DILATTN_CUDA_MMA=sync: the options as given");
   r = da__default_mma(&o, 0, 0, 0, &eff, &fb); /* not an sm_90 device, or a spec wgmma does not serve */

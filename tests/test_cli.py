@@ -134,7 +134,7 @@ def test_gen_wgmma(tmp):
             check(False, f"gen --mma wgmma output: {ex}: {out}")
         # the variants: their own kernel names, sm_90a, no spill, no serialized wgmma
         for mma, suffix, threads in (("wgmma-overlap", "_wgmmao", (128, 256)), ("wgmma-ws", "_wgmmaw", (256, 384)),
-                                     ("wgmma-ws-p2", "_wgmmaw2", (384,))):
+                                     ("wgmma-ws-p2", "_wgmmaw2", (384,)), ("wgmma-ws-tma", "_wgmmat", (384, 512))):
             rc, out, err = run("gen", cfg, "--target", "cuda", "--mma", mma, "--report", "-o", d)
             try:
                 rep = json.loads(out.strip().splitlines()[0])
@@ -184,6 +184,9 @@ def test_gen_wgmma(tmp):
     rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws-p2", "-o", d2)
     check(rc == 2 and "no sparse layout" in err and "traceback" not in err and len(os.listdir(d2)) == 1,
           f"gen --mma wgmma-ws-p2, sparse: exit {rc}: {err}")
+    rc, _, err = run("gen", cfg, "--target", "cuda", "--mma", "wgmma-ws-tma", "-o", d2)
+    check(rc == 2 and "sparse layout" in err and "wgmma-ws-tma" in err and len(os.listdir(d2)) == 1,
+          f"gen --mma wgmma-ws-tma, sparse: exit {rc}: {err}")
 
 
 def test_old_templates(tmp):
@@ -634,7 +637,8 @@ def test_bad_inputs(tmp):
     # a CUDA environment variable with a value it does not take: refused on any backend
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "fast"})
     check(rc == 2 and "DILATTN_CUDA_MMA=fast" in err and not os.path.exists(out), f"DILATTN_CUDA_MMA=fast: {rc} {err}")
-    for val, mma in (("wgmma", 2), ("wgmma-overlap", 3), ("wgmma-ws", 4), ("wgmma-ws-p2", 5), ("auto", 4), ("sync", 1)):
+    for val, mma in (("wgmma", 2), ("wgmma-overlap", 3), ("wgmma-ws", 4), ("wgmma-ws-p2", 5), ("wgmma-ws-tma", 6),
+                     ("auto", 4), ("sync", 1)):
         rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": val})
         try:
             summary = json.loads(so)

@@ -33,6 +33,11 @@ int main(void) {
   SAME("config stream", offsetof(da__cu_launch_config, stream), offsetof(CUlaunchConfig, hStream));
   SAME("config attrs", offsetof(da__cu_launch_config, attrs), offsetof(CUlaunchConfig, attrs));
   SAME("config num_attrs", offsetof(da__cu_launch_config, num_attrs), offsetof(CUlaunchConfig, numAttrs));
+  SAME("tensor map uint16", DA__TMAP_UINT16, CU_TENSOR_MAP_DATA_TYPE_UINT16);
+  SAME("tensor map swizzle 128B", DA__TMAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_128B);
+  SAME("tensor map L2 128B", DA__TMAP_L2_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  SAME("tensor map size", sizeof(da__cuda_tmap), sizeof(CUtensorMap));
+  SAME("tensor map alignment", _Alignof(da__cuda_tmap), _Alignof(CUtensorMap));
   printf("%s\n", failed ? "launch structures differ from cuda.h" : "launch structures match cuda.h");
   return failed != 0;
 }

@@ -18,7 +18,7 @@
  * one and two warpgroups per CTA and both key tiles; wgmma-overlap: the same with
  * cuda_mma = 3 (the next tile's scores in flight during the softmax).
  * runs: split plans in runs of tokens (a workspace below all of them), bit for bit one run's.
- * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|idle-wgs|runs|all] [FIRST COUNT]
+ * Run: build/tests/test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|idle-wgs|runs|all] [FIRST COUNT]
  *      (wgmma-random FIRST COUNT replays random specs on the wgmma path)
  * (ctest runs the golden cases and shards of the random specs). */
 #include <dlfcn.h>
@@ -611,6 +611,41 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   TU_CHECK(da_emu_wgmma_count() > before, "the wgmma runs issued no wgmma");
 }
 
+/* wgmma-ws-tma (cuda_mma 6): the producer's copies by the tensor memory accelerator, one
+ * thread, tensor maps per offset class (bench/results: untimed until a GPU session). The
+ * wgmma suite's shapes (golden, random specs under four tile shapes, sparse ones on
+ * wgmma-ws, bs_ws_options), edge cases, the unaligned tensors of produce_tma's one-thread
+ * fallback, rising maxima, three consumer warpgroups, and a few specs with no encoder
+ * (the fallback over 16-byte-aligned tensors). Fails if no copy went through TMA. */
+static void test_tma_suite(da_context *ctx, const char *golden) {
+  static const int counts[4] = {6, 4, 4, 6};
+  da_plan_options tma = {0, 0, 0, 0, 6}, tma192 = {192, 0, 0, 0, 6};
+  const unsigned long long before = da_emu_tma_count();
+  bs_wgmma(ctx, golden, "cuda-emu wgmma-ws-tma", 6, 260, counts, 400, run_emu_ws);
+  test_edge(ctx, run_emu_ws, &tma);
+  test_unaligned(ctx, &tma);
+  bs_ramp(ctx, run_emu_ws, &tma);
+  bs_random(ctx, 290, 6, 400, run_emu_ws, &tma192);
+  for (int i = 0; i < 4; i++) { /* full 192- and 128-row tiles, more key tiles than stages */
+    da_spec s;
+    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 768, 1536);
+    s.causal = i % 3 == 0;
+    bs_check(ctx, &s, 1, i % 2 ? 1536 : 1000, 860 + (uint64_t)i, "wgmma-ws-tma", run_emu, i < 2 ? &tma192 : &tma);
+  }
+  TU_CHECK(da_emu_tma_count() > before, "the wgmma-ws-tma runs issued no TMA copy");
+  const unsigned long long with_maps = da_emu_tma_count();
+  da_emu_plan_set_tma(0);
+  for (int i = 0; i < 2; i++) {
+    da_spec s;
+    wide_spec(&s, i ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, 64 * (i + 1), 512, 1024);
+    s.causal = i == 0;
+    bs_check(ctx, &s, 1, 1100, 880 + (uint64_t)i, "wgmma-ws-tma without tensor maps", run_emu, &tma);
+  }
+  da_emu_plan_set_tma(1);
+  TU_CHECK(da_emu_tma_count() == with_maps, "TMA copies issued without tensor maps");
+  printf("wgmma-ws-tma: %llu TMA copies\n", da_emu_tma_count() - before);
+}
+
 /* The emulator itself: a launch that fails in one fiber while the others wait at a
  * barrier, a divergent barrier, a deadlock, each reported with its reason; the fibers
  * those launches leave behind never run again, and launches after them compute right
@@ -689,7 +724,7 @@ static void test_emu_self(const char *include_dir) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|idle-wgs|runs|all|wgmma-random|wgmma-ws-random|fused-ws-random] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|idle-wgs|runs|all|wgmma-random|wgmma-ws-random|fused-ws-random] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -716,6 +751,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "wgmma-overlap")) test_wgmma_suite(ctx, argv[2], 3); /* the same, overlapped */
   if (all || !strcmp(which, "wgmma-ws")) test_wgmma_suite(ctx, argv[2], 4);      /* the same, warp-specialized */
+  if (all || !strcmp(which, "wgmma-ws-tma")) test_tma_suite(ctx, argv[2]); /* the same, TMA copies */
   if (!strcmp(which, "idle-wgs")) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws"); /* that suite's idle-warpgroup part */
   if (all || !strcmp(which, "tiles")) { /* 32 query rows per warp (tile_q 128), 32-key tiles */
     da_plan_options dflt = {0, 0, 0, 0, 0}, k64 = {0, 64, 0, 0, 0};

@@ -137,6 +137,13 @@ static void build_matrix(int n) {
       job_t *j = clone_job(i);
       j->opts.cuda_mma = 5;
     }
+    /* every fourth again: the TMA copies (cuda_mma 6), in turn with the defaults, three
+     * consumer warpgroups and one (not under a sparse layout: refused) */
+    if (k % 4 == 2 && njobs < MAX_SPECS && dense) {
+      job_t *j = clone_job(i);
+      j->opts.cuda_mma = 6;
+      j->opts.tile_q = (k / 4) % 3 == 1 ? 192 : (k / 4) % 3 == 2 ? 64 : 0;
+    }
   }
   /* dilated-sparse layouts with several strides on the fused LongNet 2-branch tiling: the
    * warp-specialized producer evaluates the predicate in its key walk, on few registers */
@@ -285,7 +292,7 @@ int main(int argc, char **argv) {
     da_context_destroy(ctx);
     return 0;
   }
-  int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0, variants[6] = {0, 0, 0, 0, 0, 0};
+  int strategies[3] = {0, 0, 0}, paths[3] = {0, 0, 0}, maxregs = 0, variants[7] = {0, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < njobs; i++) {
     job_t *j = &jobs[i];
     for (int a = 0; a < 2; a++) {
@@ -305,10 +312,10 @@ int main(int argc, char **argv) {
     if (i % 6 == 0 && j->status[0] == 0) host_check(ctx, j);
   }
   printf("%d specs x 2 archs (wgmma: sm_90a only): fused %d, split %d, single %d; mma %d, wgmma %d (overlapped %d, "
-         "warp-specialized %d, P double-buffered %d), simt %d; max registers %d\n",
+         "warp-specialized %d, P double-buffered %d, TMA copies %d), simt %d; max registers %d\n",
          njobs, strategies[0], strategies[1], strategies[2], paths[0], paths[2], variants[3], variants[4], variants[5],
-         paths[1], maxregs);
-  TU_CHECK(variants[3] && variants[4] && variants[5], "matrix misses a wgmma variant");
+         variants[6], paths[1], maxregs);
+  TU_CHECK(variants[3] && variants[4] && variants[5] && variants[6], "matrix misses a wgmma variant");
   /* the warp-specialized kernel's register pool: only the count its setmaxnreg split needs */
   TU_CHECK(da__cuda_check_regs(ctx, "k", 168, 168) == DA_OK && da__cuda_check_regs(ctx, "k", 0, 200) == DA_OK &&
                da__cuda_check_regs(ctx, "k", 168, 160) == DA_ERR_COMPILE &&
@@ -330,7 +337,8 @@ int main(int argc, char **argv) {
       const char *msg;
     } refused[] = {{192, 0, 4, 64, 1, "sparse layout"}, {192, 0, 2, 64, 0, "tile_q must be"},
                    {192, 0, 1, 64, 0, "tile_q must be"}, {64, 128, 4, 128, 0, "two CTAs per SM"},
-                   {64, 0, 5, 64, 0, "wgmma-ws-p2"}, {0, 0, 5, 64, 1, "wgmma-ws-p2"}};
+                   {64, 0, 5, 64, 0, "wgmma-ws-p2"}, {0, 0, 5, 64, 1, "wgmma-ws-p2"},
+                   {0, 0, 6, 64, 1, "wgmma-ws-tma"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
       da_spec t = s;
       t.head_dim = refused[i].d;

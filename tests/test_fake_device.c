@@ -20,6 +20,7 @@
  * Run: build/tests/test_fake_device build/tests/libfake_cuda.so templates */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,19 +34,39 @@ static char log_path[256];
 typedef struct {
   char name[256];
   unsigned g[3], b[3], smem;
-  int dependent;
+  int dependent, tma;
+  unsigned long long map0; /* tma: the first tensor map's global address */
 } launch_t;
 
-/* The launches logged since the last call (the log is emptied). */
+typedef struct { /* a tensor map encoded (tests/fake_cuda.c cuTensorMapEncodeTiled) */
+  unsigned long long addr, dims[4], strides[3];
+  unsigned box[4];
+  int swizzle;
+} tmap_t;
+static tmap_t tmaps[128];
+static int ntmaps;
+
+/* The launches logged since the last call (the log is emptied), the tensor maps encoded
+ * since then into tmaps / ntmaps. */
 static int read_launches(launch_t *out, int cap) {
   FILE *f = fopen(log_path, "r");
   int n = 0;
   char line[512];
+  ntmaps = 0;
   while (f && fgets(line, sizeof line, f)) {
     launch_t L;
-    if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d", L.name, &L.g[0], &L.g[1],
-               &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent) == 9 && n < cap)
+    tmap_t t;
+    void *addr;
+    L.tma = 0, L.map0 = 0;
+    if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d stream %*s tma %d %llx", L.name,
+               &L.g[0], &L.g[1], &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent, &L.tma, &L.map0) >= 9 &&
+        n < cap)
       out[n++] = L;
+    else if (sscanf(line, "tmap addr %p dims %llu %llu %llu %llu strides %llu %llu %llu box %u %u %u %u swizzle %d", &addr,
+                    &t.dims[0], &t.dims[1], &t.dims[2], &t.dims[3], &t.strides[0], &t.strides[1], &t.strides[2],
+                    &t.box[0], &t.box[1], &t.box[2], &t.box[3], &t.swizzle) == 13 &&
+             ntmaps < 128)
+      t.addr = (unsigned long long)(uintptr_t)addr, tmaps[ntmaps++] = t;
   }
   if (f) fclose(f);
   unlink(log_path);
@@ -227,6 +248,86 @@ static void test_launches(da_context *ctx) {
   TU_CHECK(st == DA_OK && n == 1 && ends_with(L[0].name, "_fused") && !L[0].dependent,
            "LongNet 2-branch causal: one fused launch (%d, %s)", n, n ? L[0].name : da_context_last_error(ctx));
   da_plan_destroy(p);
+}
+
+/* wgmma-ws-tma (cuda_mma 6) on the fake sm_90 device: the plan; the tensor maps the
+ * runtime encodes before each launch, a K and a V map per offset class c of each branch
+ * (rate r) the launch runs: the rows of positions c, c + r, ... (ceil((N - c) / r) of them,
+ * r rows of the tensor apart, from row c on), then kv heads and batch, in boxes of 64 head
+ * dims x tile_k rows with the 128-byte swizzle; launches that carry them (tma 1, the first
+ * map's address); none where DILATTN_TMA=0 or the tensors are not 16-byte aligned. */
+static void check_tmaps(const tmap_t *t, int n, const da_spec *s, const int *branches, int nbr, const char *k,
+                        const char *v, int64_t N, int tk, const char *what) {
+  const int64_t row = (int64_t)s->num_kv_heads * s->head_dim * 2;
+  int want = 0, at = 0;
+  for (int i = 0; i < nbr; i++) want += 2 * (int)s->dilation_rates[branches[i]];
+  TU_CHECK(n == want, "%s: %d tensor maps encoded (want %d)", what, n, want);
+  for (int i = 0; i < nbr && n == want; i++) {
+    const int64_t r = s->dilation_rates[branches[i]];
+    for (int64_t c = 0; c < r; c++)
+      for (int kv = 0; kv < 2; kv++, at++) {
+        const tmap_t *m = &t[at];
+        const unsigned long long base = (unsigned long long)(uintptr_t)(kv ? v : k) + (unsigned long long)(c * row);
+        TU_CHECK(m->addr == base && m->dims[0] == (unsigned long long)s->head_dim &&
+                     m->dims[1] == (unsigned long long)((N - c + r - 1) / r) &&
+                     m->dims[2] == (unsigned long long)s->num_kv_heads && m->dims[3] == 1 &&
+                     m->strides[0] == (unsigned long long)(r * row) && m->strides[1] == (unsigned long long)s->head_dim * 2 &&
+                     m->strides[2] == (unsigned long long)(N * row) && m->box[0] == 64 && m->box[1] == (unsigned)tk &&
+                     m->box[2] == 1 && m->box[3] == 1 && m->swizzle == 3,
+                 "%s: branch %d class %lld %s map: addr +%lld dims %llu %llu %llu %llu strides %llu %llu %llu box %u %u "
+                 "swizzle %d",
+                 what, branches[i], (long long)c, kv ? "V" : "K",
+                 (long long)(m->addr - (unsigned long long)(uintptr_t)(kv ? v : k)), m->dims[0], m->dims[1], m->dims[2],
+                 m->dims[3], m->strides[0], m->strides[1], m->strides[2], m->box[0], m->box[1], m->swizzle);
+      }
+  }
+}
+
+static void test_tma(da_context *ctx) {
+  launch_t L[64];
+  read_launches(L, 64);
+  const int64_t N = 8192;
+  for (int nb = 2; nb <= 5; nb += 3) { /* LongNet 2-branch: fused; 5-branch: split */
+    const da_spec s = longnet(nb, 0);
+    da_status st;
+    da_plan *p = plan_with(ctx, &s, 0, 0, 6, &st);
+    TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmat") && mma_of(p) == 6,
+             "LongNet %d-branch, cuda_mma 6: the TMA kernel (%s)", nb, p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+    if (!p) continue;
+    da_plan_options o;
+    da_plan_get_options(p, &o);
+    const int fused = !strcmp(da_plan_strategy(p), "fused");
+    TU_CHECK(fused == (nb == 2), "LongNet %d-branch, cuda_mma 6: %s", nb, da_plan_strategy(p));
+    const size_t nq = (size_t)N * 8 * 64;
+    uint16_t *q = calloc(nq + 8, 2), *k = calloc(nq + 8, 2), *v = calloc(nq + 8, 2), *out = calloc(nq, 2);
+    float *lse = calloc((size_t)N * 8, 4);
+    for (int pass = 0; pass < 3; pass++) { /* maps; DILATTN_TMA=0; k one element off 16 bytes */
+      if (pass == 1) setenv("DILATTN_TMA", "0", 1);
+      if (pass == 2) unsetenv("DILATTN_TMA");
+      da_args a;
+      da_args_init(&a, &s, 1, N, q, pass == 2 ? k + 1 : k, v, out, lse);
+      st = da_plan_execute(p, &a);
+      const int n = read_launches(L, 64);
+      TU_CHECK(st == DA_OK && n == (fused ? 1 : nb), "LongNet %d-branch, pass %d: %d launches (%s)", nb, pass, n,
+               da_context_last_error(ctx));
+      char what[64];
+      snprintf(what, sizeof what, "LongNet %d-branch, pass %d", nb, pass);
+      if (pass) {
+        TU_CHECK(ntmaps == 0, "%s: %d tensor maps encoded (want none)", what, ntmaps);
+        for (int i = 0; i < n; i++) TU_CHECK(!L[i].tma, "%s: launch %d has tma set", what, i);
+        continue;
+      }
+      for (int i = 0; i < n; i++)
+        TU_CHECK(L[i].tma && L[i].map0 == (unsigned long long)(uintptr_t)k, "%s: launch %d: tma %d, first map at %llx",
+                 what, i, L[i].tma, L[i].map0);
+      /* the fused kernel's maps: every branch's; a split plan's: each launch's branch's
+       * (the launch order: planner.lua split_first, r = 1 first, then the rest in order) */
+      int order[5] = {0, 1, 2, 3, 4};
+      check_tmaps(tmaps, ntmaps, &s, order, nb, (const char *)k, (const char *)v, N, o.tile_k, what);
+    }
+    free(q), free(k), free(v), free(out), free(lse);
+    da_plan_destroy(p);
+  }
 }
 
 static void test_fallbacks(const char *templates, const char *cache) {
@@ -428,6 +529,7 @@ int main(int argc, char **argv) {
   da_plan_destroy(probe);
   test_instruction(ctx);
   test_launches(ctx);
+  test_tma(ctx);
   test_callers_context(ctx, argv[1]);
   test_workspace(ctx);
   da_context_destroy(ctx);

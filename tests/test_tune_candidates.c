@@ -97,9 +97,10 @@ int main(void) {
     TU_CHECK(n80 < n && !memcmp(nogpu, o, sizeof o[0] * (size_t)n80), "spec %d: the sm_80 sweep is no prefix", i);
     int nh = da__tune_candidates(&specs[i], 0, 0, host, CAP);
     for (int k = 0; k < nh; k++) TU_CHECK(host[k].cuda_mma == 0, "spec %d: host candidate %d names cuda_mma", i, k);
-    int ws_k[2] = {0, 0}, dup = 0;
+    int ws_k[2] = {0, 0}, dup = 0, tma = 0;
     for (int k = 0; k < n; k++) {
       if (o[k].cuda_mma == 4 && o[k].tile_k) ws_k[o[k].tile_k == 128]++;
+      tma += o[k].cuda_mma == 6;
       for (int m = 0; m < k; m++) dup += !memcmp(&o[m], &o[k], sizeof o[k]) && k > 0;
     }
     TU_CHECK(!dup, "spec %d: %d candidates repeat another", i, dup);
@@ -109,6 +110,7 @@ int main(void) {
     const int sparse = specs[i].sparsity.layout == DA_LAYOUT_DILATED_SPARSE;
     TU_CHECK(ws_k[0] && (ws_k[1] > 0) == !(sparse && specs[i].head_dim > 64), "spec %d: the warp-specialized kernel is swept at 64 keys %d times, 128 keys %d times",
              i, ws_k[0], ws_k[1]);
+    TU_CHECK((tma > 0) == !sparse, "spec %d: %d TMA candidates", i, tma);
     for (int k = 1; k < n && njobs < 512; k++) {
       jobs[njobs].spec = specs[i];
       jobs[njobs++].o = o[k];

@@ -99,17 +99,21 @@ function M.render(spec, target, opts, spec_json, version, text, chunkname)
     window_g = p.window_g,
     run_period = p.run_period,
     cuda_path = p.cuda_path or "",
-    cuda_mma = (p.wg_ws and (p.ws_pbuf2 and 5 or 4)) or (p.wg_overlap and 3) or (p.cuda_path == "wgmma" and 2) or (p.cuda_path == "mma" and 1) or 0,
+    cuda_mma = (p.wg_ws and (p.ws_pbuf2 and 5 or p.tma and 6 or 4)) or (p.wg_overlap and 3) or (p.cuda_path == "wgmma" and 2) or (p.cuda_path == "mma" and 1) or 0,
     branch_w = {},
     branch_tiles = {},
     branch_head0 = {},
     branch_heads = {},
+    tma_maps = p.tma and p.tma_maps or 0,
+    kv_heads = p.Hkv,
+    branch_r = {},
   }
   for i, b in ipairs(p.branches) do
     facts.branch_w[i] = b.w
     facts.branch_tiles[i] = b.tiles_per_segment or 0
     facts.branch_head0[i] = b.head0
     facts.branch_heads[i] = b.nheads
+    facts.branch_r[i] = b.r
   end
   return src, p.name, facts
 end

@@ -213,7 +213,8 @@ function M.plan(spec, target, opts)
     table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
     layout_tag(sp), spec.spec_hash:sub(1, 12))
   if p.wgmma then
-    p.name = p.name .. (p.wg_overlap and "_wgmmao" or p.ws_pbuf2 and "_wgmmaw2" or p.wg_ws and "_wgmmaw" or "_wgmma")
+    p.name = p.name .. (p.wg_overlap and "_wgmmao" or p.ws_pbuf2 and "_wgmmaw2" or p.tma and "_wgmmat"
+      or p.wg_ws and "_wgmmaw" or "_wgmma")
   end -- sources can share a folder
   return p
 end
@@ -272,6 +273,10 @@ end
 --         fp32 FMAs, K/V tiles converted to fp32 in shared memory.
 -- The grid is (query tiles, heads, batch): a branch launch's heads are those that use the
 -- branch (b.head0, b.nheads); the runtime sizes x from N with the facts here.
+-- tensor maps a wgmma-ws-tma kernel takes as parameters (128 bytes each; runtime/cuda_args.h
+-- DA_CUDA_TMAPS_MAX)
+local TMA_MAPS_MAX = 64
+
 function M.plan_cuda(p, opts)
   local D = p.D
   -- the fused kernel keeps a residue class's first tile for each of the lcm_r classes in
@@ -279,20 +284,30 @@ function M.plan_cuda(p, opts)
   -- decision below sees that strategy)
   if p.strategy == "fused" and p.lcm_r > 4096 then p.strategy = "split" end
   local wg = opts.mma == "wgmma" or opts.mma == "wgmma-overlap" or opts.mma == "wgmma-ws" or opts.mma == "wgmma-ws-p2"
+    or opts.mma == "wgmma-ws-tma"
   if opts.mma and not wg and opts.mma ~= "sync" then
-    refuse("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\", \"wgmma-ws\" or \"wgmma-ws-p2\"")
+    refuse("cuda: mma must be \"sync\", \"wgmma\", \"wgmma-overlap\", \"wgmma-ws\", \"wgmma-ws-p2\" or \"wgmma-ws-tma\"")
   end
   -- wgmma-overlap: the next key tile's S = Q K^T in flight during this tile's softmax
   -- (two score register sets, three K / V stages)
   p.wg_overlap = opts.mma == "wgmma-overlap"
   -- wgmma-ws: warp-specialized (a producer warpgroup loads, the consumer warpgroups take
   -- turns on the tensor cores); the key walk runs on both sides without a CTA barrier
-  p.wg_ws = opts.mma == "wgmma-ws" or opts.mma == "wgmma-ws-p2"
+  p.wg_ws = opts.mma == "wgmma-ws" or opts.mma == "wgmma-ws-p2" or opts.mma == "wgmma-ws-tma"
   -- wgmma-ws-p2: the same with P in two register sets, so a tile's exps run while the P V
   -- of the tile before still reads the other (FlashAttention-3 computes them under that
   -- P V too); 64 more registers of P, which the two- and three-warpgroup consumers at 216
   -- and 160 registers do not have: 128-row tiles only, not under a sparse layout
   p.ws_pbuf2 = opts.mma == "wgmma-ws-p2"
+  -- wgmma-ws-tma: the same with the producer's K / V copies by the tensor memory
+  -- accelerator (cp.async.bulk.tensor, one thread, a tensor map per branch, offset class
+  -- and tensor, kernel.cu.tpl produce_tma) in place of 128 threads' cp.async; the maps are
+  -- kernel parameters (p.tma_maps, set below once the strategy is final). Not under a
+  -- sparse layout (its producer-side verdict reductions run over the producer warpgroup).
+  p.tma = opts.mma == "wgmma-ws-tma"
+  if p.tma and p.sparse then
+    refuse("cuda wgmma-ws-tma: not under a sparse layout (use wgmma-ws)")
+  end
   p.stages = (p.wg_overlap or p.wg_ws) and 3 or 2
   if wg and (p.dtype_name == "float32" or (D ~= 64 and D ~= 128)) then
     refuse("cuda wgmma path: needs float16 or bfloat16 with head_dim 64 or 128")
@@ -401,6 +416,19 @@ function M.plan_cuda(p, opts)
     -- 1 in 9); elsewhere the key loop keeps its constant hand-over (7 to 25 SASS instructions
     -- a tile fewer). Not under a sparse layout: its reductions and verdicts stay as they are.
     p.ws_skip_idle = p.wg_ws and p.tile_q > 64 and not p.sparse and M.idle_share(p, p.strategy, p.tile_q) >= 0.05
+    -- Tensor maps: a K and a V map for each offset class (position mod r) of each branch the
+    -- kernel runs: all of them in the fused kernel (BR_TMAP0: a branch's first), the
+    -- launched branch's in a branch kernel. At most TMA_MAPS_MAX (8 KiB of parameters a
+    -- launch, which the runtime encodes per execution); past that the copies stay cp.async.
+    if p.tma then
+      local sum_r, max_r = 0, 0
+      for _, b in ipairs(p.branches) do
+        b.tmap0 = p.strategy == "fused" and sum_r or 0
+        sum_r, max_r = sum_r + b.r, math.max(max_r, b.r)
+      end
+      p.tma_maps = 2 * (p.strategy == "fused" and sum_r or max_r)
+      if p.tma_maps > TMA_MAPS_MAX then p.tma, p.tma_maps = false, nil end
+    end
     if p.setmaxnreg then
       -- the consumers' setmaxnreg.inc waits until the pool (threads x launch) has their registers
       assert(128 * p.setmaxnreg[1] + (p.threads - 128) * p.setmaxnreg[2] <= p.threads * p.setmaxnreg.launch)

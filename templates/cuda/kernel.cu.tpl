@@ -47,6 +47,16 @@ __constant__ int BR_HEADS_[{{ p.num_branches }}] = { {{ join(p.branches, functio
 #define BR_HEADS(br) BR_HEADS_[br]
 {% end %}
 {% end %}
+{% if p.tma then %}
+/* wgmma-ws-tma: branch br's first tensor map pair (planner.lua b.tmap0): every branch's
+ * maps in the fused kernel, the launched branch's alone in a branch kernel */
+{% if p.strategy == "fused" then %}
+__constant__ int BR_TMAP0_[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.tmap0) end) }} };
+#define BR_TMAP0(br) BR_TMAP0_[br]
+{% else %}
+#define BR_TMAP0(br) 0
+{% end %}
+{% end %}
 {% if p.lpt then %}
 /* causal (or a fused grid whose heads' tiles differ): blocks longest first within groups of
  * units (planner.lua plan_lpt) */
@@ -72,10 +82,41 @@ struct da_cuda_args {
   int branch;                        /* branch launches */
   int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
   int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
+  int tma;   /* wgmma-ws-tma: the tensor maps after the arguments are set (produce_tma); else cp.async */
   /* branch launches run over the tokens [tok0, tok0 + ws_len) (a whole number of every
    * branch's segments): the workspace holds ws_len rows a (batch, head) */
   da_i64 tok0, ws_len;
 };
+
+/* The attention kernels' parameter: the arguments, then under wgmma-ws-tma the tensor maps
+ * (runtime/cuda_args.h da__cuda_kargs; runtime/cuda_backend.c encodes them), taken as a
+ * __grid_constant__ so the TMA reads them where they are. Emulated kernels
+ * (tests/emu) take it by reference. */
+#ifdef DA_EMULATE
+#define DA_PARAM_REF &
+#else
+#define DA_PARAM_REF
+#endif
+{% if p.tma then %}
+#define DA_TMA 1
+struct __align__(128) da_tmap { /* a CUtensorMap (cuda.h aligns it to 128 bytes since CUDA 13) */
+  da_u64 w[16];
+};
+struct da_cuda_kargs {
+  da_cuda_args a;
+  da_tmap m[{{ p.tma_maps }}];
+};
+#define DA_KPARAM const __grid_constant__ da_cuda_kargs DA_PARAM_REF K
+#define DA_KARGS const da_cuda_args &A = K.a;
+/* the maps of a launch: those of A's kernel parameter (A is its first member) */
+__device__ __forceinline__ const da_tmap *da_tmaps(const da_cuda_args &A) {
+  return reinterpret_cast<const da_cuda_kargs &>(A).m;
+}
+{% else %}
+#define DA_TMA 0
+#define DA_KPARAM const da_cuda_args DA_PARAM_REF A
+#define DA_KARGS
+{% end %}
 
 /* A position's row of lse, [B][H][N] (the split workspace's: da_ws_row). */
 __device__ __forceinline__ da_i64 da_bhn_row(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 pos) {
@@ -723,6 +764,17 @@ __device__ __forceinline__ void da_turn_end(int nq) {
 {% end %}
 }
 
+/* The consumers' fence after a full barrier's wait: cp.async wrote the tile through the
+ * generic proxy, which wgmma (the async proxy) sees only after a proxy fence; under
+ * wgmma-ws-tma none: TMA writes through the async proxy, and produce_tma's fallback fences
+ * its own copies */
+#define DA_KV_FENCE()                  \
+  do {                                 \
+    if (!DA_TMA) da_fence_proxy_async(); \
+  } while (0)
+/* The full barriers' arrivals: the producer warpgroup's threads' cp.async, or under
+ * wgmma-ws-tma the one producing thread's (produce_tma) */
+#define DA_FULL_ARRIVALS(A) (DA_TMA ? 1 : DA_PRODUCERS)
 /* bars: the full barriers of K and of V, then the empty ones, STAGES each */
 #define FULL_K(st) (&bars[(st)])
 #define FULL_V(st) (&bars[STAGES + (st)])
@@ -730,9 +782,59 @@ __device__ __forceinline__ void da_turn_end(int nq) {
 #define EMPTY_V(st) (&bars[3 * STAGES + (st)])
 static_assert(STAGES >= 2, "a consumer holds the V of one tile while it waits for the next");
 
+{% if p.tma then %}
+/* produce() by the tensor memory accelerator (one thread): a tile's K (then V) is a
+ * box of 64 head dims x TK rows of the offset class's tensor map (one box per 64 head
+ * dims), the class's rows r positions apart from position s0 + off on (map
+ * 2 * (BR_TMAP0 + (s0 + off) % r), row (s0 + off) / r + c), written into the stage in the
+ * 128-byte swizzle wgmma reads, rows past the tensor's end zero-filled; the full barrier
+ * counts this thread's arrival and the box's bytes. Rows past kend but inside the tensor
+ * are copied too (positions of the next segment, or past the causal limit): their scores
+ * are masked, so P is 0 there (a non-finite value in such a V row reaches P V as 0 x inf:
+ * FlashAttention's tiles have the same property). Where the runtime set no maps (!A.tma:
+ * tensors not 16-byte aligned, int32 coordinates exceeded, a driver without the encoder,
+ * DILATTN_TMA=0) the same thread copies each tile alone, by cp.async or plain loads, waits
+ * for them and fences them for the async proxy: correct and slow (kept to one thread, the
+ * fallback costs the producer's 32 registers nothing; produce()'s 128-thread copies beside
+ * the TMA path spilled 40 bytes of them). */
+__device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
+                            da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+  const da_key_walk W = da_keys<1>(br, A, b, hkv, s0, off, a0, astride, nq, 0);
+  const da_i64 r = BR_R[br], first = s0 + off;
+  const da_tmap *map = da_tmaps(A) + 2 * (BR_TMAP0(br) + (int)(first % r));
+  const int row0 = (int)(first / r), ih = (int)hkv, ib = (int)b; /* int32 coordinates: the runtime's tma_usable */
+  int cls;
+  for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
+#pragma unroll
+    for (int which = 1; which <= 2; which++) { /* K, then V */
+      da_mbar_wait(which == 1 ? EMPTY_K(P.st) : EMPTY_V(P.st), P.ph ^ 1); /* the consumers are done with the slot */
+      da_u64 *full = which == 1 ? FULL_K(P.st) : FULL_V(P.st);
+      da_u16 *dst = (which == 1 ? Ks : Vs) + P.st * TK * ROWH;
+      if (A.tma) {
+        da_mbar_arrive_expect_tx(full, TK * HD * 2);
+#pragma unroll
+        for (int d = 0; d < HD / 64; d++) /* a 64-dim panel: TK rows of 128 bytes (DA_CHUNK) */
+          da_tma_load4(dst + d * TK * 64, map + which - 1, d * 64, row0 + (int)c, ih, ib, full);
+      } else { /* the maps are not set: this thread's copies (cp.async, or plain loads), landed and
+                  fenced for the async proxy here, so the consumers need no fence either way */
+        W.fill<1>(Ks, Vs, c, P.st, 0, which);
+        da_cp_async_commit();
+        da_cp_async_wait<0>();
+        da_fence_proxy_async();
+        da_mbar_arrive(full);
+      }
+    }
+    da_pipe_next(P);
+  }
+}
+{% end %}
+
 /* The producer's share of attend(): every tile the consumers will take, in order. */
 __device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
                         da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
+{% if p.tma then %}
+  return produce_tma(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, nq);
+{% end %}
   const da_key_walk W = da_keys<DA_PRODUCERS>(br, A, b, hkv, s0, off, a0, astride, nq, threadIdx.x);
   int cls;
   for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
@@ -776,7 +878,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
    * the scores (a path without it would leave ptxas unable to tell which wgmma a wait
    * retires: it serializes them, C7514) */
   da_mbar_wait(FULL_K(P.st), P.ph); /* K of tile c has landed */
-  da_fence_proxy_async();           /* ... and wgmma (the async proxy) sees it */
+  DA_KV_FENCE();                    /* ... and wgmma (the async proxy) sees it */
   da_turn_begin(nq);
   da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
   da_turn_end(nq);
@@ -799,7 +901,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   auto step = [&](da_u32 (&pc)[TK / 16][4], da_u32 (&pn)[TK / 16][4]) {
     da_mbar_wait(FULL_K(P.st), P.ph);
     da_mbar_wait(FULL_V(pv.st), pv.ph);
-    da_fence_proxy_async();
+    DA_KV_FENCE();
     da_turn_begin(nq);
     da_wg_qk_issue(&s[0][0][0], S.q_addr, da_smem_addr(Ks + P.st * TK * ROWH));
     da_wg_pv_issue(&S.o[0][0][0], pc, da_smem_addr(Vs + pv.st * TK * ROWH));
@@ -833,7 +935,7 @@ __device__ void attend(int br, da_state &S, da_u16 *Ks, da_u16 *Vs, const da_cud
   /* the last tile's P V, from the set its P is in */
   auto last = [&](const da_u32 (&pc)[TK / 16][4]) {
     da_mbar_wait(FULL_V(pv.st), pv.ph);
-    da_fence_proxy_async();
+    DA_KV_FENCE();
     da_turn_begin(nq);
     da_wg_pv_issue(&S.o[0][0][0], pc, da_smem_addr(Vs + pv.st * TK * ROWH));
     da_turn_end(nq);
@@ -1435,13 +1537,15 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
 {% if p.wg_ws then %}
   __shared__ da_u64 bars[4 * STAGES]; /* full K, full V: the producer's arrivals; empty K, empty V: the consumers' */
   if (threadIdx.x == 0)
-    for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : DA_KEPT_WGS(T.nq) * 128);
+    for (int i = 0; i < 4 * STAGES; i++)
+      da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : DA_KEPT_WGS(T.nq) * 128);
   __syncthreads(); /* the last CTA barrier: producer and consumers go their own ways */
   da_pipe P = {0, 0, 0};
   if (threadIdx.x < DA_PRODUCERS) {
 {% if p.setmaxnreg then %}
     da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>(); /* the producer needs few registers ... */
 {% end %}
+    if (DA_TMA && threadIdx.x) return; /* one thread issues every copy (produce_tma) */
     each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
       produce(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
     });
@@ -1617,7 +1721,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   __shared__ da_ref refs[WS_TILES];
   __shared__ int has_ref[WS_TILES];
   if (threadIdx.x == 0)
-    for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_PRODUCERS : NCWG * 128);
+    for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : NCWG * 128);
   if (threadIdx.x < WS_TILES)
     has_ref[threadIdx.x] = da_block_ref((da_i64)blockIdx.x * WS_TILES + threadIdx.x, A, refs[threadIdx.x]);
   __syncthreads(); /* the last CTA barrier */
@@ -1626,6 +1730,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% if p.setmaxnreg then %}
     da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>();
 {% end %}
+    if (DA_TMA && threadIdx.x) return; /* one thread issues every copy (produce_tma) */
 #pragma unroll /* i a constant: its 40 registers hold no loop state */
     for (int i = 0; i < WS_TILES; i++) {
       if (!has_ref[i]) continue;
@@ -1691,7 +1796,8 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% end %}
 {% if p.strategy == "fused" then %}
 /* grid (ceil(N / WIN_G) * TILES_PER_WINDOW, H, B){% if p.ws_tiles > 1 then %}; here those blocks WS_TILES a CTA, in x{% end %} */
-extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_fused(const da_cuda_args A) {
+extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_fused(DA_KPARAM) {
+  DA_KARGS
   DA_SMEM_DECL
 {% if p.ws_tiles > 1 then %}
   run_tiles(Qs, Ks, Vs, A);
@@ -1708,7 +1814,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 {% else %}
 /* grid (ceil(n / w_branch) * BR_TILES_PER_SEG[branch], BR_HEADS(branch), B), one launch per branch and
  * run of n = min(ws_len, N - tok0) tokens{% if p.ws_tiles > 1 then %}; here those blocks WS_TILES a CTA, in x{% end %} */
-extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(const da_cuda_args A) {
+extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) {{ p.name }}_branch(DA_KPARAM) {
+  DA_KARGS
   DA_SMEM_DECL
   /* the next launch may start its CTAs as this one's last wave runs. Every CTA waits for
    * the launch before (da_grid_wait) before it exits, those without a tile too, so this
@@ -1763,7 +1870,7 @@ __device__ __forceinline__ da_i64 da_out_row(const da_cuda_args &A, da_i64 pos) 
 
 /* out = 0, lse = -inf; the branch launches then write the rows they cover. Launched only
  * where some row is left uncovered (p.clear_rows: a head without a branch of r = 1) */
-extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args A) {
+extern "C" __global__ void {{ p.name }}_clear(const da_cuda_args DA_PARAM_REF A) {
   da_i64 row, pos;
   int d0, d1;
   if (!da_row_chunk(A, row, pos, d0, d1)) return;

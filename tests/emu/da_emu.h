@@ -60,6 +60,7 @@
 #define __constant__ static
 #define __shared__ static /* CTAs run one at a time */
 #define __align__(n) alignas(n)
+#define __grid_constant__
 #define DA_DYN_SMEM(T, name) T *name = (T *)da_emu_dyn_smem()
 
 static inline void __syncthreads(void) { da_emu_syncthreads(0, 0); }
@@ -101,6 +102,14 @@ static inline void da_mbar_init(da_u64 *bar, int count) { da_emu_mbar_init(bar, 
 static inline void da_mbar_arrive(da_u64 *bar) { da_emu_mbar_arrive(bar, 0); }
 static inline void da_cp_async_mbar_arrive(da_u64 *bar) { da_emu_mbar_arrive(bar, 1); }
 static inline void da_mbar_wait(da_u64 *bar, da_u32 parity) { da_emu_mbar_wait(bar, parity); }
+static inline void da_mbar_arrive_expect_tx(da_u64 *bar, da_u32 bytes) {
+  da_emu_mbar_expect_tx(bar, bytes);
+  da_emu_mbar_arrive(bar, 0);
+}
+static inline void da_tma_load4(void *smem, const void *map, int c0, int c1, int c2, int c3, da_u64 *bar) {
+  const int c[4] = {c0, c1, c2, c3};
+  da_emu_tma_load(smem, map, c, 4, bar);
+}
 static inline void da_named_sync(int id, int count) { da_emu_named_bar(id, count, 1); }
 static inline void da_named_arrive(int id, int count) { da_emu_named_bar(id, count, 0); }
 static inline int da_bar_red(int id, int count, int p, int and_) { return da_emu_named_red(id, count, p, and_); }

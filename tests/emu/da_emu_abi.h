@@ -43,6 +43,9 @@ void da_emu_wgmma_wait(int n);
 void da_emu_mbar_init(void *bar, int count);
 void da_emu_mbar_arrive(void *bar, int cp_async);
 void da_emu_mbar_wait(void *bar, unsigned parity);
+void da_emu_mbar_expect_tx(void *bar, unsigned bytes);
+/* cp.async.bulk.tensor.<rank>d of the box at coordinates c (innermost first) of map */
+void da_emu_tma_load(void *smem, const void *map, const int *c, int rank, void *bar);
 void da_emu_named_bar(int id, int count, int wait);
 int da_emu_named_red(int id, int count, int pred, int and_);
 }

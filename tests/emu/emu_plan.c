@@ -30,7 +30,9 @@ void da_emu_plan_done(int remove) {
   if (!remove) fprintf(stderr, "emulated kernels kept in %s\n", work_dir);
 }
 
-static int launches;
+static int launches, tma_off;
+
+void da_emu_plan_set_tma(int on) { tma_off = !on; }
 
 int da_emu_plan_launches(void) { return launches; }
 
@@ -40,9 +42,10 @@ typedef struct {
   unsigned long long seed;
 } emu_launch_ctx;
 
-static void invoke(void *kernel, const void *args) {
-  ((void (*)(da__cuda_args))kernel)(*(const da__cuda_args *)args);
-}
+/* emulated kernels take their parameter by reference (kernel.cu.tpl DA_KPARAM): the
+ * arguments, or a wgmma-ws-tma kernel's arguments and tensor maps, whose size only the
+ * plan knows */
+static void invoke(void *kernel, const void *args) { ((void (*)(const void *))kernel)(args); }
 
 static da_status emu_launch(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
                             unsigned smem, da__cuda_args *a) {
@@ -116,7 +119,8 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
     a.ws = ws;
     da_emu_register_buffer(ws, wsb, 1);
   }
-  st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, &a, emu_launch, &L);
+  st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, &a, emu_launch, &L,
+                                tma_off ? NULL : da_emu_tensor_map_encode);
 out:
   free(ws);
   if (lib) dlclose(lib);

@@ -14,6 +14,9 @@ int da_emu_plan_init(const char *include_dir);
 /* Remove the work folder (or keep it and say where, for a failing run). */
 void da_emu_plan_done(int remove);
 int da_emu_plan_launches(void);
+/* Whether the launches get the emulator's tensor-map encoder (default 1); 0: as under a
+ * driver without one, wgmma-ws-tma kernels copy without TMA (produce_tma's fallback). */
+void da_emu_plan_set_tma(int on);
 
 /* Run spec (render options opts, may be NULL) over args: host pointers; the q/k/v/out/
  * lse regions have the byte sizes given and are the only global memory the kernels may

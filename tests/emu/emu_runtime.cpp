@@ -68,6 +68,10 @@ da_u32 SMEM_BASE = 0x230;
 struct Copy {
   unsigned char *dst;
   const unsigned char *src; /* NULL: zero fill */
+  /* a tensor copy's chunk (cp.async.bulk.tensor): its bytes, read at the issue, written
+   * through the async proxy (a wgmma may read them without a fence.proxy.async) */
+  bool tensor = false;
+  unsigned char bytes[16] = {0};
 };
 
 struct Fiber {
@@ -134,6 +138,7 @@ struct Barrier {
  * refills a buffer still in use changes it under the wgmma reading it. */
 struct MBar {
   int count = 0, pending = 0, waiters = 0;
+  long long tx = 0; /* bytes expected (expect_tx) and not yet issued to complete on it */
   bool ready = false;
   unsigned phase = 0; /* phases completed */
   std::vector<Copy> landing;
@@ -172,6 +177,7 @@ std::vector<Range> ranges;
 std::string error;
 uint64_t rng;
 unsigned long long mma_count;  /* warp-level mma.m16n8k16 completed */
+unsigned long long tma_count;  /* cp.async.bulk.tensor issued */
 unsigned long long ldsm_count; /* warp-level ldmatrix.x4 completed */
 unsigned long long bar_count;  /* CTA-wide barriers (__syncthreads and its variants) completed */
 unsigned long long wgmma_count; /* warpgroup-level wgmma.mma_async completed */
@@ -258,7 +264,7 @@ void note_generic_write(const unsigned char *dst, size_t n) {
 /* a cp.async copy's 16 bytes arrive (zeros where it reads nothing) */
 void copy16(const Copy &c) {
   static const unsigned char zero[16] = {0};
-  memcpy(c.dst, c.src ? c.src : zero, 16);
+  memcpy(c.dst, c.tensor ? c.bytes : c.src ? c.src : zero, 16);
 }
 
 void land(const std::vector<Copy> &g) {
@@ -625,7 +631,7 @@ std::string describe_deadlock() {
 void mbar_land(const Copy &c, unsigned long long ev) {
   copy16(c);
   size_t chunk = (size_t)(c.dst - smem) / 16;
-  landed_seq[chunk] = ev;
+  landed_seq[chunk] = c.tensor ? 0 : ev; /* the async proxy's own writes need no proxy fence */
   async_dirty[chunk] = -1; /* its writer needs no fence: the readers' fence after their wait covers it */
 }
 
@@ -846,9 +852,107 @@ void da_emu_mbar_arrive(void *bar, int cp_async) {
       else mbar_land(c, ++event_seq);
     }
   }
-  if (--m.pending > 0) return;
+  if (--m.pending > 0 || m.tx > 0) return; /* the phase waits for its arrivals and expected bytes */
   m.ready = true;
   if (m.waiters) mbar_complete(m);
+}
+
+void da_emu_mbar_expect_tx(void *bar, unsigned bytes) {
+  MBar &m = mbar(bar);
+  if (m.ready) mbar_complete(m);
+  if (m.pending <= 0) fail("mbarrier.expect_tx on a phase whose arrivals are all in");
+  m.tx += bytes;
+}
+
+/* The tensor map as the emulator encodes it (da_emu_tensor_map_encode) in the 128 bytes of
+ * a CUtensorMap; the kernels never look inside. */
+struct EmuTmap {
+  unsigned magic, rank, esize, swizzle; /* swizzle: span in bytes, 0 none */
+  const unsigned char *base;
+  unsigned long long dims[5], strides[5]; /* strides in bytes; strides[0] = esize */
+  unsigned box[5];
+};
+static_assert(sizeof(EmuTmap) <= 128, "a tensor map is 128 bytes");
+static const unsigned EMU_TMAP_MAGIC = 0x746d6170u;
+
+void da_emu_tma_load(void *dst, const void *map, const int *c, int rank, void *bar) {
+  EmuTmap t;
+  memcpy(&t, map, sizeof t);
+  if (t.magic != EMU_TMAP_MAGIC) fail("cp.async.bulk.tensor with a tensor map never encoded (at %p)", map);
+  if ((int)t.rank != rank) fail("cp.async.bulk.tensor.%dd on a tensor map of rank %u", rank, t.rank);
+  const size_t row = (size_t)t.box[0] * t.esize;
+  size_t rows = 1;
+  for (int i = 1; i < rank; i++) rows *= t.box[i];
+  const size_t total = row * rows;
+  if (!in_smem(dst, total)) fail("cp.async.bulk.tensor destination %p (%zu bytes) outside dynamic shared memory", dst, total);
+  const unsigned a0 = da_emu_smem_offset(dst);
+  if (a0 % (t.swizzle == 128 ? 1024u : 128u))
+    fail("cp.async.bulk.tensor destination 0x%x not %u-byte aligned", a0, t.swizzle == 128 ? 1024u : 128u);
+  MBar &m = mbar(bar);
+  if ((long long)total > m.tx)
+    fail("cp.async.bulk.tensor completes %zu bytes on an mbarrier expecting %lld (expect_tx before the copy)", total, m.tx);
+  m.tx -= (long long)total;
+  tma_count++;
+  std::vector<Copy> copies;
+  for (size_t r = 0; r < rows; r++) {
+    long long g[5] = {0, 0, 0, 0, 0}; /* the row's coordinates */
+    size_t rr = r;
+    for (int i = 1; i < rank; i++) g[i] = (long long)c[i] + (long long)(rr % t.box[i]), rr /= t.box[i];
+    for (size_t k = 0; k < row / 16; k++) {
+      Copy cp;
+      cp.tensor = true;
+      unsigned a = a0 + (unsigned)(r * row + k * 16);
+      if (t.swizzle == 128) a ^= ((a >> 7) & 7u) << 4;
+      cp.dst = smem + (a - SMEM_BASE);
+      for (size_t e = 0; e < 16 / t.esize; e++) {
+        g[0] = (long long)c[0] + (long long)(k * 16 / t.esize + e);
+        bool in = true;
+        const unsigned char *p = t.base;
+        for (int i = 0; i < rank; i++) {
+          if (g[i] < 0 || (unsigned long long)g[i] >= t.dims[i]) in = false;
+          else p += (unsigned long long)g[i] * t.strides[i];
+        }
+        if (!in) continue; /* zero-filled */
+        if (!find_range(p, t.esize))
+          fail("cp.async.bulk.tensor reads %p (coordinates %lld, %lld, %lld, %lld) outside every buffer", (const void *)p,
+               g[0], g[1], g[2], g[3]);
+        memcpy(cp.bytes + e * t.esize, p, t.esize);
+      }
+      copies.push_back(cp);
+    }
+  }
+  for (const Copy &cp : copies) {
+    if (next_rand() & 1) m.landing.push_back(cp);
+    else mbar_land(cp, ++event_seq);
+  }
+  if (m.pending == 0 && m.tx == 0) {
+    m.ready = true;
+    if (m.waiters) mbar_complete(m);
+  }
+}
+
+int da_emu_tensor_map_encode(void *map, int dtype, unsigned rank, void *addr, const uint64_t *dims,
+                             const uint64_t *strides, const uint32_t *box, const uint32_t *estrides, int interleave,
+                             int swizzle, int l2, int oob) {
+  /* cuTensorMapEncodeTiled's rules (cuda.h) for what the emulator models: CUDA_ERROR_INVALID_VALUE (1) */
+  static const unsigned esizes[10] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2};
+  if ((uintptr_t)map % 64 || dtype < 0 || dtype > 9 || rank < 1 || rank > 5 || (uintptr_t)addr % 16) return 1;
+  if (interleave != 0 || swizzle < 0 || swizzle > 3 || swizzle == 1 || swizzle == 2 || l2 < 0 || l2 > 3 || oob != 0)
+    return 1; /* (32- and 64-byte swizzles, interleaved layouts and NaN fill are not modelled) */
+  EmuTmap t;
+  memset(&t, 0, sizeof t);
+  t.magic = EMU_TMAP_MAGIC, t.rank = rank, t.esize = esizes[dtype], t.swizzle = swizzle == 3 ? 128 : 0;
+  t.base = (const unsigned char *)addr;
+  for (unsigned i = 0; i < rank; i++) {
+    if (dims[i] == 0 || dims[i] > (1ull << 32) || box[i] == 0 || box[i] > 256 || estrides[i] != 1) return 1;
+    t.dims[i] = dims[i], t.box[i] = box[i];
+    t.strides[i] = i ? strides[i - 1] : t.esize;
+    if (i && (strides[i - 1] % 16 || strides[i - 1] >= (1ull << 40))) return 1;
+  }
+  if (box[0] * t.esize % 16 || (t.swizzle && box[0] * t.esize > t.swizzle)) return 1;
+  memset(map, 0, 128);
+  memcpy(map, &t, sizeof t);
+  return 0;
 }
 
 void da_emu_mbar_wait(void *bar, unsigned parity) {
@@ -917,6 +1021,7 @@ void da_emu_register_buffer(const void *p, size_t bytes, int writable) {
 void da_emu_reset_buffers(void) { ranges.clear(); }
 
 unsigned long long da_emu_mma_count(void) { return mma_count; }
+unsigned long long da_emu_tma_count(void) { return tma_count; }
 unsigned long long da_emu_ldmatrix_count(void) { return ldsm_count; }
 unsigned long long da_emu_barrier_count(void) { return bar_count; }
 unsigned long long da_emu_wgmma_count(void) { return wgmma_count; }

@@ -6,6 +6,7 @@
 #define DA_EMU_RUNTIME_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,6 +25,8 @@ void da_emu_reset_buffers(void);
 /* Warp-level mma.m16n8k16 instructions executed since the process started (each is
  * 2 * 16 * 8 * 16 = 4096 FLOPs): the tensor-core work a kernel issues, counted exactly. */
 unsigned long long da_emu_mma_count(void);
+/* cp.async.bulk.tensor copies issued (wgmma-ws-tma), same counting. */
+unsigned long long da_emu_tma_count(void);
 /* Warp-level ldmatrix.x4 executed (512 bytes of shared memory each), same counting. */
 unsigned long long da_emu_ldmatrix_count(void);
 /* CTA-wide barriers completed (one per CTA per __syncthreads), same counting. */
@@ -31,6 +34,14 @@ unsigned long long da_emu_barrier_count(void);
 /* Warpgroup-level wgmma.mma_async issued (m64nNk16: 2 * 64 * N * 16 FLOPs each). */
 unsigned long long da_emu_wgmma_count(void);
 double da_emu_wgmma_flops(void);
+
+/* cuTensorMapEncodeTiled for emulated kernels (same parameters, enums as ints; returns 0
+ * or 1, CUDA_ERROR_INVALID_VALUE, where the driver's documented rules refuse them or the
+ * emulator models no such map: element strides other than 1, interleave, 32- and 64-byte
+ * swizzles, NaN fill). The 128 bytes at map hold the emulator's own encoding. */
+int da_emu_tensor_map_encode(void *map, int dtype, unsigned rank, void *addr, const uint64_t *dims,
+                             const uint64_t *strides, const uint32_t *box, const uint32_t *estrides, int interleave,
+                             int swizzle, int l2, int oob);
 
 /* Run only the CTAs for which keep returns nonzero (NULL: all), e.g. the last tiles of
  * a 2^24-token launch. */
