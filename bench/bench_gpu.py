@@ -208,12 +208,13 @@ def main():
     ap.add_argument("--tiles", default="64x0:sync,128x0:sync,128x32:sync,0x0:wgmma,64x0:wgmma,128x64:wgmma,0x0:wgmma-overlap,"
                                        "128x0:wgmma-ws,128x64:wgmma-ws,192x0:wgmma-ws,0x0:wgmma-ws-p2",
                     help="extra dilattn variants timed beside the default: "
-                         "TILE_QxTILE_K[:sync|:wgmma|:wgmma-overlap|:wgmma-ws|:wgmma-ws-p2][/fused|/split] (0: "
+                         "TILE_QxTILE_K[:sync|:wgmma|:wgmma-overlap|:wgmma-ws|:wgmma-ws-p2|:wgmma-ws-tma][/fused|/split] (0: "
                          "planner's choice for that field; /fused, /split: that strategy where the spec allows it; "
                          "no instruction: the default one, which a library before the fix of da__default_mma "
                          "took as mma.sync once a tile or strategy was set (name it for an A/B with @lib); "
                          ":sync mma.sync, :wgmma the sm_90a wgmma path, :wgmma-overlap with the next tile's scores in flight "
-                         "during the softmax, :wgmma-ws warp-specialized; a trailing @base renders it from "
+                         "during the softmax, :wgmma-ws warp-specialized, :wgmma-ws-tma that with K and V copied by "
+                         "TMA; a trailing @base renders it from "
                          "--base-templates instead, for an A/B of template changes in one process, @lib plans it "
                          "with --base-lib, @nopdl without programmatic dependent launches, @wsM with "
                          "DILATTN_WORKSPACE_LIMIT=M MiB: a split plan in runs of tokens); one that "
@@ -287,7 +288,8 @@ def main():
                 saved = {name: os.environ.get(name)
                          for name in ("DILATTN_TEMPLATE_DIR", "DILATTN_PDL", "DILATTN_WORKSPACE_LIMIT")}
                 try:
-                    mma = {"": 0, "sync": 1, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4, "wgmma-ws-p2": 5}[path]
+                    mma = {"": 0, "sync": 1, "wgmma": 2, "wgmma-overlap": 3, "wgmma-ws": 4, "wgmma-ws-p2": 5,
+                           "wgmma-ws-tma": 6}[path]
                     use = lib
                     if tag == "lib":  # @lib: the baseline's library (an A/B in one process)
                         if not base_lib:

@@ -15,7 +15,7 @@
 #   bash bench/gpu_session.sh first      # THE FIRST CALL of a session (15 minutes of device time
 #                                        # in all, start included): the open questions by value,
 #                                        # each under its own limit, inside FIRST_BUDGET seconds
-#                                        # (default 420); what does not fit is named as skipped
+#                                        # (default 480); what does not fit is named as skipped
 #   bash bench/gpu_session.sh second     # the second call, if time is left: the rest of suite,
 #                                        # where the causal time goes (ncu: sections, and the
 #                                        # executed instructions of the plain causal kernel and
@@ -60,21 +60,28 @@ golden=$B/golden
 phase=${1:-all}
 export DILATTN_CACHE_DIR=${DILATTN_CACHE_DIR:-/tmp/dilattn-kcache} # not under $OUT: nothing to bring back
 export DILATTN_WGMMA_MAP_DIR=${DILATTN_WGMMA_MAP_DIR:-$out} # test_gpu wgmma: the probe's wrong reads, if any
+last_rc=0
 run() {
   echo "== $*" | tee -a "$out/session.log"
   "$@" 2>&1 | tee -a "$out/session.log"
-  echo "rc=${PIPESTATUS[0]}" | tee -a "$out/session.log"
+  last_rc=${PIPESTATUS[0]}
+  echo "rc=$last_rc" | tee -a "$out/session.log"
   pack
 }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; } | tee "$out/device.txt"
 # first / second: step LIMIT CMD... runs CMD under LIMIT seconds if that much of the
 # phase's budget is left, else logs it as skipped (a later call or session runs it)
 t_start=$(date +%s)
-budget=${FIRST_BUDGET:-420}
+budget=${FIRST_BUDGET:-480}
 step() {
   local lim=$1; shift
   local left=$((budget - ($(date +%s) - t_start)))
-  if [ "$left" -lt "$lim" ]; then echo "== skipped (${left} s left, needs ${lim}): $*" | tee -a "$out/session.log"; pack; return; fi
+  if [ "$left" -lt "$lim" ]; then
+    echo "== skipped (${left} s left, needs ${lim}): $*" | tee -a "$out/session.log"
+    last_rc=skipped
+    pack
+    return
+  fi
   run timeout -k 10 "$lim" "$@" # (-k: a CUDA process that ignores TERM is killed 10 s later)
 }
 # where_time_goes.py for "CONFIG [--causal]" into WHERE (a command): each branch alone beside
@@ -101,6 +108,16 @@ if [ "$phase" = first ]; then
   # 1. correctness of everything untimed (bench/results/untimed-since-*.md): every default
   #    kernel on the golden cases and random specs (the per-head longest-first table too)
   step 170 $B/tests/test_gpu "$golden" small
+  # 1b. wgmma-ws-tma (cuda_mma 6, K and V by TMA: bench/results/untimed-since-8564322.md),
+  #    never run on a GPU: its suite, then (only where that passed: a TMA fault would take
+  #    the bench process's other rows with it) against the warp-specialized default
+  step 130 $B/tests/test_gpu "$golden" wgmma-ws-tma
+  if [ "$last_rc" = 0 ]; then
+    step 60 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+      --tiles 0x0:wgmma-ws,0x0:wgmma-ws-tma,0x0:wgmma-ws-tma/fused --reps 10 --out "$out/first_tma_full.json"
+    step 50 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+      --causal --tiles 0x0:wgmma-ws,0x0:wgmma-ws-tma --reps 10 --out "$out/first_tma_causal.json"
+  fi
   # 2. the defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh),
   #    and the warp-specialized kernel fused and split (the planner's choice between them,
   #    planner.lua plan_cuda, last timed at 58e46dd)

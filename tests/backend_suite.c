@@ -210,7 +210,7 @@ void bs_random(da_context *ctx, int first, int count, int64_t max_n, bs_runner r
  * kernel were fused). Classes of g / R = 64 to 1024 rows (g = gcd(w) 256 to 1024, R =
  * lcm(r) <= 4), 2 or 3 branches, fp16 / bf16 at D 64 or 128, causal or not, longnet or
  * grouped, dense or a local window, each query tile shape; most of them must plan fused. */
-void bs_fused_ws_random(da_context *ctx, int first, int count, const char *label, bs_runner run) {
+void bs_fused_ws_random(da_context *ctx, int first, int count, const char *label, bs_runner run, int mma) {
   int fused = 0;
   for (int i = first; i < first + count; i++) {
     uint64_t st = 4242 + 7919 * (uint64_t)i;
@@ -238,7 +238,7 @@ void bs_fused_ws_random(da_context *ctx, int first, int count, const char *label
     static const int tiles[] = {0, 64, 128, 192};
     /* fused_min_queries at its default value, set: the planner keeps the fused tiling
      * rather than trading it for split on its tile-fill estimate */
-    da_plan_options base = {tiles[tu_rand(&st) % 4], 0, 16, 0, 4};
+    da_plan_options base = {tiles[tu_rand(&st) % 4], 0, 16, 0, mma};
     const int64_t span = 2 * wmax < 2400 ? 2 * wmax : 2400;
     const int64_t N = 150 + (int64_t)(tu_rand(&st) % (uint64_t)span);
     da_plan_options o = bs_ws_options(&s, &base);

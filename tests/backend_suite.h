@@ -30,11 +30,11 @@ da_plan_options bs_wgmma_options(const da_spec *s, const da_plan_options *base);
  * and cuda_mma 6 (wgmma-ws-tma) to 4, under a sparse layout, where they are refused. */
 da_plan_options bs_ws_options(const da_spec *s, const da_plan_options *base);
 
-/* Random specs first .. first + count - 1 of the warp-specialized fused plan (cuda_mma 4,
- * the sm_90 default for LongNet without a causal mask), which bs_random rarely reaches;
- * run's user is the spec's da_plan_options (run uses them as they are). At least half
- * must plan fused. */
-void bs_fused_ws_random(da_context *ctx, int first, int count, const char *label, bs_runner run);
+/* Random specs first .. first + count - 1 of the warp-specialized fused plan (cuda_mma
+ * mma: 4, the sm_90 default for LongNet without a causal mask, or 6, its TMA copies; sparse
+ * specs on 4), which bs_random rarely reaches; run's user is the spec's da_plan_options
+ * (run uses them as they are). At least half must plan fused. */
+void bs_fused_ws_random(da_context *ctx, int first, int count, const char *label, bs_runner run, int mma);
 
 /* The wgmma path (cuda_mma = mma) through run, whose user is a da_plan_options that run
  * maps with bs_wgmma_options: every golden case, then random specs from first under four

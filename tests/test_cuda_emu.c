@@ -626,6 +626,7 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
   test_unaligned(ctx, &tma);
   bs_ramp(ctx, run_emu_ws, &tma);
   bs_random(ctx, 290, 6, 400, run_emu_ws, &tma192);
+  bs_fused_ws_random(ctx, 20, 6, "cuda-emu wgmma-ws-tma", run_emu, 6); /* fused: every branch's maps */
   for (int i = 0; i < 4; i++) { /* full 192- and 128-row tiles, more key tiles than stages */
     da_spec s;
     wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 768, 1536);
@@ -802,7 +803,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (!strcmp(which, "wgmma-random")) bs_random(ctx, first, count, 400, run_emu_wgmma, NULL); /* replay on the wgmma path */
-  if (!strcmp(which, "fused-ws-random")) bs_fused_ws_random(ctx, first, count, "cuda-emu", run_emu);
+  if (!strcmp(which, "fused-ws-random")) bs_fused_ws_random(ctx, first, count, "cuda-emu", run_emu, 4);
   if (!strcmp(which, "wgmma-ws-random")) { /* the same on the warp-specialized variant, two consumer warpgroups */
     da_plan_options ws = {128, 0, 0, 0, 4};
     bs_random(ctx, first, count, 400, run_emu_wgmma, &ws);

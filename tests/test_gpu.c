@@ -14,7 +14,10 @@
  *   wgmma-ws: the same with cuda_mma = 4 (warp-specialized; random specs of its fused
  *     plan too: bs_fused_ws_random), then 192-row tiles and
  *             cuda_mma = 5 (P double-buffered)
- * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|small|probe]
+ *   wgmma-ws-tma: the same with cuda_mma = 6 (K / V by TMA; sparse specs on 4), 192-row
+ *             tiles, fused plans, unaligned tensors (its one-thread fallback), N = 1M, and
+ *             programmatic launches of its split plans (not in small)
+ * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <math.h>
@@ -336,7 +339,9 @@ static void test_wgmma_probe(da_context *ctx) {
   }
 }
 
-/* The wgmma path (cuda_mma = mma: 2, 3 overlapped, 4 warp-specialized) wherever it applies: golden, random
+static void test_pdl(da_context *ctx, int mma);
+
+/* The wgmma path (cuda_mma = mma: 2, 3 overlapped, 4 warp-specialized, 6 its TMA copies) wherever it applies: golden, random
  * specs with the default and other tile shapes (one and two warpgroups), unaligned
  * tensors, N = 1M. small: a few of each (for compute-sanitizer). */
 static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int small) {
@@ -345,17 +350,24 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
    * NVRTC compile, most of a GPU session's time) */
   static const int plain[4] = {60, 20, 20, 20}, variant[4] = {20, 8, 8, 10}, few[4] = {6, 0, 0, 2};
   const int *counts = small ? few : mma == 2 ? plain : variant;
-  static const char *const name[5] = {"", "", "wgmma", "wgmma-overlap", "wgmma-ws"};
+  static const char *const name[7] = {"", "", "wgmma", "wgmma-overlap", "wgmma-ws", "", "wgmma-ws-tma"};
+  /* wgmma-ws-tma has no sparse form: its sparse specs take wgmma-ws (bs_ws_options) */
+  const bs_runner run = mma == 6 ? runner_ws : runner_wgmma;
   char label[64], what[96];
   snprintf(label, sizeof label, "cuda %s", name[mma]);
   snprintf(what, sizeof what, "%s N=1048576 H=8 D=64", name[mma]);
-  bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, runner_wgmma);
-  bs_ramp(ctx, runner_wgmma, &wg); /* running maxima that grow: both rescale paths */
+  bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, run);
+  bs_ramp(ctx, run, &wg); /* running maxima that grow: both rescale paths */
   test_unaligned(ctx, &wg);
+  if (mma == 6) { /* three consumer warpgroups; the sm_90 default's fused plans */
+    da_plan_options o = {192, 0, 0, 0, 6};
+    bs_random(ctx, 230, small ? 3 : 12, 1000, runner_ws, &o);
+    if (!small) bs_fused_ws_random(ctx, 0, 8, "cuda wgmma-ws-tma", runner_ws, 6);
+  }
   /* P in two register sets (wgmma-ws-p2, cuda_mma 5) and three consumer warpgroups (tile_q 192) */
   static const da_plan_options ws_variants[2] = {{128, 0, 0, 0, 5}, {192, 0, 0, 0, 4}};
   if (mma == 4) bs_idle_wgs(ctx, runner_ws, "cuda wgmma-ws");
-  if (mma == 4 && !small) bs_fused_ws_random(ctx, 0, 8, "cuda wgmma-ws", runner_ws); /* the sm_90 default, fused */
+  if (mma == 4 && !small) bs_fused_ws_random(ctx, 0, 8, "cuda wgmma-ws", runner_ws, 4); /* the sm_90 default, fused */
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v];
     char vlabel[64];
@@ -365,6 +377,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
     bs_ramp(ctx, runner_ws, &o);
   }
   if (!small) test_long(ctx, 1 << 20, 8, 64, mma, what);
+  if (mma == 6 && !small) test_pdl(ctx, 6); /* its split plans, under programmatic launches */
 }
 
 /* Programmatic dependent launches (split and single plans on sm_90 and later): the plan
@@ -475,9 +488,9 @@ int main(int argc, char **argv) {
     bs_golden(ctx, golden, "cuda sync", runner_sync, NULL);
     bs_random(ctx, 0, small ? 6 : 30, 1000, runner_sync, NULL);
   }
-  for (int mma = 2; mma <= 4; mma++) {
-    const char *mode = mma == 2 ? "wgmma" : mma == 3 ? "wgmma-overlap" : "wgmma-ws";
-    if (!all && !small && strcmp(which, mode)) continue;
+  for (int mma = 2; mma <= 6; mma++) {
+    const char *mode = mma == 2 ? "wgmma" : mma == 3 ? "wgmma-overlap" : mma == 4 ? "wgmma-ws" : "wgmma-ws-tma";
+    if (mma == 5 || (!all && !small && strcmp(which, mode)) || (small && mma == 6)) continue;
     if (!da__cuda_wgmma_arch(da__cuda_arch(dev))) {
       printf("%s: skipped, the path needs sm_90 (this is %s)\n", mode, da__cuda_arch(dev));
       continue;
