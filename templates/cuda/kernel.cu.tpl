@@ -107,11 +107,17 @@ struct da_cuda_kargs {
   da_tmap m[{{ p.tma_maps }}];
 };
 #define DA_KPARAM const __grid_constant__ da_cuda_kargs DA_PARAM_REF K
-#define DA_KARGS const da_cuda_args &A = K.a;
-/* the maps of a launch: those of A's kernel parameter (A is its first member) */
-__device__ __forceinline__ const da_tmap *da_tmaps(const da_cuda_args &A) {
-  return reinterpret_cast<const da_cuda_kargs &>(A).m;
-}
+/* The arguments by value, as the other kernels take them, and the maps' address (in the
+ * parameter space) handed to the producer through shared memory, written before the CTA
+ * barrier that precedes the roles' split: the arguments read through the parameter's
+ * address (a reference to K.a) were LDC loads into vector registers, where the by-value
+ * ones are ULDC into uniform ones: ~10 of a consumer's 64-bit compares a key tile moved
+ * off the uniform datapath (653 instructions on the full-tile path, 644 this way). */
+__shared__ const da_tmap *da_maps_s;
+#define DA_KARGS                 \
+  const da_cuda_args A = K.a;    \
+  if (threadIdx.x == 0) da_maps_s = K.m;
+__device__ __forceinline__ const da_tmap *da_tmaps() { return da_maps_s; }
 {% else %}
 #define DA_TMA 0
 #define DA_KPARAM const da_cuda_args DA_PARAM_REF A
@@ -801,7 +807,7 @@ __device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16
                             da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
   const da_key_walk W = da_keys<1>(br, A, b, hkv, s0, off, a0, astride, nq, 0);
   const da_i64 r = BR_R[br], first = s0 + off;
-  const da_tmap *map = da_tmaps(A) + 2 * (BR_TMAP0(br) + (int)(first % r));
+  const da_tmap *map = da_tmaps() + 2 * (BR_TMAP0(br) + (int)(first % r));
   const int row0 = (int)(first / r), ih = (int)hkv, ib = (int)b; /* int32 coordinates: the runtime's tma_usable */
   int cls;
   for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
