@@ -287,15 +287,26 @@ static int encode_tmaps(const da__rendered *r, const da__cuda_args *a, int head_
   return 1;
 }
 
-/* Whether a wgmma-ws-tma plan's kernels may take their copies by TMA for these arguments:
- * 16-byte aligned tensors and strides (TMA's rule too), positive strides, and coordinates
- * within int32 (the instruction's). */
-static int tma_usable(const da__rendered *r, const da__cuda_args *a, da__tmap_encode_fn enc) {
-  if (!enc || r->tma_maps <= 0 || r->tma_maps > DA_CUDA_TMAPS_MAX || !a->vec16) return 0;
-  if (a->seq_len >= ((int64_t)1 << 31) - 1024 || a->batch >= ((int64_t)1 << 31) || r->kv_heads < 1) return 0;
+/* Why a wgmma-ws-tma plan's kernels may not take their copies by TMA for these arguments
+ * (NULL: they may): 16-byte aligned tensors and strides (TMA's rule too), positive
+ * strides, and coordinates within int32 (the instruction's). */
+static const char *tma_unusable(const da__rendered *r, const da__cuda_args *a, da__tmap_encode_fn enc) {
+  if (!enc) return "no tensor-map encoder (a driver before CUDA 12, or DILATTN_TMA=0)";
+  if (r->tma_maps <= 0 || r->tma_maps > DA_CUDA_TMAPS_MAX || r->kv_heads < 1) return "the plan's map count";
+  if (!a->vec16) return "q, k or v not 16-byte aligned, or a stride not a multiple of 8 elements";
+  if (a->seq_len >= ((int64_t)1 << 31) - 1024 || a->batch >= ((int64_t)1 << 31)) return "coordinates past int32";
   for (int i = 0; i < 3; i++)
-    if (a->k_stride[i] <= 0 || a->v_stride[i] <= 0) return 0;
-  return 1;
+    if (a->k_stride[i] <= 0 || a->v_stride[i] <= 0) return "a stride of k or v not positive";
+  return NULL;
+}
+
+/* The fallback is slow (one thread copies each tile): said once a process, at warning
+ * level, the first time an execution takes it. */
+static void warn_tma_fallback(const char *why) {
+  static int warned;
+  if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) return;
+  da__log(DA_LOG_WARN, "cuda: wgmma-ws-tma without tensor maps (%s): its one producer thread copies K and V alone, "
+          "slowly; wgmma-ws (cuda_mma 4) copies them with 128 threads. (Said once a process.)", why);
 }
 
 /* Encode the maps a launch of branch br (-1: the fused kernel, every branch) takes into
@@ -313,7 +324,7 @@ static void prepare_tmaps(const da__rendered *r, int head_dim, int br, da__tmap_
       ok = encode_tmaps(r, &K->a, head_dim, i, enc, &K->m[slot]);
   }
   if (!ok) {
-    da__log(DA_LOG_INFO, "cuda: a tensor map was refused (strides or sizes); this launch copies K and V by cp.async");
+    warn_tma_fallback("the driver refused a tensor map: strides or sizes");
     K->a.tma = 0;
   }
 }
@@ -326,7 +337,9 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   da__cuda_kargs K;
   K.a = *args;
   da__cuda_args *a = &K.a;
-  a->tma = tma_usable(r, a, enc);
+  const char *no_tma = r->tma_maps > 0 ? tma_unusable(r, a, enc) : "";
+  if (no_tma && *no_tma) warn_tma_fallback(no_tma);
+  a->tma = !no_tma;
   const int tma = a->tma;
   da_status st = DA_OK;
   if (!strcmp(r->strategy, "fused")) {

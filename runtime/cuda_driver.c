@@ -343,9 +343,26 @@ int da__cuda_pdl(const da__cuda *c) {
   return c && c->LaunchKernelEx && c->cc_major >= 9 && !(env && !strcmp(env, "0"));
 }
 
+/* cuTensorMapEncodeTiled with the device's primary context current: cuda.h lists
+ * CUDA_ERROR_INVALID_CONTEXT among its results, and the runtime encodes before its first
+ * launch, where a caller's thread may have no context yet (the one device: g_cuda). */
+static int encode_in_context(void *map, int dtype, unsigned rank, void *addr, const uint64_t *dims,
+                             const uint64_t *strides, const uint32_t *box, const uint32_t *elem_strides, int interleave,
+                             int swizzle, int l2_promotion, int oob_fill) {
+  int pushed;
+  const char *call;
+  CUresult r = enter_raw(&g_cuda, &pushed, &call);
+  if (r != CUDA_SUCCESS) return (int)r;
+  r = g_cuda.TensorMapEncodeTiled(map, dtype, rank, addr, dims, strides, box, elem_strides, interleave, swizzle,
+                                  l2_promotion, oob_fill);
+  leave(&g_cuda, pushed);
+  return (int)r;
+}
+
 da__tmap_encode_fn da__cuda_tmap_encoder(const da__cuda *c) {
   const char *env = getenv("DILATTN_TMA");
-  return c && c->cc_major >= 9 && !(env && !strcmp(env, "0")) ? c->TensorMapEncodeTiled : NULL;
+  return c == &g_cuda && c->TensorMapEncodeTiled && c->cc_major >= 9 && !(env && !strcmp(env, "0")) ? encode_in_context
+                                                                                                      : NULL;
 }
 
 da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k, unsigned gx,

@@ -611,6 +611,62 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   TU_CHECK(da_emu_wgmma_count() > before, "the wgmma runs issued no wgmma");
 }
 
+/* K and V head-major ([B][Hkv][N][D], rows padded by 8 elements, 16-byte aligned: TMA
+ * takes them, the maps' head stride then larger than their row stride), q and out as
+ * usual; causal and not, both dtypes, D = 64 and 128, two branches (r = 1, 2). */
+static void test_tma_layout(da_context *ctx, const da_plan_options *opts) {
+  for (int variant = 0; variant < 4; variant++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = 2;
+    s.segment_lengths[0] = 128, s.segment_lengths[1] = 256;
+    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+    s.num_heads = 4, s.num_kv_heads = 2;
+    s.head_dim = variant < 2 ? 64 : 128;
+    s.causal = variant % 2;
+    s.dtype = variant == 1 || variant == 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    const int64_t B = 2, N = 300 + 37 * variant, D = s.head_dim, H = 4, HKV = 2, row = D + 8;
+    const int64_t nq = B * N * H * D, nkv = B * N * HKV * D, nl = B * H * N, span = B * HKV * N * row;
+    uint16_t *q = malloc((size_t)nq * 2), *out = malloc((size_t)nq * 2), *kv[2];
+    double *dq = malloc((size_t)nq * 8), *dkv[2], *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8);
+    float *lse = malloc((size_t)nl * 4);
+    double vmax = 0, eo = 0, el = 0;
+    uint64_t st = 470 + (uint64_t)variant;
+    for (int64_t j = 0; j < nq; j++) tu_store(s.dtype, q, j, 2 * tu_uniform(&st) - 1), dq[j] = tu_load(s.dtype, q, j);
+    for (int t = 0; t < 2; t++) {
+      kv[t] = aligned_alloc(16, (size_t)span * 2);
+      memset(kv[t], 0x7f, (size_t)span * 2); /* the padding: not data */
+      dkv[t] = malloc((size_t)nkv * 8);
+      for (int64_t j = 0; j < nkv; j++) { /* element j of [B][N][Hkv][D] at its head-major place */
+        const int64_t d = j % D, h = j / D % HKV, p = j / (D * HKV) % N, b = j / (D * HKV * N);
+        const int64_t at = ((b * HKV + h) * N + p) * row + d;
+        tu_store(s.dtype, kv[t], at, 2 * tu_uniform(&st) - 1);
+        dkv[t][j] = tu_load(s.dtype, kv[t], at);
+        if (t) vmax = fmax(vmax, fabs(dkv[t][j]));
+      }
+    }
+    da_args a;
+    da_args_init(&a, &s, B, N, q, kv[0], kv[1], out, lse);
+    const int64_t kst[3] = {HKV * N * row, row, N * row};
+    memcpy(a.k_stride, kst, sizeof kst);
+    memcpy(a.v_stride, kst, sizeof kst);
+    da__cuda_args ca;
+    da__cuda_args_fill(&ca, &a);
+    TU_CHECK(ca.vec16, "head-major variant %d: not 16-byte aligned", variant);
+    const unsigned long long before = da_emu_tma_count();
+    da_status r = da_emu_execute(ctx, &s, opts, &a, (size_t)nq * 2, (size_t)span * 2, (size_t)nq * 2, (size_t)nl * 4);
+    TU_CHECK(r == DA_OK, "head-major variant %d: %s", variant, da_context_last_error(ctx));
+    TU_CHECK(da_emu_tma_count() > before, "head-major variant %d: no TMA copy", variant);
+    da_ref_attention(&s, B, N, dq, dkv[0], dkv[1], ro, rl);
+    TU_CHECK(r == DA_OK && tu_compare(s.dtype, nq, out, ro, nl, lse, rl, vmax, &eo, &el),
+             "head-major variant %d: out err %.3g lse err %.3g", variant, eo, el);
+    printf("head-major k/v (%s, D = %lld%s): out_err=%.2e lse_err=%.2e\n", s.dtype == DA_DTYPE_FLOAT16 ? "fp16" : "bf16",
+           (long long)D, s.causal ? ", causal" : "", eo, el);
+    free(q), free(out), free(dq), free(ro), free(rl), free(lse);
+    for (int t = 0; t < 2; t++) free(kv[t]), free(dkv[t]);
+  }
+}
+
 /* wgmma-ws-tma (cuda_mma 6): the producer's copies by the tensor memory accelerator, one
  * thread, tensor maps per offset class (bench/results: untimed until a GPU session). The
  * wgmma suite's shapes (golden, random specs under four tile shapes, sparse ones on
@@ -624,6 +680,7 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
   bs_wgmma(ctx, golden, "cuda-emu wgmma-ws-tma", 6, 260, counts, 400, run_emu_ws);
   test_edge(ctx, run_emu_ws, &tma);
   test_unaligned(ctx, &tma);
+  test_tma_layout(ctx, &tma);
   bs_ramp(ctx, run_emu_ws, &tma);
   bs_random(ctx, 290, 6, 400, run_emu_ws, &tma192);
   bs_fused_ws_random(ctx, 20, 6, "cuda-emu wgmma-ws-tma", run_emu, 6); /* fused: every branch's maps */

@@ -25,7 +25,7 @@ typedef struct {
   int clone;            /* shares the masks of the spec it copies */
   uint8_t *masks[DA_MAX_BRANCHES];
   char name[256], strategy[16], path[8];
-  int regs[2], spill[2], smem[2], dyn_smem, status[2], skip[2], serialized[2];
+  int regs[2], spill[2], smem[2], dyn_smem, status[2], skip[2], serialized[2], stack[2];
   char err[512];
 } job_t;
 
@@ -224,6 +224,7 @@ static void compile_job(da_context *ctx, int i, void *user) {
     }
     j->regs[a] = res.registers;
     j->spill[a] = res.spill_bytes;
+    j->stack[a] = res.stack_bytes;
     j->serialized[a] = res.wgmma_serialized;
     j->smem[a] = r.smem_bytes + (res.shared_bytes > 0 ? res.shared_bytes : 0);
     da__nvrtc_result_free(&res);
@@ -300,6 +301,10 @@ int main(int argc, char **argv) {
       if (j->status[a] || j->skip[a]) continue;
       TU_CHECK(j->spill[a] == 0, "spec %d %s on %s (tile_q %d, tile_k %d, cuda_mma %d): %d spill bytes", i, j->name,
                archs[a], j->opts.tile_q, j->opts.tile_k, j->opts.cuda_mma, j->spill[a]);
+      /* TMA reads its maps where they are, in the parameter space: a copy of them on the
+       * stack would leave a local address in the instruction */
+      TU_CHECK(j->skip[a] || j->opts.cuda_mma != 6 || j->stack[a] == 0, "spec %d %s on %s (cuda_mma 6): a %d-byte stack frame", i,
+               j->name, archs[a], j->stack[a]);
       TU_CHECK(j->serialized[a] == 0, "spec %d %s on %s: ptxas serialized its wgmma", i, j->name, archs[a]);
       TU_CHECK(j->regs[a] > 0 && j->regs[a] <= 255, "spec %d %s on %s: %d registers", i, j->name, archs[a], j->regs[a]);
       TU_CHECK(j->smem[a] <= smem_limit[a], "spec %d %s on %s: %d bytes smem", i, j->name, archs[a], j->smem[a]);

@@ -248,6 +248,12 @@ __device__ __forceinline__ void da_mbar_arrive_expect_tx(da_u64 *bar, da_u32 byt
                "r"(bytes)
                : "memory");
 }
+/* After mbarrier.init, before the CTA barrier, where TMA will complete transactions on
+ * them: the inits made visible to the async proxy (CUDA programming guide's TMA example:
+ * fence.proxy.async.shared::cta; CUTLASS's fence_barrier_init: fence.mbarrier_init) */
+__device__ __forceinline__ void da_fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void da_tma_load4(void *smem, const void *map, int c0, int c1, int c2, int c3, da_u64 *bar) {
   asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
                "%5}], [%6];\n" ::"r"(da_smem_addr(smem)),

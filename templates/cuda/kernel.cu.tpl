@@ -1542,9 +1542,11 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
                                          const da_qtile &T, int mode, F each) {
 {% if p.wg_ws then %}
   __shared__ da_u64 bars[4 * STAGES]; /* full K, full V: the producer's arrivals; empty K, empty V: the consumers' */
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     for (int i = 0; i < 4 * STAGES; i++)
       da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : DA_KEPT_WGS(T.nq) * 128);
+    if (DA_TMA) da_fence_mbar_init(); /* TMA completes on them through the async proxy */
+  }
   __syncthreads(); /* the last CTA barrier: producer and consumers go their own ways */
   da_pipe P = {0, 0, 0};
   if (threadIdx.x < DA_PRODUCERS) {
@@ -1726,8 +1728,10 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
    * producer's 40 registers hold none of the index arithmetic) */
   __shared__ da_ref refs[WS_TILES];
   __shared__ int has_ref[WS_TILES];
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : NCWG * 128);
+    if (DA_TMA) da_fence_mbar_init(); /* TMA completes on them through the async proxy */
+  }
   if (threadIdx.x < WS_TILES)
     has_ref[threadIdx.x] = da_block_ref((da_i64)blockIdx.x * WS_TILES + threadIdx.x, A, refs[threadIdx.x]);
   __syncthreads(); /* the last CTA barrier */

@@ -139,6 +139,8 @@ struct Barrier {
 struct MBar {
   int count = 0, pending = 0, waiters = 0;
   long long tx = 0; /* bytes expected (expect_tx) and not yet issued to complete on it */
+  int init_by = -1;       /* the thread that initialised it */
+  bool init_fenced = false; /* that thread's proxy fence since: TMA may complete on it */
   bool ready = false;
   unsigned phase = 0; /* phases completed */
   std::vector<Copy> landing;
@@ -815,6 +817,8 @@ void da_emu_wgmma(float *d, int n, int bf16, unsigned long long desc_a, const un
 void da_emu_wgmma_fence(void) { wg_arrive(OP_WG_FENCE); }
 void da_emu_fence_proxy_async(void) {
   int me = self_id();
+  for (auto &kv : mbars)
+    if (kv.second.init_by == me) kv.second.init_fenced = true;
   cur->fence_seq = ++event_seq;
   for (int off : cur->dirty)
     if (async_dirty[(size_t)off] == me) async_dirty[(size_t)off] = -1;
@@ -834,6 +838,7 @@ void da_emu_mbar_init(void *bar, int count) {
   if (mbars.count(bar)) fail("mbarrier at %p initialised twice", bar);
   MBar &m = mbars[bar];
   m.count = m.pending = count;
+  m.init_by = self_id();
 }
 
 /* cp_async: cp.async.mbarrier.arrive.noinc - the phase also waits for this thread's
@@ -889,6 +894,9 @@ void da_emu_tma_load(void *dst, const void *map, const int *c, int rank, void *b
   if (a0 % (t.swizzle == 128 ? 1024u : 128u))
     fail("cp.async.bulk.tensor destination 0x%x not %u-byte aligned", a0, t.swizzle == 128 ? 1024u : 128u);
   MBar &m = mbar(bar);
+  if (!m.init_fenced)
+    fail("cp.async.bulk.tensor completes on an mbarrier whose mbarrier.init its thread did not fence for the async "
+         "proxy (fence.proxy.async / fence.mbarrier_init before the CTA barrier)");
   if ((long long)total > m.tx)
     fail("cp.async.bulk.tensor completes %zu bytes on an mbarrier expecting %lld (expect_tx before the copy)", total, m.tx);
   m.tx -= (long long)total;
