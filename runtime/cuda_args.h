@@ -37,7 +37,7 @@ typedef int (*da__tmap_encode_fn)(void *map, int dtype, unsigned rank, void *add
 #define DA__TMAP_UINT16 1        /* CU_TENSOR_MAP_DATA_TYPE_UINT16 */
 #define DA__TMAP_SWIZZLE_128B 3  /* CU_TENSOR_MAP_SWIZZLE_128B */
 #define DA__TMAP_L2_128B 2       /* CU_TENSOR_MAP_L2_PROMOTION_L2_128B */
-#define DA_CUDA_TMAPS_MAX 64
+#define DA_CUDA_TMAPS_MAX 96
 typedef struct {
   _Alignas(128) unsigned char bytes[128];
 } da__cuda_tmap;

@@ -262,26 +262,32 @@ static da_status launch_main(const da_context *ctx, const da__rendered *r, int64
   return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, (unsigned)heads, (unsigned)a->batch, threads, smem, a);
 }
 
-/* wgmma-ws-tma: the tensor maps of branch br's offset classes into m[2 * c] (K) and
- * m[2 * c + 1] (V), c = position % r (kernel.cu.tpl produce_tma): the rows of class c,
- * [head_dim, ceil((N - c) / r), kv heads, batch], from position c on with a row stride of
- * r positions, read in boxes of 64 head dims x tile_k rows into the 128-byte-swizzled
- * tiles wgmma reads (zeros past the last row). 0 where the encoder refuses one. */
+/* wgmma-ws-tma: the tensor maps of branch br's classes x < r into m[3x .. 3x + 2]
+ * (kernel.cu.tpl produce_tma), all 5-d: K and V of the positions x mod r, [head_dim,
+ * ceil((N - x) / r), 1, kv heads, batch] from position x on with a row stride of r
+ * positions; and V of the offset-x class of every whole segment, [head_dim,
+ * ceil((w - x) / r), N / w segments, kv heads, batch] (none where no segment is whole: no
+ * tile reads it). Boxes of 64 head
+ * dims x tile_k rows into the 128-byte-swizzled tiles wgmma reads, zeros past each
+ * dimension's end. 0 where the encoder refuses one. */
 static int encode_tmaps(const da__rendered *r, const da__cuda_args *a, int head_dim, int br, da__tmap_encode_fn enc,
                         da__cuda_tmap *m) {
-  const int64_t rate = r->branch_r[br], n = a->seq_len;
-  for (int64_t c = 0; c < rate; c++)
-    for (int t = 0; t < 2; t++) {
+  const int64_t rate = r->branch_r[br], w = r->branch_w[br], n = a->seq_len;
+  const uint32_t box[5] = {64, (uint32_t)r->tile_k, 1, 1, 1}, ones[5] = {1, 1, 1, 1, 1};
+  for (int64_t x = 0; x < rate; x++)
+    for (int t = 0; t < 3; t++) {
       const int64_t *st = t ? a->v_stride : a->k_stride;
-      da__cuda_tmap *map = &m[2 * c + t];
+      da__cuda_tmap *map = &m[3 * x + t];
       memset(map, 0, sizeof *map);
-      if (c >= n) continue; /* a class without a position: no tile reads it */
-      const uint64_t dims[4] = {(uint64_t)head_dim, (uint64_t)((n - c + rate - 1) / rate), (uint64_t)r->kv_heads,
+      char *base = (char *)(uintptr_t)(t ? a->v : a->k) + x * st[1] * 2;
+      /* rows, segments: of the positions x mod r (one "segment"), or of every whole segment */
+      const int64_t rows = t < 2 ? (n - x + rate - 1) / rate : (w - x + rate - 1) / rate, segs = t < 2 ? 1 : n / w;
+      if (x >= n || segs == 0) continue; /* no tile reads it */
+      const uint64_t dims[5] = {(uint64_t)head_dim, (uint64_t)rows, (uint64_t)segs, (uint64_t)r->kv_heads,
                                 (uint64_t)a->batch};
-      const uint64_t strides[3] = {(uint64_t)(rate * st[1] * 2), (uint64_t)(st[2] * 2), (uint64_t)(st[0] * 2)};
-      const uint32_t box[4] = {64, (uint32_t)r->tile_k, 1, 1}, ones[4] = {1, 1, 1, 1};
-      char *base = (char *)(uintptr_t)(t ? a->v : a->k) + c * st[1] * 2;
-      if (enc(map, DA__TMAP_UINT16, 4, base, dims, strides, box, ones, 0, DA__TMAP_SWIZZLE_128B, DA__TMAP_L2_128B, 0))
+      const uint64_t strides[4] = {(uint64_t)(rate * st[1] * 2), (uint64_t)(w * st[1] * 2), (uint64_t)(st[2] * 2),
+                                   (uint64_t)(st[0] * 2)};
+      if (enc(map, DA__TMAP_UINT16, 5, base, dims, strides, box, ones, 0, DA__TMAP_SWIZZLE_128B, DA__TMAP_L2_128B, 0))
         return 0;
     }
   return 1;
@@ -314,13 +320,13 @@ static void warn_tma_fallback(const char *why) {
 static void prepare_tmaps(const da__rendered *r, int head_dim, int br, da__tmap_encode_fn enc, da__cuda_kargs *K) {
   if (!K->a.tma) return;
   int64_t need = 0;
-  for (int i = 0; i < r->num_branches; i++) need += br < 0 || i == br ? 2 * r->branch_r[i] : 0;
+  for (int i = 0; i < r->num_branches; i++) need += br < 0 || i == br ? 3 * r->branch_r[i] : 0;
   int ok = need <= r->tma_maps && need <= DA_CUDA_TMAPS_MAX; /* (the plan's count: planner.lua p.tma_maps) */
   if (!ok) {
   } else if (br >= 0) {
     ok = encode_tmaps(r, &K->a, head_dim, br, enc, K->m);
   } else {
-    for (int i = 0, slot = 0; i < r->num_branches && ok; slot += 2 * (int)r->branch_r[i], i++)
+    for (int i = 0, slot = 0; i < r->num_branches && ok; slot += 3 * (int)r->branch_r[i], i++)
       ok = encode_tmaps(r, &K->a, head_dim, i, enc, &K->m[slot]);
   }
   if (!ok) {

@@ -39,10 +39,32 @@ typedef struct {
 } launch_t;
 
 typedef struct { /* a tensor map encoded (tests/fake_cuda.c cuTensorMapEncodeTiled) */
-  unsigned long long addr, dims[4], strides[3];
-  unsigned box[4];
-  int swizzle;
+  unsigned long long addr, dims[5], strides[4];
+  unsigned box[5];
+  int rank, swizzle;
 } tmap_t;
+
+/* "tmap addr P dims D.. strides S.. box B.. swizzle W dtype T" (any rank) into *t */
+static int parse_tmap(const char *line, tmap_t *t) {
+  void *addr;
+  int at = 0;
+  if (sscanf(line, "tmap addr %p dims%n", &addr, &at) < 1 || !at) return 0;
+  memset(t, 0, sizeof *t);
+  t->addr = (unsigned long long)(uintptr_t)addr;
+  const char *p = line + at;
+  int n = 0, k;
+  while (n < 5 && sscanf(p, " %llu%n", &t->dims[n], &k) == 1) p += k, n++;
+  t->rank = n;
+  if (sscanf(p, " strides%n", &k) != 0 || !k) return 0;
+  p += k;
+  for (int i = 0; i + 1 < n; i++, p += k)
+    if (sscanf(p, " %llu%n", &t->strides[i], &k) != 1) return 0;
+  if (sscanf(p, " box%n", &k) != 0 || !k) return 0;
+  p += k;
+  for (int i = 0; i < n; i++, p += k)
+    if (sscanf(p, " %u%n", &t->box[i], &k) != 1) return 0;
+  return sscanf(p, " swizzle %d", &t->swizzle) == 1;
+}
 static tmap_t tmaps[128];
 static int ntmaps;
 
@@ -56,17 +78,13 @@ static int read_launches(launch_t *out, int cap) {
   while (f && fgets(line, sizeof line, f)) {
     launch_t L;
     tmap_t t;
-    void *addr;
     L.tma = 0, L.map0 = 0;
     if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d stream %*s tma %d %llx", L.name,
                &L.g[0], &L.g[1], &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent, &L.tma, &L.map0) >= 9 &&
         n < cap)
       out[n++] = L;
-    else if (sscanf(line, "tmap addr %p dims %llu %llu %llu %llu strides %llu %llu %llu box %u %u %u %u swizzle %d", &addr,
-                    &t.dims[0], &t.dims[1], &t.dims[2], &t.dims[3], &t.strides[0], &t.strides[1], &t.strides[2],
-                    &t.box[0], &t.box[1], &t.box[2], &t.box[3], &t.swizzle) == 13 &&
-             ntmaps < 128)
-      t.addr = (unsigned long long)(uintptr_t)addr, tmaps[ntmaps++] = t;
+    else if (parse_tmap(line, &t) && ntmaps < 128)
+      tmaps[ntmaps++] = t;
   }
   if (f) fclose(f);
   unlink(log_path);
@@ -251,34 +269,40 @@ static void test_launches(da_context *ctx) {
 }
 
 /* wgmma-ws-tma (cuda_mma 6) on the fake sm_90 device: the plan; the tensor maps the
- * runtime encodes before each launch, a K and a V map per offset class c of each branch
- * (rate r) the launch runs: the rows of positions c, c + r, ... (ceil((N - c) / r) of them,
- * r rows of the tensor apart, from row c on), then kv heads and batch, in boxes of 64 head
- * dims x tile_k rows with the 128-byte swizzle; launches that carry them (tma 1, the first
- * map's address); none where DILATTN_TMA=0 or the tensors are not 16-byte aligned. */
+ * runtime encodes before each launch, three per class x < r of each branch the launch runs
+ * (5-d, boxes of 64 head dims x tile_k rows, 128-byte swizzle): K and V of the positions
+ * x mod r (ceil((N - x) / r) rows r rows of the tensor apart from row x, one segment, kv
+ * heads, batch) and V of the offset-x class of each whole segment (ceil((w - x) / r) rows,
+ * N / w segments w rows apart); launches that carry them (tma 1, the first map's
+ * address); none where DILATTN_TMA=0 or the tensors are not 16-byte aligned. */
 static void check_tmaps(const tmap_t *t, int n, const da_spec *s, const int *branches, int nbr, const char *k,
                         const char *v, int64_t N, int tk, const char *what) {
   const int64_t row = (int64_t)s->num_kv_heads * s->head_dim * 2;
   int want = 0, at = 0;
-  for (int i = 0; i < nbr; i++) want += 2 * (int)s->dilation_rates[branches[i]];
+  for (int i = 0; i < nbr; i++) /* (a branch with no whole segment: no map by segment) */
+    want += (int)s->dilation_rates[branches[i]] * (N / s->segment_lengths[branches[i]] ? 3 : 2);
   TU_CHECK(n == want, "%s: %d tensor maps encoded (want %d)", what, n, want);
   for (int i = 0; i < nbr && n == want; i++) {
-    const int64_t r = s->dilation_rates[branches[i]];
+    const int64_t r = s->dilation_rates[branches[i]], w = s->segment_lengths[branches[i]];
     for (int64_t c = 0; c < r; c++)
-      for (int kv = 0; kv < 2; kv++, at++) {
-        const tmap_t *m = &t[at];
-        const unsigned long long base = (unsigned long long)(uintptr_t)(kv ? v : k) + (unsigned long long)(c * row);
-        TU_CHECK(m->addr == base && m->dims[0] == (unsigned long long)s->head_dim &&
-                     m->dims[1] == (unsigned long long)((N - c + r - 1) / r) &&
-                     m->dims[2] == (unsigned long long)s->num_kv_heads && m->dims[3] == 1 &&
-                     m->strides[0] == (unsigned long long)(r * row) && m->strides[1] == (unsigned long long)s->head_dim * 2 &&
-                     m->strides[2] == (unsigned long long)(N * row) && m->box[0] == 64 && m->box[1] == (unsigned)tk &&
-                     m->box[2] == 1 && m->box[3] == 1 && m->swizzle == 3,
-                 "%s: branch %d class %lld %s map: addr +%lld dims %llu %llu %llu %llu strides %llu %llu %llu box %u %u "
-                 "swizzle %d",
-                 what, branches[i], (long long)c, kv ? "V" : "K",
-                 (long long)(m->addr - (unsigned long long)(uintptr_t)(kv ? v : k)), m->dims[0], m->dims[1], m->dims[2],
-                 m->dims[3], m->strides[0], m->strides[1], m->strides[2], m->box[0], m->box[1], m->swizzle);
+      for (int kv = 0; kv < 3; kv++) {
+        if (kv == 2 && N / w == 0) continue;
+        const tmap_t *m = &t[at++];
+        const char *tensor = kv ? v : k;
+        const unsigned long long base = (unsigned long long)(uintptr_t)tensor + (unsigned long long)(c * row);
+        const unsigned long long rows = kv < 2 ? (N - c + r - 1) / r : (w - c + r - 1) / r, segs = kv < 2 ? 1 : N / w;
+        TU_CHECK(m->rank == 5 && m->addr == base && m->dims[0] == (unsigned long long)s->head_dim && m->dims[1] == rows &&
+                     m->dims[2] == segs && m->dims[3] == (unsigned long long)s->num_kv_heads && m->dims[4] == 1 &&
+                     m->strides[0] == (unsigned long long)(r * row) && m->strides[1] == (unsigned long long)(w * row) &&
+                     m->strides[2] == (unsigned long long)s->head_dim * 2 && m->strides[3] == (unsigned long long)(N * row) &&
+                     m->box[0] == 64 && m->box[1] == (unsigned)tk && m->box[2] == 1 && m->box[3] == 1 && m->box[4] == 1 &&
+                     m->swizzle == 3,
+                 "%s: branch %d class %lld map %d (%s): rank %d addr +%lld dims %llu %llu %llu %llu %llu strides %llu %llu "
+                 "%llu %llu box %u %u swizzle %d",
+                 what, branches[i], (long long)c, kv, kv == 0 ? "K" : kv == 1 ? "V" : "V by segment", m->rank,
+                 (long long)(m->addr - (unsigned long long)(uintptr_t)tensor), m->dims[0], m->dims[1], m->dims[2],
+                 m->dims[3], m->dims[4], m->strides[0], m->strides[1], m->strides[2], m->strides[3], m->box[0], m->box[1],
+                 m->swizzle);
       }
   }
 }

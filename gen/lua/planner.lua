@@ -275,7 +275,7 @@ end
 -- branch (b.head0, b.nheads); the runtime sizes x from N with the facts here.
 -- tensor maps a wgmma-ws-tma kernel takes as parameters (128 bytes each; runtime/cuda_args.h
 -- DA_CUDA_TMAPS_MAX)
-local TMA_MAPS_MAX = 64
+local TMA_MAPS_MAX = 96
 
 function M.plan_cuda(p, opts)
   local D = p.D
@@ -416,17 +416,19 @@ function M.plan_cuda(p, opts)
     -- 1 in 9); elsewhere the key loop keeps its constant hand-over (7 to 25 SASS instructions
     -- a tile fewer). Not under a sparse layout: its reductions and verdicts stay as they are.
     p.ws_skip_idle = p.wg_ws and p.tile_q > 64 and not p.sparse and M.idle_share(p, p.strategy, p.tile_q) >= 0.05
-    -- Tensor maps: a K and a V map for each offset class (position mod r) of each branch the
-    -- kernel runs: all of them in the fused kernel (BR_TMAP0: a branch's first), the
-    -- launched branch's in a branch kernel. At most TMA_MAPS_MAX (8 KiB of parameters a
-    -- launch, which the runtime encodes per execution); past that the copies stay cp.async.
+    -- Tensor maps: three for each class x < r of each branch the kernel runs (all of them in
+    -- the fused kernel, BR_TMAP0 a branch's first class; the launched branch's in a branch
+    -- kernel): K and V of the positions x mod r, and V of the offset-x class of every whole
+    -- segment, a segment a coordinate, so a tile's rows past its class's end read zeros
+    -- there. At most TMA_MAPS_MAX (12 KiB of parameters a launch, which the runtime encodes
+    -- per execution); past that the plan keeps wgmma-ws's copies.
     if p.tma then
       local sum_r, max_r = 0, 0
       for _, b in ipairs(p.branches) do
         b.tmap0 = p.strategy == "fused" and sum_r or 0
         sum_r, max_r = sum_r + b.r, math.max(max_r, b.r)
       end
-      p.tma_maps = 2 * (p.strategy == "fused" and sum_r or max_r)
+      p.tma_maps = 3 * (p.strategy == "fused" and sum_r or max_r)
       if p.tma_maps > TMA_MAPS_MAX then p.tma, p.tma_maps = false, nil end
     end
     if p.setmaxnreg then

@@ -789,15 +789,19 @@ __device__ __forceinline__ void da_turn_end(int nq) {
 static_assert(STAGES >= 2, "a consumer holds the V of one tile while it waits for the next");
 
 {% if p.tma then %}
-/* produce() by the tensor memory accelerator (one thread): a tile's K (then V) is a
- * box of 64 head dims x TK rows of the offset class's tensor map (one box per 64 head
- * dims), the class's rows r positions apart from position s0 + off on (map
- * 2 * (BR_TMAP0 + (s0 + off) % r), row (s0 + off) / r + c), written into the stage in the
- * 128-byte swizzle wgmma reads, rows past the tensor's end zero-filled; the full barrier
- * counts this thread's arrival and the box's bytes. Rows past kend but inside the tensor
- * are copied too (positions of the next segment, or past the causal limit): their scores
- * are masked, so P is 0 there (a non-finite value in such a V row reaches P V as 0 x inf:
- * FlashAttention's tiles have the same property). Where the runtime set no maps (!A.tma:
+/* produce() by the tensor memory accelerator (one thread): a tile's K (then V) is a box of
+ * 64 head dims x TK rows (one box per 64 head dims) written into the stage in the 128-byte
+ * swizzle wgmma reads; the full barrier counts this thread's arrival and the box's bytes.
+ * The maps of class x of branch br (3 * (BR_TMAP0(br) + x), runtime/cuda_backend.c
+ * encode_tmaps): K and V of the positions x mod r (the tile's first key is row
+ * (s0 + off) / r + c, segment 0, of map x = (s0 + off) % r), and V of the offset-x class of
+ * every whole segment (row c of segment s0 / w). K's rows past the class's end (the next segment's, or
+ * a causal tile's future keys) are real keys there: their scores are masked. V comes from
+ * the per-segment map where the segment is whole, so rows past its end are zeros, as the
+ * cp.async paths make them (0 x Inf would be NaN: an Inf in V must not reach the segment
+ * before); the last, partial segment's rows end where the tensor does. (Within a causal
+ * tile, keys past the query tile's last row are real rows of V: the cp.async paths zero
+ * those, which a 64-row-granular box cannot.) Where the runtime set no maps (!A.tma:
  * tensors not 16-byte aligned, int32 coordinates exceeded, a driver without the encoder,
  * DILATTN_TMA=0) the same thread copies each tile alone, by cp.async or plain loads, waits
  * for them and fences them for the async proxy: correct and slow (kept to one thread, the
@@ -806,29 +810,47 @@ static_assert(STAGES >= 2, "a consumer holds the V of one tile while it waits fo
 __device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
                             da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
   const da_key_walk W = da_keys<1>(br, A, b, hkv, s0, off, a0, astride, nq, 0);
-  const da_i64 r = BR_R[br], first = s0 + off;
-  const da_tmap *map = da_tmaps() + 2 * (BR_TMAP0(br) + (int)(first % r));
-  const int row0 = (int)(first / r), ih = (int)hkv, ib = (int)b; /* int32 coordinates: the runtime's tma_usable */
+  const da_i64 r = BR_R[br], w = BR_W[br], first = s0 + off;
   int cls;
+  if (!A.tma) { /* the maps are not set: this thread's copies (cp.async, or plain loads), landed and
+                   fenced for the async proxy here, so the consumers need no fence either way */
+    for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
+#pragma unroll
+      for (int which = 1; which <= 2; which++) {
+        da_mbar_wait(which == 1 ? EMPTY_K(P.st) : EMPTY_V(P.st), P.ph ^ 1);
+        W.fill<1>(Ks, Vs, c, P.st, 0, which);
+        da_cp_async_commit();
+        da_cp_async_wait<0>();
+        da_fence_proxy_async();
+        da_mbar_arrive(which == 1 ? FULL_K(P.st) : FULL_V(P.st));
+      }
+      da_pipe_next(P);
+    }
+    return;
+  }
+  /* (a loop of its own: beside the fallback's copies in one loop, their offsets stayed
+   * live in the producer's 40 registers and spilled) The maps' slots: */
+  /* int32 coordinates, and positions (the runtime's tma_unusable: N < 2^31 - 1024): 32-bit
+   * divisions (64-bit ones are calls; with them the consumers of a D = 128 causal kernel
+   * spilled 40 bytes); every map 5-d (the by-position ones with a segment dimension of 1),
+   * so K and V share one form of the instruction */
+  const int first32 = (int)first, r32 = (int)r, w32 = (int)w;
+  const int kslot = 3 * (BR_TMAP0(br) + first32 % r32);
+  const bool whole = s0 + w <= A.seq_len; /* V by segment */
+  const int vslot = whole ? 3 * (BR_TMAP0(br) + (int)off) + 2 : kslot + 1;
+  const int row0 = first32 / r32, ih = (int)hkv, ib = (int)b;
+  const int vrow0 = whole ? 0 : row0, vseg = whole ? (int)s0 / w32 : 0;
   for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
 #pragma unroll
     for (int which = 1; which <= 2; which++) { /* K, then V */
       da_mbar_wait(which == 1 ? EMPTY_K(P.st) : EMPTY_V(P.st), P.ph ^ 1); /* the consumers are done with the slot */
       da_u64 *full = which == 1 ? FULL_K(P.st) : FULL_V(P.st);
       da_u16 *dst = (which == 1 ? Ks : Vs) + P.st * TK * ROWH;
-      if (A.tma) {
-        da_mbar_arrive_expect_tx(full, TK * HD * 2);
+      da_mbar_arrive_expect_tx(full, TK * HD * 2);
 #pragma unroll
-        for (int d = 0; d < HD / 64; d++) /* a 64-dim panel: TK rows of 128 bytes (DA_CHUNK) */
-          da_tma_load4(dst + d * TK * 64, map + which - 1, d * 64, row0 + (int)c, ih, ib, full);
-      } else { /* the maps are not set: this thread's copies (cp.async, or plain loads), landed and
-                  fenced for the async proxy here, so the consumers need no fence either way */
-        W.fill<1>(Ks, Vs, c, P.st, 0, which);
-        da_cp_async_commit();
-        da_cp_async_wait<0>();
-        da_fence_proxy_async();
-        da_mbar_arrive(full);
-      }
+      for (int d = 0; d < HD / 64; d++) /* a 64-dim panel: TK rows of 128 bytes (DA_CHUNK) */
+        da_tma_load5(dst + d * TK * 64, da_tmaps() + (which == 1 ? kslot : vslot), d * 64,
+                     (which == 1 ? row0 : vrow0) + (int)c, which == 1 ? 0 : vseg, ih, ib, full);
     }
     da_pipe_next(P);
   }

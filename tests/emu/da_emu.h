@@ -111,6 +111,10 @@ static inline void da_tma_load4(void *smem, const void *map, int c0, int c1, int
   const int c[4] = {c0, c1, c2, c3};
   da_emu_tma_load(smem, map, c, 4, bar);
 }
+static inline void da_tma_load5(void *smem, const void *map, int c0, int c1, int c2, int c3, int c4, da_u64 *bar) {
+  const int c[5] = {c0, c1, c2, c3, c4};
+  da_emu_tma_load(smem, map, c, 5, bar);
+}
 static inline void da_named_sync(int id, int count) { da_emu_named_bar(id, count, 1); }
 static inline void da_named_arrive(int id, int count) { da_emu_named_bar(id, count, 0); }
 static inline int da_bar_red(int id, int count, int p, int and_) { return da_emu_named_red(id, count, p, and_); }
