@@ -283,3 +283,48 @@ void bs_wgmma(da_context *ctx, const char *golden, const char *label, int mma, i
     first += counts[k];
   }
 }
+
+/* See backend_suite.h. */
+void bs_segment_isolation(da_context *ctx, bs_runner run, void *user, const char *label) {
+  for (int variant = 0; variant < 4; variant++) {
+    da_spec s;
+    da_spec_init(&s);
+    const int two = variant >= 2;
+    s.num_branches = two ? 2 : 1;
+    s.segment_lengths[0] = two ? 128 : 192, s.segment_lengths[1] = 256;
+    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+    s.num_heads = s.num_kv_heads = 2;
+    s.head_dim = variant % 2 ? 128 : 64;
+    s.dtype = variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    const int64_t B = 1, N = two ? 640 : 500, D = s.head_dim, H = 2, first = two ? 256 : 192;
+    const int64_t nq = B * N * H * D, nl = B * H * N;
+    uint16_t *q = malloc((size_t)nq * 2), *k = malloc((size_t)nq * 2), *v = malloc((size_t)nq * 2);
+    uint16_t *out[2] = {malloc((size_t)nq * 2), malloc((size_t)nq * 2)};
+    float *lse[2] = {malloc((size_t)nl * 4), malloc((size_t)nl * 4)};
+    uint64_t st = 990 + (uint64_t)variant;
+    for (int64_t j = 0; j < nq; j++) {
+      tu_store(s.dtype, q, j, 2 * tu_uniform(&st) - 1);
+      tu_store(s.dtype, k, j, 2 * tu_uniform(&st) - 1);
+      tu_store(s.dtype, v, j, 2 * tu_uniform(&st) - 1);
+    }
+    da_status r[2];
+    for (int pass = 0; pass < 2; pass++) { /* V at position `first`: Inf, then 0 */
+      const uint16_t inf = s.dtype == DA_DTYPE_FLOAT16 ? 0x7c00 : 0x7f80;
+      for (int64_t j = first * H * D; j < (first + 1) * H * D; j++) v[j] = pass ? 0 : inf;
+      memset(out[pass], 0xff, (size_t)nq * 2);
+      memset(lse[pass], 0xff, (size_t)nl * 4);
+      r[pass] = run(user, ctx, &s, B, N, q, k, v, out[pass], lse[pass]);
+    }
+    TU_CHECK(r[0] == DA_OK && r[1] == DA_OK, "%s segment isolation %d: %s", label, variant, da_context_last_error(ctx));
+    int64_t bad = 0;
+    for (int64_t j = 0; j < first * H * D; j++) bad += out[0][j] != out[1][j];
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t p = 0; p < first; p++) bad += memcmp(&lse[0][h * N + p], &lse[1][h * N + p], 4) != 0;
+    TU_CHECK(bad == 0,
+             "%s segment isolation %d (%s, D = %lld, %d branch(es)): %lld values before position %lld changed by an Inf "
+             "in V there",
+             label, variant, variant % 2 ? "bf16" : "fp16", (long long)D, s.num_branches, (long long)bad, (long long)first);
+    free(q), free(k), free(v);
+    for (int i = 0; i < 2; i++) free(out[i]), free(lse[i]);
+  }
+}

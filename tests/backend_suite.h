@@ -75,4 +75,11 @@ void bs_ramp(da_context *ctx, bs_runner run, void *user);
  * run applies bs_ws_options to its user, a da_plan_options. */
 void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label);
 
+/* Segments are independent: an Inf in V at the first position of a segment (a key no
+ * query before it attends) leaves every earlier query's out and lse bit for bit as a 0
+ * there does (key tiles past a class's end must not bring the next segment's rows into
+ * the P V: 0 x Inf = NaN). One branch of 192 (not a multiple of the key tile) and LongNet
+ * 2-branch (128, 256; r = 1, 2), not causal, fp16 and bf16, D = 64 and 128; user is run's. */
+void bs_segment_isolation(da_context *ctx, bs_runner run, void *user, const char *label);
+
 #endif

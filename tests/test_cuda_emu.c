@@ -544,8 +544,6 @@ static void test_runs(da_context *ctx) {
   }
 }
 
-static void test_segment_isolation(da_context *ctx, const da_plan_options *opts, const char *label);
-
 static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   da_plan_options wg = {0, 0, 0, 0, mma};
   static const int counts[4] = {8, 6, 6, 8};
@@ -574,7 +572,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   } ws_variants[2] = {{{128, 0, 0, 0, 5}, "wgmma-ws-p2", 240, 512, 1024, {1024, 1100}},
                       {{192, 0, 0, 0, 4}, "wgmma-ws 192", 230, 768, 1536, {1536, 1000}}};
   if (mma == 4) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws");
-  if (mma == 4) test_segment_isolation(ctx, &wg, "wgmma-ws");
+  if (mma == 4) bs_segment_isolation(ctx, run_emu, &wg, "cuda-emu wgmma-ws");
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v].o;
     char label[64];
@@ -670,56 +668,6 @@ static void test_tma_layout(da_context *ctx, const da_plan_options *opts) {
   }
 }
 
-/* Segments are independent: an Inf in V at the first position of a segment (a key no
- * query before it attends) leaves every earlier query's out and lse bit for bit as a 0
- * there does. Key tiles past a class's end must not bring the next segment's rows into
- * the P V (0 x Inf = NaN): the cp.async paths zero-fill them, TMA reads them from a
- * per-segment view of V. One branch of 192 (not a multiple of the key tile) and LongNet
- * 2-branch (128, 256; r = 1, 2), not causal, fp16 and bf16, D = 64 and 128. */
-static void test_segment_isolation(da_context *ctx, const da_plan_options *opts, const char *label) {
-  for (int variant = 0; variant < 4; variant++) {
-    da_spec s;
-    da_spec_init(&s);
-    const int two = variant >= 2;
-    s.num_branches = two ? 2 : 1;
-    s.segment_lengths[0] = two ? 128 : 192, s.segment_lengths[1] = 256;
-    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
-    s.num_heads = s.num_kv_heads = 2;
-    s.head_dim = variant % 2 ? 128 : 64;
-    s.dtype = variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
-    const int64_t B = 1, N = two ? 640 : 500, D = s.head_dim, H = 2, first = two ? 256 : 192;
-    const int64_t nq = B * N * H * D, nl = B * H * N;
-    uint16_t *q = malloc((size_t)nq * 2), *k = malloc((size_t)nq * 2), *v = malloc((size_t)nq * 2);
-    uint16_t *out[2] = {malloc((size_t)nq * 2), malloc((size_t)nq * 2)};
-    float *lse[2] = {malloc((size_t)nl * 4), malloc((size_t)nl * 4)};
-    uint64_t st = 990 + (uint64_t)variant;
-    for (int64_t j = 0; j < nq; j++) {
-      tu_store(s.dtype, q, j, 2 * tu_uniform(&st) - 1);
-      tu_store(s.dtype, k, j, 2 * tu_uniform(&st) - 1);
-      tu_store(s.dtype, v, j, 2 * tu_uniform(&st) - 1);
-    }
-    da_status r[2];
-    for (int pass = 0; pass < 2; pass++) { /* V at position `first`: Inf, then 0 */
-      for (int64_t j = first * H * D; j < (first + 1) * H * D; j++) ((uint16_t *)v)[j] = pass ? 0 : s.dtype == DA_DTYPE_FLOAT16 ? 0x7c00 : 0x7f80;
-      memset(out[pass], 0xff, (size_t)nq * 2);
-      memset(lse[pass], 0xff, (size_t)nl * 4);
-      da_args a;
-      da_args_init(&a, &s, B, N, q, k, v, out[pass], lse[pass]);
-      r[pass] = da_emu_execute(ctx, &s, opts, &a, (size_t)nq * 2, (size_t)nq * 2, (size_t)nq * 2, (size_t)nl * 4);
-    }
-    TU_CHECK(r[0] == DA_OK && r[1] == DA_OK, "%s segment isolation %d: %s", label, variant, da_context_last_error(ctx));
-    int64_t bad = 0;
-    for (int64_t j = 0; j < first * H * D; j++) bad += out[0][j] != out[1][j];
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t p = 0; p < first; p++) bad += memcmp(&lse[0][h * N + p], &lse[1][h * N + p], 4) != 0;
-    TU_CHECK(bad == 0, "%s segment isolation %d (%s, D = %lld, %d branch(es)): %lld values before position %lld changed "
-             "by an Inf in V there", label, variant, variant % 2 ? "bf16" : "fp16", (long long)D, s.num_branches,
-             (long long)bad, (long long)first);
-    free(q), free(k), free(v);
-    for (int i = 0; i < 2; i++) free(out[i]), free(lse[i]);
-  }
-}
-
 /* wgmma-ws-tma (cuda_mma 6): the producer's copies by the tensor memory accelerator, one
  * thread, tensor maps per offset class (bench/results: untimed until a GPU session). The
  * wgmma suite's shapes (golden, random specs under four tile shapes, sparse ones on
@@ -734,8 +682,8 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
   test_edge(ctx, run_emu_ws, &tma);
   test_unaligned(ctx, &tma);
   test_tma_layout(ctx, &tma);
-  test_segment_isolation(ctx, &tma, "wgmma-ws-tma");
-  test_segment_isolation(ctx, &tma192, "wgmma-ws-tma 192");
+  bs_segment_isolation(ctx, run_emu, &tma, "cuda-emu wgmma-ws-tma");
+  bs_segment_isolation(ctx, run_emu, &tma192, "cuda-emu wgmma-ws-tma 192");
   bs_ramp(ctx, run_emu_ws, &tma);
   bs_random(ctx, 290, 6, 400, run_emu_ws, &tma192);
   bs_fused_ws_random(ctx, 20, 6, "cuda-emu wgmma-ws-tma", run_emu, 6); /* fused: every branch's maps */
@@ -853,6 +801,7 @@ int main(int argc, char **argv) {
   if (all || !strcmp(which, "edge")) {
     test_edge(ctx, run_emu, NULL);
     test_unaligned(ctx, NULL);
+    bs_segment_isolation(ctx, run_emu, NULL, "cuda-emu");
     bs_ramp(ctx, run_emu, NULL);
     da_plan_options t128 = {128, 64, 0, 0, 0}; /* 32-row warps, 64-key tiles (D = 64) */
     bs_ramp(ctx, run_emu_tq128, &t128);

@@ -359,6 +359,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, run);
   bs_ramp(ctx, run, &wg); /* running maxima that grow: both rescale paths */
   test_unaligned(ctx, &wg);
+  if (mma >= 4) bs_segment_isolation(ctx, runner_ws, &wg, label); /* an Inf in V stays in its segment */
   if (mma == 6) { /* three consumer warpgroups; the sm_90 default's fused plans */
     da_plan_options o = {192, 0, 0, 0, 6};
     bs_random(ctx, 230, small ? 3 : 12, 1000, runner_ws, &o);
