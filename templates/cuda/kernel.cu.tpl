@@ -48,8 +48,9 @@ __constant__ int BR_HEADS_[{{ p.num_branches }}] = { {{ join(p.branches, functio
 {% end %}
 {% end %}
 {% if p.tma then %}
-/* wgmma-ws-tma: branch br's first tensor map pair (planner.lua b.tmap0): every branch's
- * maps in the fused kernel, the launched branch's alone in a branch kernel */
+/* wgmma-ws-tma: branch br's first class among the kernel's tensor maps (planner.lua
+ * b.tmap0; class x's three maps at 3 * (BR_TMAP0 + x)): every branch's in the fused
+ * kernel, the launched branch's alone in a branch kernel */
 {% if p.strategy == "fused" then %}
 __constant__ int BR_TMAP0_[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.tmap0) end) }} };
 #define BR_TMAP0(br) BR_TMAP0_[br]
@@ -112,7 +113,7 @@ struct da_cuda_kargs {
  * barrier that precedes the roles' split: the arguments read through the parameter's
  * address (a reference to K.a) were LDC loads into vector registers, where the by-value
  * ones are ULDC into uniform ones: ~10 of a consumer's 64-bit compares a key tile moved
- * off the uniform datapath (653 instructions on the full-tile path, 644 this way). */
+ * off the uniform datapath (653 instructions on the full-tile path, 643 this way). */
 __shared__ const da_tmap *da_maps_s;
 #define DA_KARGS                 \
   const da_cuda_args A = K.a;    \
@@ -793,20 +794,20 @@ static_assert(STAGES >= 2, "a consumer holds the V of one tile while it waits fo
  * 64 head dims x TK rows (one box per 64 head dims) written into the stage in the 128-byte
  * swizzle wgmma reads; the full barrier counts this thread's arrival and the box's bytes.
  * The maps of class x of branch br (3 * (BR_TMAP0(br) + x), runtime/cuda_backend.c
- * encode_tmaps): K and V of the positions x mod r (the tile's first key is row
- * (s0 + off) / r + c, segment 0, of map x = (s0 + off) % r), and V of the offset-x class of
- * every whole segment (row c of segment s0 / w). K's rows past the class's end (the next segment's, or
- * a causal tile's future keys) are real keys there: their scores are masked. V comes from
- * the per-segment map where the segment is whole, so rows past its end are zeros, as the
- * cp.async paths make them (0 x Inf would be NaN: an Inf in V must not reach the segment
- * before); the last, partial segment's rows end where the tensor does. (Within a causal
- * tile, keys past the query tile's last row are real rows of V: the cp.async paths zero
- * those, which a 64-row-granular box cannot.) Where the runtime set no maps (!A.tma:
+ * encode_tmaps): K and V of the positions x mod r (the tile's first key is row (s0 + off)
+ * / r + c, segment 0, of map x = (s0 + off) % r), and V of the offset-x class of every
+ * whole segment (row c of segment s0 / w). K's rows past the class's end (the next
+ * segment's, or a causal tile's future keys) are real keys there: their scores are masked.
+ * V comes from the per-segment map where the segment is whole, so rows past its end are
+ * zeros, as the cp.async paths make them (0 x Inf would be NaN: an Inf in V must not reach
+ * the segment before); the last, partial segment's rows end where the tensor does. (Within
+ * a causal tile, keys past the query tile's last row are real rows of V: the cp.async
+ * paths zero those, which a box of TK rows cannot.) Where the runtime set no maps (!A.tma:
  * tensors not 16-byte aligned, int32 coordinates exceeded, a driver without the encoder,
  * DILATTN_TMA=0) the same thread copies each tile alone, by cp.async or plain loads, waits
  * for them and fences them for the async proxy: correct and slow (kept to one thread, the
- * fallback costs the producer's 32 registers nothing; produce()'s 128-thread copies beside
- * the TMA path spilled 40 bytes of them). */
+ * fallback costs the producer's few registers nothing; produce()'s 128-thread copies
+ * beside the TMA path spilled 40 bytes of them). */
 __device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
                             da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
   const da_key_walk W = da_keys<1>(br, A, b, hkv, s0, off, a0, astride, nq, 0);
@@ -829,8 +830,8 @@ __device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16
     return;
   }
   /* (a loop of its own: beside the fallback's copies in one loop, their offsets stayed
-   * live in the producer's 40 registers and spilled) The maps' slots: */
-  /* int32 coordinates, and positions (the runtime's tma_unusable: N < 2^31 - 1024): 32-bit
+   * live in the producer's 40 registers and spilled) The maps' slots; int32 coordinates,
+   * and positions (the runtime's tma_unusable: N < 2^31 - 1024): 32-bit
    * divisions (64-bit ones are calls; with them the consumers of a D = 128 causal kernel
    * spilled 40 bytes); every map 5-d (the by-position ones with a segment dimension of 1),
    * so K and V share one form of the instruction */
