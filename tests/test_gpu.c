@@ -112,7 +112,7 @@ static da_status runner_ws(void *user, da_context *ctx, const da_spec *s, int64_
 static da_status runner_shifted(void *user, da_context *ctx, const da_spec *s, int64_t B, int64_t N, const void *q,
                                 const void *k, const void *v, void *out, float *lse) {
   size_t shift = s->dtype == DA_DTYPE_FLOAT32 ? 4 : 2; /* one element: aligned to it, not to 16 bytes */
-  da_plan_options o = user ? bs_wgmma_options(s, user) : (da_plan_options){0, 0, 0, 0, 0};
+  da_plan_options o = user ? bs_ws_options(s, user) : (da_plan_options){0, 0, 0, 0, 0};
   return run_cuda(ctx, s, &o, B, N, q, k, v, out, lse, shift);
 }
 
