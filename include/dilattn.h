@@ -326,8 +326,8 @@ typedef struct {
                             offset class and tensor, encoded per execution; not under a
                             sparse layout, which takes 4; where the tensors are not 16-byte
                             aligned, or the driver has no cuTensorMapEncodeTiled, or
-                            DILATTN_TMA=0, that thread copies alone, slowly; experimental,
-                            untimed, README). Ignored by the host backend. */
+                            DILATTN_TMA=0, the copies are 4's; experimental, README).
+                            Ignored by the host backend. */
 } da_plan_options;
 
 /* da_plan_create with tunables (opts may be NULL). When opts is NULL or its tunables are

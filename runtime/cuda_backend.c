@@ -306,13 +306,13 @@ static const char *tma_unusable(const da__rendered *r, const da__cuda_args *a, d
   return NULL;
 }
 
-/* The fallback is slow (one thread copies each tile): said once a process, at warning
- * level, the first time an execution takes it. */
+/* Said once a process, the first time an execution takes the fallback (the producer
+ * warpgroup's cp.async copies, as wgmma-ws makes them). */
 static void warn_tma_fallback(const char *why) {
   static int warned;
   if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) return;
-  da__log(DA_LOG_WARN, "cuda: wgmma-ws-tma without tensor maps (%s): its one producer thread copies K and V alone, "
-          "slowly; wgmma-ws (cuda_mma 4) copies them with 128 threads. (Said once a process.)", why);
+  da__log(DA_LOG_INFO, "cuda: wgmma-ws-tma without tensor maps (%s): K and V copied as wgmma-ws copies them. (Said once "
+          "a process.)", why);
 }
 
 /* Encode the maps a launch of branch br (-1: the fused kernel, every branch) takes into

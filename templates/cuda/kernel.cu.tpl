@@ -772,16 +772,15 @@ __device__ __forceinline__ void da_turn_end(int nq) {
 }
 
 /* The consumers' fence after a full barrier's wait: cp.async wrote the tile through the
- * generic proxy, which wgmma (the async proxy) sees only after a proxy fence; under
- * wgmma-ws-tma none: TMA writes through the async proxy, and produce_tma's fallback fences
- * its own copies */
+ * generic proxy, which wgmma (the async proxy) sees only after a proxy fence; none where
+ * the tile came by TMA (A.tma), which writes through the async proxy */
 #define DA_KV_FENCE()                  \
   do {                                 \
-    if (!DA_TMA) da_fence_proxy_async(); \
+    if (!(DA_TMA && A.tma)) da_fence_proxy_async(); \
   } while (0)
-/* The full barriers' arrivals: the producer warpgroup's threads' cp.async, or under
- * wgmma-ws-tma the one producing thread's (produce_tma) */
-#define DA_FULL_ARRIVALS(A) (DA_TMA ? 1 : DA_PRODUCERS)
+/* The full barriers' arrivals: the producer warpgroup's threads' cp.async, or where the
+ * tiles come by TMA (A.tma) the one producing thread's (produce_tma) */
+#define DA_FULL_ARRIVALS(A) (DA_TMA && (A).tma ? 1 : DA_PRODUCERS)
 /* bars: the full barriers of K and of V, then the empty ones, STAGES each */
 #define FULL_K(st) (&bars[(st)])
 #define FULL_V(st) (&bars[STAGES + (st)])
@@ -790,51 +789,33 @@ __device__ __forceinline__ void da_turn_end(int nq) {
 static_assert(STAGES >= 2, "a consumer holds the V of one tile while it waits for the next");
 
 {% if p.tma then %}
-/* produce() by the tensor memory accelerator (one thread): a tile's K (then V) is a box of
- * 64 head dims x TK rows (one box per 64 head dims) written into the stage in the 128-byte
- * swizzle wgmma reads; the full barrier counts this thread's arrival and the box's bytes.
- * The maps of class x of branch br (3 * (BR_TMAP0(br) + x), runtime/cuda_backend.c
- * encode_tmaps): K and V of the positions x mod r (the tile's first key is row (s0 + off)
- * / r + c, segment 0, of map x = (s0 + off) % r), and V of the offset-x class of every
- * whole segment (row c of segment s0 / w). K's rows past the class's end (the next
- * segment's, or a causal tile's future keys) are real keys there: their scores are masked.
- * V comes from the per-segment map where the segment is whole, so rows past its end are
- * zeros, as the cp.async paths make them (0 x Inf would be NaN: an Inf in V must not reach
- * the segment before); the last, partial segment's rows end where the tensor does. (Within
- * a causal tile, keys past the query tile's last row are real rows of V: the cp.async
- * paths zero those, which a box of TK rows cannot.) Where the runtime set no maps (!A.tma:
- * tensors not 16-byte aligned, int32 coordinates exceeded, a driver without the encoder,
- * DILATTN_TMA=0) the same thread copies each tile alone, by cp.async or plain loads, waits
- * for them and fences them for the async proxy: correct and slow (kept to one thread, the
- * fallback costs the producer's few registers nothing; produce()'s 128-thread copies
- * beside the TMA path spilled 40 bytes of them). */
+/* produce() by the tensor memory accelerator (one thread; where the runtime set the maps,
+ * A.tma): a tile's K (then V) is a box of 64 head dims x TK rows (one box per 64 head
+ * dims) written into the stage in the 128-byte swizzle wgmma reads; the full barrier
+ * counts this thread's arrival and the box's bytes. The maps of class x of branch br (3 *
+ * (BR_TMAP0(br) + x), runtime/cuda_backend.c encode_tmaps): K and V of the positions x mod
+ * r (the tile's first key is row (s0 + off) / r + c, segment 0, of map x = (s0 + off) %
+ * r), and V of the offset-x class of every whole segment (row c of segment s0 / w). K's
+ * rows past the class's end (the next segment's, or a causal tile's future keys) are real
+ * keys there: their scores are masked. V comes from the per-segment map where the segment
+ * is whole, so rows past its end are zeros, as the cp.async paths make them (0 x Inf would
+ * be NaN: an Inf in V must not reach the segment before); the last, partial segment's rows
+ * end where the tensor does. (Within a causal tile, keys past the query tile's last row
+ * are real rows of V: the cp.async paths zero those, which a box of TK rows cannot.) Where
+ * the runtime set no maps (!A.tma: tensors not 16-byte aligned, int32 coordinates
+ * exceeded, a driver without the encoder, DILATTN_TMA=0) the producer warpgroup copies as
+ * wgmma-ws's does (produce() below; the full barriers count its 128 arrivals, the
+ * consumers fence): the same speed. (Beside the TMA loop in one loop, those copies'
+ * offsets spilled 40 bytes of the producer's 32 registers; with 64-bit divisions here, 40
+ * bytes of a D = 128 causal kernel's consumers.) */
 __device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
                             da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
   const da_key_walk W = da_keys<1>(br, A, b, hkv, s0, off, a0, astride, nq, 0);
   const da_i64 r = BR_R[br], w = BR_W[br], first = s0 + off;
   int cls;
-  if (!A.tma) { /* the maps are not set: this thread's copies (cp.async, or plain loads), landed and
-                   fenced for the async proxy here, so the consumers need no fence either way */
-    for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
-#pragma unroll
-      for (int which = 1; which <= 2; which++) {
-        da_mbar_wait(which == 1 ? EMPTY_K(P.st) : EMPTY_V(P.st), P.ph ^ 1);
-        W.fill<1>(Ks, Vs, c, P.st, 0, which);
-        da_cp_async_commit();
-        da_cp_async_wait<0>();
-        da_fence_proxy_async();
-        da_mbar_arrive(which == 1 ? FULL_K(P.st) : FULL_V(P.st));
-      }
-      da_pipe_next(P);
-    }
-    return;
-  }
-  /* (a loop of its own: beside the fallback's copies in one loop, their offsets stayed
-   * live in the producer's 40 registers and spilled) The maps' slots; int32 coordinates,
-   * and positions (the runtime's tma_unusable: N < 2^31 - 1024): 32-bit
-   * divisions (64-bit ones are calls; with them the consumers of a D = 128 causal kernel
-   * spilled 40 bytes); every map 5-d (the by-position ones with a segment dimension of 1),
-   * so K and V share one form of the instruction */
+  /* The maps' slots; int32 coordinates, and positions (the runtime's tma_unusable:
+   * N < 2^31 - 1024): 32-bit divisions; every map 5-d (the by-position ones with a segment
+   * dimension of 1), so K and V share one form of the instruction */
   const int first32 = (int)first, r32 = (int)r, w32 = (int)w;
   const int kslot = 3 * (BR_TMAP0(br) + first32 % r32);
   const bool whole = s0 + w <= A.seq_len; /* V by segment */
@@ -862,7 +843,7 @@ __device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16
 __device__ void produce(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16 *Vs, const da_cuda_args &A, da_i64 b,
                         da_i64 hkv, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride, int nq) {
 {% if p.tma then %}
-  return produce_tma(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, nq);
+  if (A.tma) return produce_tma(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, nq);
 {% end %}
   const da_key_walk W = da_keys<DA_PRODUCERS>(br, A, b, hkv, s0, off, a0, astride, nq, threadIdx.x);
   int cls;
@@ -1576,7 +1557,7 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
 {% if p.setmaxnreg then %}
     da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>(); /* the producer needs few registers ... */
 {% end %}
-    if (DA_TMA && threadIdx.x) return; /* one thread issues every copy (produce_tma) */
+    if (DA_TMA && A.tma && threadIdx.x) return; /* one thread issues every copy (produce_tma) */
     each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
       produce(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
     });
@@ -1763,7 +1744,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% if p.setmaxnreg then %}
     da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>();
 {% end %}
-    if (DA_TMA && threadIdx.x) return; /* one thread issues every copy (produce_tma) */
+    if (DA_TMA && A.tma && threadIdx.x) return; /* one thread issues every copy (produce_tma) */
 #pragma unroll /* i a constant: its 40 registers hold no loop state */
     for (int i = 0; i < WS_TILES; i++) {
       if (!has_ref[i]) continue;
