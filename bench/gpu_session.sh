@@ -108,10 +108,10 @@ if [ "$phase" = first ]; then
   # 1. correctness of everything untimed (bench/results/untimed-since-*.md): every default
   #    kernel on the golden cases and random specs (the per-head longest-first table too)
   step 170 $B/tests/test_gpu "$golden" small
-  # 1b. wgmma-ws-tma (cuda_mma 6, K and V by TMA: bench/results/untimed-since-8564322.md),
-  #    never run on a GPU: its suite, then (only where that passed: a TMA fault would take
-  #    the bench process's other rows with it) against the warp-specialized default
-  step 130 $B/tests/test_gpu "$golden" wgmma-ws-tma
+  # 1b. wgmma-ws-tma (cuda_mma 6, K and V by TMA: passed and timed at 1f78309 / 2d7097e,
+  #    bench/results/gpu-h200-1f78309.md): its suite, then (only where that passed: a TMA
+  #    fault would take the bench process's other rows with it) against the default
+  step 200 $B/tests/test_gpu "$golden" wgmma-ws-tma # (116 s on an H200 with an empty kernel cache)
   if [ "$last_rc" = 0 ]; then
     step 60 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
       --tiles 0x0:wgmma-ws,0x0:wgmma-ws-tma,0x0:wgmma-ws-tma/fused --reps 10 --out "$out/first_tma_full.json"

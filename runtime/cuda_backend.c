@@ -285,8 +285,10 @@ static int encode_tmaps(const da__rendered *r, const da__cuda_args *a, int head_
       if (x >= n || segs == 0) continue; /* no tile reads it */
       const uint64_t dims[5] = {(uint64_t)head_dim, (uint64_t)rows, (uint64_t)segs, (uint64_t)r->kv_heads,
                                 (uint64_t)a->batch};
-      const uint64_t strides[4] = {(uint64_t)(rate * st[1] * 2), (uint64_t)(w * st[1] * 2), (uint64_t)(st[2] * 2),
-                                   (uint64_t)(st[0] * 2)};
+      /* (the by-position maps' segment dimension holds one: its stride is the rows', which
+       * the encoder takes wherever the rows' is) */
+      const uint64_t strides[4] = {(uint64_t)(rate * st[1] * 2), (uint64_t)((t < 2 ? rate : w) * st[1] * 2),
+                                   (uint64_t)(st[2] * 2), (uint64_t)(st[0] * 2)};
       if (enc(map, DA__TMAP_UINT16, 5, base, dims, strides, box, ones, 0, DA__TMAP_SWIZZLE_128B, DA__TMAP_L2_128B, 0))
         return 0;
     }
@@ -364,6 +366,11 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
     DA_RETURN_IF(run % r->branch_w[i], DA_ERR_INTERNAL, "runs of %lld tokens cut the segments of w = %lld",
                  (long long)run, (long long)r->branch_w[i]);
   if (r->clear_rows) DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
+  /* a branch's maps do not depend on the run: with several runs, encoded in the first and
+   * kept here for the others (saved[b]: branch b's, or NULL; its tma flag beside) */
+  da__cuda_tmap *saved[DA_MAX_BRANCHES] = {NULL};
+  int saved_tma[DA_MAX_BRANCHES] = {0};
+  const int keep = tma && run < n;
   for (int64_t t0 = 0; t0 < n; t0 += run) {
     a->tok0 = t0, a->ws_len = run;
     for (int i = 0; i < r->num_branches; i++) {
@@ -375,13 +382,25 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
       if (bh <= 0) continue;
       a->branch = br;
       a->tma = tma;
-      prepare_tmaps(r, head_dim, br, enc, &K);
+      const size_t bytes = (size_t)(3 * r->branch_r[br]) * sizeof(da__cuda_tmap);
+      if (saved[br]) {
+        memcpy(K.m, saved[br], bytes);
+        a->tma = saved_tma[br];
+      } else {
+        prepare_tmaps(r, head_dim, br, enc, &K);
+        if (keep && 3 * r->branch_r[br] <= DA_CUDA_TMAPS_MAX &&
+            (saved[br] = aligned_alloc(_Alignof(da__cuda_tmap), bytes)) != NULL) {
+          memcpy(saved[br], K.m, bytes);
+          saved_tma[br] = a->tma;
+        }
+      }
       st = launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, a, launch,
                        user);
       if (st != DA_OK) goto out;
     }
   }
 out:
+  for (int i = 0; i < DA_MAX_BRANCHES; i++) free(saved[i]);
   *args = *a;
   return st;
 }

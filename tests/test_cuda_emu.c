@@ -477,6 +477,8 @@ static void test_runs(da_context *ctx) {
       {{64, 128, 256}, {1, 2, 4}, 0, 1, 0, 868, 2, DA_LAYOUT_NONE}, /* grouped-query heads (2 kv heads) */
       {{64, 128, 256}, {1, 2, 4}, 1, 1, 0, 868, 4, DA_LAYOUT_LOCAL_WINDOW}, /* sparse layouts: blocks of each */
       {{128, 256, 512}, {1, 2, 4}, 0, 4, 128, 1100, 4, DA_LAYOUT_DILATED_SPARSE}, /* segment, run or not */
+      {{128, 256, 512}, {1, 2, 4}, 1, 6, 128, 1300, 4, DA_LAYOUT_NONE}, /* wgmma-ws-tma: maps kept across runs */
+      {{128, 256, 512}, {1, 2, 4}, 0, 6, 0, 1100, 2, DA_LAYOUT_NONE},
   };
   for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
     da_spec s;

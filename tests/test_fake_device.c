@@ -293,7 +293,8 @@ static void check_tmaps(const tmap_t *t, int n, const da_spec *s, const int *bra
         const unsigned long long rows = kv < 2 ? (N - c + r - 1) / r : (w - c + r - 1) / r, segs = kv < 2 ? 1 : N / w;
         TU_CHECK(m->rank == 5 && m->addr == base && m->dims[0] == (unsigned long long)s->head_dim && m->dims[1] == rows &&
                      m->dims[2] == segs && m->dims[3] == (unsigned long long)s->num_kv_heads && m->dims[4] == 1 &&
-                     m->strides[0] == (unsigned long long)(r * row) && m->strides[1] == (unsigned long long)(w * row) &&
+                     m->strides[0] == (unsigned long long)(r * row) &&
+                     m->strides[1] == (unsigned long long)((kv < 2 ? r : w) * row) &&
                      m->strides[2] == (unsigned long long)s->head_dim * 2 && m->strides[3] == (unsigned long long)(N * row) &&
                      m->box[0] == 64 && m->box[1] == (unsigned)tk && m->box[2] == 1 && m->box[3] == 1 && m->box[4] == 1 &&
                      m->swizzle == 3,
@@ -352,6 +353,30 @@ static void test_tma(da_context *ctx) {
     free(q), free(k), free(v), free(out), free(lse);
     da_plan_destroy(p);
   }
+  /* runs of tokens (a workspace limit: two runs of 32768 at 64K): each branch's maps
+   * encoded once an execution, every launch with them */
+  setenv("DILATTN_WORKSPACE_LIMIT", "100M", 1);
+  const da_spec s5 = longnet(5, 0);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s5, 0, 0, 6, &st);
+  if (p) {
+    const int64_t N2 = 65536;
+    const size_t nq = (size_t)N2 * 8 * 64;
+    uint16_t *q = calloc(nq, 2), *k = calloc(nq, 2), *v = calloc(nq, 2), *out = calloc(nq, 2);
+    float *lse = calloc((size_t)N2 * 8, 4);
+    da_args a;
+    da_args_init(&a, &s5, 1, N2, q, k, v, out, lse);
+    st = da_plan_execute(p, &a);
+    const int n = read_launches(L, 64);
+    int with = 0;
+    for (int i = 0; i < n; i++) with += L[i].tma && L[i].map0 == (unsigned long long)(uintptr_t)k;
+    TU_CHECK(st == DA_OK && n == 10 && with == 10 && ntmaps == 75,
+             "LongNet 5-branch TMA in two runs: %d launches, %d with the maps, %d maps encoded (want 10, 10, 75): %s", n,
+             with, ntmaps, da_context_last_error(ctx));
+    free(q), free(k), free(v), free(out), free(lse);
+  }
+  da_plan_destroy(p);
+  unsetenv("DILATTN_WORKSPACE_LIMIT");
 }
 
 static void test_fallbacks(const char *templates, const char *cache) {

@@ -118,6 +118,9 @@ static da_status runner_shifted(void *user, da_context *ctx, const da_spec *s, i
 
 static void test_unaligned(da_context *ctx, const da_plan_options *wg) {
   bs_random(ctx, 0, 8, 1000, runner_shifted, (void *)wg);
+  /* (those eight specs are none of them fp16 / bf16 at D 64 or 128: no wgmma path takes
+   * them) the warp-specialized kernels' plain-load copies on specs they serve */
+  if (wg && wg->cuda_mma >= 4) bs_fused_ws_random(ctx, 40, 4, "cuda unaligned", runner_shifted, wg->cuda_mma);
   da_spec s;
   da_spec_init(&s);
   s.num_branches = 1, s.segment_lengths[0] = 64, s.dilation_rates[0] = 1;
