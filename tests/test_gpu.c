@@ -15,7 +15,7 @@
  *     plan too: bs_fused_ws_random), then 192-row tiles and
  *             cuda_mma = 5 (P double-buffered)
  *   wgmma-ws-tma: the same with cuda_mma = 6 (K / V by TMA; sparse specs on 4), 192-row
- *             tiles, fused plans, unaligned tensors (its one-thread fallback), N = 1M, and
+ *             tiles, fused plans, unaligned tensors (its fallback: wgmma-ws's copies), N = 1M, and
  *             programmatic launches of its split plans (not in small)
  * Run: build/tests/test_gpu ../shared/golden [golden|random|unaligned|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
