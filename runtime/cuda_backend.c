@@ -308,33 +308,45 @@ static const char *tma_unusable(const da__rendered *r, const da__cuda_args *a, d
   return NULL;
 }
 
-/* Said once a process, the first time an execution takes the fallback (the producer
- * warpgroup's cp.async copies, as wgmma-ws makes them). */
-static void warn_tma_fallback(const char *why) {
-  static int warned;
-  if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) return;
-  da__log(DA_LOG_INFO, "cuda: wgmma-ws-tma without tensor maps (%s): K and V copied as wgmma-ws copies them. (Said once "
-          "a process.)", why);
+/* Every branch's maps, encoded once an execution, at slots 3 * (the r of the branches
+ * before it): the fused kernel's layout (kernel.cu.tpl BR_TMAP0), of which a branch launch
+ * takes its branch's slice (its kernel's BR_TMAP0 is 0). malloc'ed; NULL, with *why said,
+ * where the plan has no maps, the arguments do not allow them (tma_unusable: the kernels
+ * then copy K and V as wgmma-ws's do) or the encoder refuses one. */
+static da__cuda_tmap *encode_all(const da__rendered *r, const da__cuda_args *a, int head_dim, da__tmap_encode_fn enc,
+                                 const char **why) {
+  *why = NULL;
+  if (r->tma_maps <= 0) return NULL;
+  if ((*why = tma_unusable(r, a, enc)) != NULL) return NULL;
+  int64_t total = 0;
+  for (int i = 0; i < r->num_branches; i++) total += 3 * r->branch_r[i];
+  da__cuda_tmap *m = aligned_alloc(_Alignof(da__cuda_tmap), (size_t)total * sizeof *m);
+  if (!m) {
+    *why = "out of host memory";
+    return NULL;
+  }
+  for (int i = 0, slot = 0; i < r->num_branches; slot += 3 * (int)r->branch_r[i], i++)
+    if (!encode_tmaps(r, a, head_dim, i, enc, &m[slot])) {
+      free(m);
+      *why = "the driver refused a tensor map: strides or sizes";
+      return NULL;
+    }
+  return m;
 }
 
-/* Encode the maps a launch of branch br (-1: the fused kernel, every branch) takes into
- * K, and set K->a.tma; a refused map leaves the launch on cp.async. */
-static void prepare_tmaps(const da__rendered *r, int head_dim, int br, da__tmap_encode_fn enc, da__cuda_kargs *K) {
-  if (!K->a.tma) return;
-  int64_t need = 0;
-  for (int i = 0; i < r->num_branches; i++) need += br < 0 || i == br ? 3 * r->branch_r[i] : 0;
-  int ok = need <= r->tma_maps && need <= DA_CUDA_TMAPS_MAX; /* (the plan's count: planner.lua p.tma_maps) */
-  if (!ok) {
-  } else if (br >= 0) {
-    ok = encode_tmaps(r, &K->a, head_dim, br, enc, K->m);
-  } else {
-    for (int i = 0, slot = 0; i < r->num_branches && ok; slot += 3 * (int)r->branch_r[i], i++)
-      ok = encode_tmaps(r, &K->a, head_dim, i, enc, &K->m[slot]);
+/* A launch's maps into m: every branch's (the fused kernel, br < 0) or branch br's slice of
+ * encode_all's; whether it has them (within the plan's count). */
+static int take_maps(const da__rendered *r, const da__cuda_tmap *maps, int br, da__cuda_tmap *m) {
+  if (!maps) return 0;
+  int64_t lo = 0, hi = 0;
+  for (int i = 0; i < r->num_branches; i++) {
+    if (i == br) lo = hi;
+    hi += 3 * r->branch_r[i];
+    if (i == br) break;
   }
-  if (!ok) {
-    warn_tma_fallback("the driver refused a tensor map: strides or sizes");
-    K->a.tma = 0;
-  }
+  if (hi - lo > r->tma_maps || hi - lo > DA_CUDA_TMAPS_MAX) return 0;
+  memcpy(m, maps + lo, (size_t)(hi - lo) * sizeof *maps);
+  return 1;
 }
 
 da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
@@ -345,16 +357,15 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   da__cuda_kargs K;
   K.a = *args;
   da__cuda_args *a = &K.a;
-  const char *no_tma = r->tma_maps > 0 ? tma_unusable(r, a, enc) : "";
-  if (no_tma && *no_tma) warn_tma_fallback(no_tma);
-  a->tma = !no_tma;
-  const int tma = a->tma;
+  const char *why;
+  da__cuda_tmap *maps = encode_all(r, a, head_dim, enc, &why);
+  if (why) da__log(DA_LOG_DEBUG, "cuda: wgmma-ws-tma without tensor maps (%s): K and V copied as wgmma-ws copies them", why);
+  a->tma = 0; /* (_clear: none) */
   da_status st = DA_OK;
   if (!strcmp(r->strategy, "fused")) {
-    prepare_tmaps(r, head_dim, -1, enc, &K);
+    a->tma = take_maps(r, maps, -1, K.m);
     st = launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, a, launch, user);
-    *args = *a;
-    return st;
+    goto out;
   }
   /* _clear, unless the branches write every row; a split plan's branch with r = 1 first
    * (split_first: kernel.cu.tpl's tile_end knows the order from da_split_side); the
@@ -363,17 +374,15 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   const int first = !strcmp(r->strategy, "split") ? r->split_first : -1;
   const int64_t n = a->seq_len, run = a->ws_len > 0 && a->ws_len < n ? a->ws_len : n;
   for (int i = 0; i < r->num_branches && run < n; i++)
-    DA_RETURN_IF(run % r->branch_w[i], DA_ERR_INTERNAL, "runs of %lld tokens cut the segments of w = %lld",
-                 (long long)run, (long long)r->branch_w[i]);
-  if (r->clear_rows) DA_TRY(launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user));
-  /* a branch's maps do not depend on the run: with several runs, encoded in the first and
-   * kept here for the others (saved[b]: branch b's, or NULL; its tma flag beside) */
-  da__cuda_tmap *saved[DA_MAX_BRANCHES] = {NULL};
-  int saved_tma[DA_MAX_BRANCHES] = {0};
-  const int keep = tma && run < n;
-  for (int64_t t0 = 0; t0 < n; t0 += run) {
+    if (run % r->branch_w[i]) {
+      st = da__set_error(ctx, DA_ERR_INTERNAL, "runs of %lld tokens cut the segments of w = %lld", (long long)run,
+                         (long long)r->branch_w[i]);
+      goto out;
+    }
+  if (r->clear_rows && (st = launch_rows(ctx, heads, head_dim, DA_CUDA_K_AUX1, a, launch, user)) != DA_OK) goto out;
+  for (int64_t t0 = 0; t0 < n && st == DA_OK; t0 += run) {
     a->tok0 = t0, a->ws_len = run;
-    for (int i = 0; i < r->num_branches; i++) {
+    for (int i = 0; i < r->num_branches && st == DA_OK; i++) {
       const int br = first < 0 ? i : i == 0 ? first : i <= first ? i - 1 : i;
       const int64_t tokens = n - t0 < run ? n - t0 : run;
       /* the heads that use the branch (kernel.cu.tpl BR_HEAD0: the grid's y counts from
@@ -381,26 +390,13 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
       const int bh = (int)r->branch_heads[br];
       if (bh <= 0) continue;
       a->branch = br;
-      a->tma = tma;
-      const size_t bytes = (size_t)(3 * r->branch_r[br]) * sizeof(da__cuda_tmap);
-      if (saved[br]) {
-        memcpy(K.m, saved[br], bytes);
-        a->tma = saved_tma[br];
-      } else {
-        prepare_tmaps(r, head_dim, br, enc, &K);
-        if (keep && 3 * r->branch_r[br] <= DA_CUDA_TMAPS_MAX &&
-            (saved[br] = aligned_alloc(_Alignof(da__cuda_tmap), bytes)) != NULL) {
-          memcpy(saved[br], K.m, bytes);
-          saved_tma[br] = a->tma;
-        }
-      }
+      a->tma = take_maps(r, maps, br, K.m);
       st = launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, a, launch,
                        user);
-      if (st != DA_OK) goto out;
     }
   }
 out:
-  for (int i = 0; i < DA_MAX_BRANCHES; i++) free(saved[i]);
+  free(maps);
   *args = *a;
   return st;
 }
