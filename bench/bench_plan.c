@@ -167,7 +167,8 @@ int main(int argc, char **argv) {
   report("cold_plan_host", "ms", stats(v, 6), 1e9, "render + cc -O2 + disk store; no target set");
 
   /* cold NVRTC per variant: mma.sync for sm_80 and sm_90, and the kernel an sm_90 device
-   * takes by default (warp-specialized wgmma, sm_90a) */
+   * takes by default (warp-specialized wgmma with K and V by TMA, sm_90a; without TMA
+   * under a sparse layout or a driver before CUDA 12.1) */
   int maj, min;
   if (da__nvrtc_version(ctx, &maj, &min) == DA_OK) {
     static const struct {
@@ -177,10 +178,13 @@ int main(int argc, char **argv) {
         {"cold_plan_nvrtc_sm90", "sm_90", "render + NVRTC to cubin for sm_90, mma.sync (module load excluded)", 0},
         {"cold_plan_nvrtc_sm80", "sm_80", "render + NVRTC to cubin for sm_80, mma.sync (module load excluded)", 0},
         {"cold_plan_nvrtc_sm90a_ws", "sm_90a",
-         "render + NVRTC to cubin for sm_90a, warp-specialized wgmma: an sm_90 device's default (module load excluded)",
-         4},
+         "render + NVRTC to cubin for sm_90a, warp-specialized wgmma (module load excluded)", 4},
+        {"cold_plan_nvrtc_sm90a_tma", "sm_90a",
+         "render + NVRTC to cubin for sm_90a, warp-specialized wgmma with TMA: an sm_90 device's default (module "
+         "load excluded)",
+         6},
     };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
       for (int i = 0; i < 5; i++) {
         da_spec s = longnet(0.2 + 0.01 * i + 0.1 * k);
         da_plan_options o = {0};

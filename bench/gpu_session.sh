@@ -109,8 +109,9 @@ if [ "$phase" = first ]; then
   #    kernel on the golden cases and random specs (the per-head longest-first table too)
   step 170 $B/tests/test_gpu "$golden" small
   # 1b. wgmma-ws-tma (cuda_mma 6, K and V by TMA: passed and timed at 1f78309 / 2d7097e,
-  #    bench/results/gpu-h200-1f78309.md): its suite, then (only where that passed: a TMA
-  #    fault would take the bench process's other rows with it) against the default
+  #    bench/results/gpu-h200-1f78309.md; the sm_90 default since, its host-side maps changed
+  #    after 2d7097e untimed on a GPU): its suite, then (only where that passed: a TMA fault
+  #    would take the bench process's other rows with it) against wgmma-ws, the old default
   step 200 $B/tests/test_gpu "$golden" wgmma-ws-tma # (116 s on an H200 with an empty kernel cache)
   if [ "$last_rc" = 0 ]; then
     step 60 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
@@ -119,12 +120,12 @@ if [ "$phase" = first ]; then
       --causal --tiles 0x0:wgmma-ws,0x0:wgmma-ws-tma --reps 10 --out "$out/first_tma_causal.json"
   fi
   # 2. the defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh),
-  #    and the warp-specialized kernel fused and split (the planner's choice between them,
-  #    planner.lua plan_cuda, last timed at 58e46dd)
+  #    and the default kernel (wgmma-ws-tma) fused and split (the planner's choice between
+  #    them, planner.lua plan_cuda, last timed with wgmma-ws at 58e46dd)
   step 90 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 \
-    --tiles 0x0@lib,0x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/first_full.json"
+    --tiles 0x0@lib,0x0:wgmma-ws-tma/fused,0x0:wgmma-ws-tma/split --reps 10 --out "$out/first_full.json"
   step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
-    --tiles 0x0@lib,0x0:wgmma-ws/fused,0x0:wgmma-ws/split --reps 10 --out "$out/first_causal.json"
+    --tiles 0x0@lib,0x0:wgmma-ws-tma/fused,0x0:wgmma-ws-tma/split --reps 10 --out "$out/first_causal.json"
   # 3. plans that leave rows uncovered (a _clear launch, then the branches), never timed
   #    alone: one dilated branch (where_time_goes.py found such plans 0.10 to 0.15 ms slower
   #    at 64K than their share of the work, gpu-h200-58e46dd.md) and LongNet 5-branch in
@@ -204,7 +205,7 @@ if [ "$phase" = check ] || [ "$phase" = ab-lib ]; then
   # split against the baseline's, on the configs whose default is fused too. The instruction
   # is named: a library before da__default_mma rendered a variant that sets a tile or the
   # strategy but no instruction as mma.sync (117dd5d's 0x0/split rows were mma.sync)
-  ab=${BENCH_TILES:-0x0@lib,0x0@nopdl,0x0:wgmma-ws/fused,0x0:wgmma-ws/split,0x0:wgmma-ws/split@lib,128x0:wgmma-ws,0x0:wgmma-ws-p2,64x0:wgmma-ws,128x64:sync}
+  ab=${BENCH_TILES:-0x0@lib,0x0@nopdl,0x0:wgmma-ws,0x0:wgmma-ws-tma/fused,0x0:wgmma-ws-tma/split,0x0:wgmma-ws/fused,0x0:wgmma-ws/split,0x0:wgmma-ws/split@lib,128x0:wgmma-ws,0x0:wgmma-ws-p2,64x0:wgmma-ws,128x64:sync}
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs dense2048,longnet2,longnet5 \
     --tiles $ab --reps 10 --out "$out/check_full.json"
   run python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 65536 --configs longnet2,longnet5 --causal \

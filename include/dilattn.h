@@ -306,8 +306,10 @@ typedef struct {
   int64_t seq_len_hint;  /* expected N: picks the tuning database's nearest shape bucket
                             (0 = 65536) when the three tunables above are 0 */
   int cuda_mma;          /* CUDA tensor-core instruction: 0 = default (the tuning database's
-                            choice, else 4 on sm_90 devices where it serves the spec, else
-                            mma.sync; DILATTN_CUDA_MMA overrides), with the tunables above
+                            choice, else on sm_90 devices where the wgmma paths serve the
+                            spec 6, or 4 under a sparse layout or where the driver or NVRTC
+                            predates CUDA 12.1, else mma.sync; DILATTN_CUDA_MMA
+                            overrides), with the tunables above
                             too: where they are set and that instruction refuses them (or
                             its kernel does not compile with them), mma.sync; 1 = mma.sync,
                             2 = wgmma (float16/bfloat16, head_dim 64 or 128; sm_90 devices
@@ -326,7 +328,9 @@ typedef struct {
                             offset class and tensor, encoded per execution; not under a
                             sparse layout, which takes 4; where the tensors are not 16-byte
                             aligned, or the driver has no cuTensorMapEncodeTiled, or
-                            DILATTN_TMA=0, the copies are 4's; experimental, README).
+                            DILATTN_TMA=0, the copies are 4's; its kernels' parameters pass
+                            4 KiB with many dilation classes, which a driver or NVRTC
+                            before CUDA 12.1 refuses: DA_ERR_UNSUPPORTED, README).
                             Ignored by the host backend. */
 } da_plan_options;
 

@@ -18,6 +18,7 @@
 #include "runtime/log.h"
 #include "runtime/nvrtc.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,29 @@ int da__cuda_wgmma_device_serves(const da_context *ctx, const da_spec *spec) {
   return da__wgmma_serves(spec) && da__cuda_get(ctx, &dev) == DA_OK && da__cuda_wgmma_arch(da__cuda_arch(dev));
 }
 
+/* Kernel parameters past 4 KiB (a wgmma-ws-tma kernel's tensor maps) need CUDA 12.1's
+ * driver and NVRTC; before them both take 4096 bytes (the CUDA C++ Programming Guide's
+ * function parameters). */
+#define BIG_PARAMS_VERSION 12010
+#define OLD_PARAMS_MAX 4096
+
+/* The driver's and NVRTC's versions as 1000 * major + 10 * minor, the lesser; 0 where
+ * either is unknown (no device, no NVRTC). */
+static int toolchain_version(const da_context *ctx) {
+  da__cuda *dev;
+  int maj, min;
+  if (da__cuda_get(ctx, &dev) != DA_OK || da__nvrtc_version(ctx, &maj, &min) != DA_OK) return 0;
+  const int nv = 1000 * maj + 10 * min, drv = da__cuda_driver_version(dev);
+  return nv < drv ? nv : drv;
+}
+
+int da__cuda_big_params(const da_context *ctx) { return toolchain_version(ctx) >= BIG_PARAMS_VERSION; }
+
+size_t da__cuda_param_bytes(const da__rendered *r) {
+  return r->tma_maps > 0 ? offsetof(da__cuda_kargs, m) + (size_t)r->tma_maps * sizeof(da__cuda_tmap)
+                         : sizeof(da__cuda_args);
+}
+
 da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]) {
   if (strcmp(cuda_path, "wgmma") != 0) {
     snprintf(out, 16, "%s", arch);
@@ -144,6 +168,15 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   DA_TRY(da__cuda_get(ctx, &dev));
   int maj, min;
   DA_TRY(da__nvrtc_version(ctx, &maj, &min));
+  const size_t params = da__cuda_param_bytes(r);
+  if (params > OLD_PARAMS_MAX && !da__cuda_big_params(ctx)) {
+    const int v = toolchain_version(ctx);
+    return da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                         "%s: its kernels take %zu bytes of parameters (%d tensor maps), past the 4096 that a driver "
+                         "or NVRTC before CUDA 12.1 accepts (the lesser here: %d.%d); update them, or use cuda_mma 4 "
+                         "(wgmma-ws)",
+                         r->kernel_name, params, r->tma_maps, v / 1000, v % 1000 / 10);
+  }
   char arch[16], key[65];
   DA_TRY(da__cuda_compile_arch(ctx, da__cuda_arch(dev), r->cuda_path, arch));
   da__cuda_artifact_key(r->key, arch, maj, min, key);
@@ -349,6 +382,17 @@ static int take_maps(const da__rendered *r, const da__cuda_tmap *maps, int br, d
   return 1;
 }
 
+/* wgmma-ws-tma executions with their tensor maps and without (the fallback), and the last
+ * fallback's reason (a string literal), a process's: da__cuda_tma_stats */
+static unsigned long long tma_with, tma_without;
+static const char *tma_why;
+
+void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, const char **why) {
+  *with = __atomic_load_n(&tma_with, __ATOMIC_RELAXED);
+  *without = __atomic_load_n(&tma_without, __ATOMIC_RELAXED);
+  *why = __atomic_load_n(&tma_why, __ATOMIC_RELAXED);
+}
+
 da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
                                    da__cuda_args *args, da__cuda_launch_fn launch, void *user,
                                    da__tmap_encode_fn enc) {
@@ -359,7 +403,13 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   da__cuda_args *a = &K.a;
   const char *why;
   da__cuda_tmap *maps = encode_all(r, a, head_dim, enc, &why);
-  if (why) da__log(DA_LOG_DEBUG, "cuda: wgmma-ws-tma without tensor maps (%s): K and V copied as wgmma-ws copies them", why);
+  if (why) {
+    da__log(DA_LOG_DEBUG, "cuda: wgmma-ws-tma without tensor maps (%s): K and V copied as wgmma-ws copies them", why);
+    __atomic_add_fetch(&tma_without, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&tma_why, why, __ATOMIC_RELAXED);
+  } else if (maps) {
+    __atomic_add_fetch(&tma_with, 1, __ATOMIC_RELAXED);
+  }
   a->tma = 0; /* (_clear: none) */
   da_status st = DA_OK;
   if (!strcmp(r->strategy, "fused")) {

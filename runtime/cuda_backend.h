@@ -23,6 +23,12 @@ DA_HIDDEN int da__cuda_wgmma_arch(const char *arch);
 /* Whether the wgmma paths serve spec (da__wgmma_serves) on the context's device (an sm_90
  * GPU): what the default, DILATTN_CUDA_MMA and the tuner's wgmma candidates all ask. */
 DA_HIDDEN int da__cuda_wgmma_device_serves(const da_context *ctx, const da_spec *spec);
+/* Whether the driver and NVRTC both take kernel parameters past 4 KiB (CUDA 12.1 or later):
+ * where they do not, a wgmma-ws-tma plan whose maps make more is refused, and the default
+ * instruction is wgmma-ws (plan.c da__default_mma). */
+DA_HIDDEN int da__cuda_big_params(const da_context *ctx);
+/* The bytes of parameters r's attention kernels take: the arguments, then its tensor maps. */
+DA_HIDDEN size_t da__cuda_param_bytes(const da__rendered *r);
 /* A compiled kernel's register count against what its plan needs (r->launch_regs: the
  * warp-specialized kernel's setmaxnreg split fills the register file only at that count;
  * with fewer its consumers would wait forever). DA_ERR_COMPILE when they differ. */
@@ -62,6 +68,10 @@ enum { DA_CUDA_K_MAIN, DA_CUDA_K_AUX1, DA_CUDA_K_COUNT };
 DA_HIDDEN const char *da__cuda_kernel_suffix(const char *strategy, int which);
 typedef da_status (*da__cuda_launch_fn)(void *user, int which, unsigned gx, unsigned gy, unsigned gz,
                                         unsigned threads, unsigned smem, da__cuda_args *a);
+/* The process's wgmma-ws-tma executions so far: with their tensor maps, without them (the
+ * fallback: wgmma-ws's copies), and the reason of the last fallback (NULL: none). For
+ * tests: a driver that refuses the maps would otherwise cost only speed. */
+DA_HIDDEN void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, const char **why);
 DA_HIDDEN da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
                                              da__cuda_args *a, da__cuda_launch_fn launch, void *user,
                                              da__tmap_encode_fn enc);

@@ -333,22 +333,28 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
 
 /* The instruction path of a CUDA plan whose options name none (cuda_mma 0, tunables set or
  * not; a tuning record's included) under no DILATTN_CUDA_MMA, where the wgmma paths serve
- * its spec on the device (an sm_90 GPU): the warp-specialized kernel.
- * On an H200 it ran 1.26x to 2.07x faster than mma.sync on every LongNet and dense config
- * measured, causal or not, D = 64 and 128 (bench/results/gpu-h200-c30ba13.md); elsewhere
- * plans keep mma.sync. Like a tuning record, chosen when a spec's plan is first created
- * (the plan memo keeps it). */
-#define DEFAULT_WGMMA 4
+ * its spec on the device (an sm_90 GPU): the warp-specialized kernel with K and V copied
+ * by TMA (wgmma-ws-tma), where the driver and NVRTC take its kernels' parameters (CUDA
+ * 12.1 or later: its tensor maps pass 4 KiB) and the spec has no sparse layout (it has no
+ * sparse form), else the warp-specialized kernel (wgmma-ws).
+ * On an H200 wgmma-ws ran 1.26x to 2.07x faster than mma.sync on every LongNet and dense
+ * config measured, causal or not, D = 64 and 128 (bench/results/gpu-h200-c30ba13.md);
+ * wgmma-ws-tma 1.00x to 1.07x faster than wgmma-ws, 0.99x to 1.01x on dense attention
+ * (bench/results/gpu-h200-1f78309.md); elsewhere plans keep mma.sync. Like a tuning
+ * record, chosen when a spec's plan is first created (the plan memo keeps it). */
+#define DEFAULT_WGMMA 6
+#define DEFAULT_WGMMA_OLD 4 /* drivers or NVRTC before CUDA 12.1; sparse layouts */
 
 const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma, int serves, int sparse,
                                        da_plan_options *eff, int *sync_fallback) {
   *sync_fallback = 0;
   if (opts && opts->cuda_mma) return opts;
-  const int m = env_mma == 0 ? DEFAULT_WGMMA : env_mma; /* DILATTN_CUDA_MMA's variant; sync (1): none */
+  /* DILATTN_CUDA_MMA's variant; sync (1): none */
+  const int m = env_mma != 0 ? env_mma : serves >= 2 ? DEFAULT_WGMMA : DEFAULT_WGMMA_OLD;
   if (m < 2 || !serves) return opts;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  eff->cuda_mma = (m == 5 || m == 6) && sparse ? 4 : m; /* wgmma-ws-p2 and -tma have no sparse form */
+  eff->cuda_mma = (m == 5 || m == 6) && sparse ? DEFAULT_WGMMA_OLD : m; /* wgmma-ws-p2 and -tma have no sparse form */
   *sync_fallback = eff->tile_q || eff->tile_k || eff->fused_min_queries;
   return eff;
 }
@@ -430,7 +436,9 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   if (st == DA_OK && !hit && untuned && tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
     opts = &tuned, from_tuning = 1;
   int sync_fallback = 0;
-  const int serves = be == DA_BACKEND_CUDA && st == DA_OK && !hit && da__cuda_wgmma_device_serves(ctx, spec);
+  const int serves = be == DA_BACKEND_CUDA && st == DA_OK && !hit && da__cuda_wgmma_device_serves(ctx, spec)
+                         ? 1 + da__cuda_big_params(ctx)
+                         : 0;
   const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
   if (st == DA_OK && !hit && be == DA_BACKEND_CUDA)
     opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);

@@ -339,7 +339,7 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
         c[n].tile_q = !cuda ? tqs[a] : mma ? tqs_mma[a] : 0;
         c[n].tile_k = tks[b];
         c[n].fused_min_queries = multi ? fmins[f] : 0;
-        c[n].cuda_mma = cuda; /* mma.sync by name (0 is the default instruction: wgmma-ws on sm_90) */
+        c[n].cuda_mma = cuda; /* mma.sync by name (0 is the default instruction: wgmma-ws-tma on sm_90) */
         n++;
       }
   /* the wgmma paths (cuda_mma = 2, 3, 4) on sm_90 devices: one or two warpgroups of 64 rows;
@@ -361,7 +361,7 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
         c[n].cuda_mma = 3;
         n++;
       }
-      /* warp-specialized (4), the default on these devices, one or two consumer warpgroups,
+      /* warp-specialized (4), the default under sparse layouts, one or two consumer warpgroups,
        * 64 and 128 keys (the planner picks one by head_dim, mask and layout); at D = 128 no
        * 128-key tiles with one warpgroup (two CTAs per SM: their shared memory holds none)
        * nor under a sparse layout (504 bytes spilled, test_tune_candidates) */
@@ -389,8 +389,9 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
         c[n].cuda_mma = v == 2 ? 5 : 4;
         n++;
       }
-  /* ... and with K and V copied by TMA (cuda_mma 6, the planner's tiles; untimed until a
-   * GPU session: the sweep is where it meets the default); not under a sparse layout */
+  /* ... and with K and V copied by TMA (cuda_mma 6, the planner's tiles: the default on
+   * these devices with a driver of CUDA 12.1 or later, c[0]; named here for the strategy
+   * forced each way, and for older drivers, where c[0] is 4); not under a sparse layout */
   if (cuda && wgmma && !sparse)
     for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++) {
       c[n].fused_min_queries = multi ? fmins[f] : 0;

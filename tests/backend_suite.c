@@ -146,7 +146,7 @@ void bs_check_data(da_context *ctx, const da_spec *s, int64_t B, int64_t N, uint
   free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
 }
 
-void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label) {
+void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label, int mma) {
   /* residue classes of gcd(w) / lcm(r) = 64 or 128 rows, one tile each, over more key tiles
    * (5 to 10) than the kernel has stages, so the producer waits on the stages' releases;
    * then the same specs split (fused_min_queries): offset classes of w / r = 64 to 1024
@@ -168,7 +168,7 @@ void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label) {
       s.head_dim = i < 2 ? 64 : 128;
       s.dtype = i & 1 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
       s.causal = i % 3 == 0;
-      da_plan_options o = {shapes[t].tq, 0, split ? 1 << 30 : 0, 0, 4};
+      da_plan_options o = {shapes[t].tq, 0, split ? 1 << 30 : 0, 0, mma};
       char what[96];
       snprintf(what, sizeof what, "%s, %d-row tiles of %lld-row classes%s", label, shapes[t].tq, (long long)shapes[t].cls,
                split ? ", split" : "");

@@ -73,7 +73,7 @@ void bs_ramp(da_context *ctx, bs_runner run, void *user);
  * not): where the planner
  * lets those leave (p.ws_skip_idle), the turns and the stages' releases go round the rest.
  * run applies bs_ws_options to its user, a da_plan_options. */
-void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label);
+void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label, int mma);
 
 /* Segments are independent: an Inf in V at the first position of a segment (a key no
  * query before it attends) leaves every earlier query's out and lse bit for bit as a 0

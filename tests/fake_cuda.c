@@ -7,7 +7,8 @@
  * the host's (cuMemAlloc is calloc, copies are memcpy), so a test may hand host pointers
  * to a CUDA plan; kernels do not run and outputs stay as they were.
  *
- * Environment: FAKE_CUDA_CC (compute capability, default 90), FAKE_CUDA_SMS (132),
+ * Environment: FAKE_CUDA_CC (compute capability, default 90), FAKE_CUDA_VERSION (the
+ * driver's, cuDriverGetVersion: 13000), FAKE_CUDA_SMS (132),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
  * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
  * tma T", T the arguments' tma flag and, where it is set, the first tensor map's address
@@ -65,7 +66,7 @@ static __thread void *current, *below; /* the thread's current context, and one 
 
 CUresult cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
 CUresult cuDriverGetVersion(int *v) {
-  *v = 13000;
+  *v = env_int("FAKE_CUDA_VERSION", 13000);
   return OK;
 }
 CUresult cuGetErrorName(CUresult r, const char **s) {

@@ -362,14 +362,23 @@ static void test_default_mma(void) {
   da_plan_options o, eff;
   int fb = -1;
   memset(&o, 0, sizeof o);
-  const da_plan_options *r = da__default_mma(NULL, 0, 1, 0, &eff, &fb);
-  TU_CHECK(r == &eff && eff.cuda_mma == 4 && !eff.tile_q && !fb, "no options on sm_90: warp-specialized (%d)", r ? r->cuda_mma : -1);
-  r = da__default_mma(&o, 0, 1, 0, &eff, &fb); /* a tuning record of the default candidate */
-  TU_CHECK(r == &eff && eff.cuda_mma == 4 && !fb, "all-zero options on sm_90: warp-specialized");
+  /* serves 2: sm_90, a driver and NVRTC of CUDA 12.1 or later: wgmma-ws-tma */
+  const da_plan_options *r = da__default_mma(NULL, 0, 2, 0, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 6 && !eff.tile_q && !fb, "no options on sm_90: warp-specialized with TMA (%d)",
+           r ? r->cuda_mma : -1);
+  r = da__default_mma(NULL, 0, 2, 1, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 4 && !fb, "no options on sm_90, a sparse layout: warp-specialized (%d)",
+           r ? r->cuda_mma : -1);
+  /* serves 1: kernel parameters stop at 4 KiB (before CUDA 12.1): wgmma-ws */
+  r = da__default_mma(NULL, 0, 1, 0, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 4 && !eff.tile_q && !fb, "no options, a CUDA 12.0 driver: warp-specialized (%d)",
+           r ? r->cuda_mma : -1);
+  r = da__default_mma(&o, 0, 2, 0, &eff, &fb); /* a tuning record of the default candidate */
+  TU_CHECK(r == &eff && eff.cuda_mma == 6 && !fb, "all-zero options on sm_90: the default");
   o.fused_min_queries = 1 << 30; /* force split */
-  r = da__default_mma(&o, 0, 1, 0, &eff, &fb);
-  TU_CHECK(r == &eff && eff.cuda_mma == 4 && eff.fused_min_queries == 1 << 30 && fb == 1,
-           "fused_min_queries set, cuda_mma 0: warp-specialized with the option kept, mma.sync if refused (%d, %d)",
+  r = da__default_mma(&o, 0, 2, 0, &eff, &fb);
+  TU_CHECK(r == &eff && eff.cuda_mma == 6 && eff.fused_min_queries == 1 << 30 && fb == 1,
+           "fused_min_queries set, cuda_mma 0: the default with the option kept, mma.sync if refused (%d, %d)",
            r->cuda_mma, fb);
   o.fused_min_queries = 0, o.tile_q = 64;
   r = da__default_mma(&o, 5, 1, 1, &eff, &fb); /* DILATTN_CUDA_MMA=wgmma-ws-p2, sparse */
@@ -385,7 +394,7 @@ static void test_default_mma(void) {
   r = da__default_mma(&o, 0, 0, 0, &eff, &fb); /* not an sm_90 device, or a spec wgmma does not serve */
   TU_CHECK(r == &o && !fb, "no wgmma path: the options as given (mma.sync)");
   o.cuda_mma = 1;
-  r = da__default_mma(&o, 0, 1, 0, &eff, &fb);
+  r = da__default_mma(&o, 0, 2, 0, &eff, &fb);
   TU_CHECK(r == &o && !fb, "cuda_mma named: kept");
 }
 

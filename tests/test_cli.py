@@ -638,7 +638,7 @@ def test_bad_inputs(tmp):
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "fast"})
     check(rc == 2 and "DILATTN_CUDA_MMA=fast" in err and not os.path.exists(out), f"DILATTN_CUDA_MMA=fast: {rc} {err}")
     for val, mma in (("wgmma", 2), ("wgmma-overlap", 3), ("wgmma-ws", 4), ("wgmma-ws-p2", 5), ("wgmma-ws-tma", 6),
-                     ("auto", 4), ("sync", 1)):
+                     ("auto", 6), ("sync", 1)):
         rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": val})
         try:
             summary = json.loads(so)

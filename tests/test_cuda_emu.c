@@ -573,7 +573,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
     int64_t n[2];
   } ws_variants[2] = {{{128, 0, 0, 0, 5}, "wgmma-ws-p2", 240, 512, 1024, {1024, 1100}},
                       {{192, 0, 0, 0, 4}, "wgmma-ws 192", 230, 768, 1536, {1536, 1000}}};
-  if (mma == 4) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws");
+  if (mma == 4) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws", 4);
   if (mma == 4) bs_segment_isolation(ctx, run_emu, &wg, "cuda-emu wgmma-ws");
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v].o;
@@ -670,11 +670,12 @@ static void test_tma_layout(da_context *ctx, const da_plan_options *opts) {
   }
 }
 
-/* wgmma-ws-tma (cuda_mma 6): the producer's copies by the tensor memory accelerator, one
- * thread, tensor maps per offset class (bench/results: untimed until a GPU session). The
+/* wgmma-ws-tma (cuda_mma 6, the sm_90 default): the producer's copies by the tensor memory
+ * accelerator, one thread, tensor maps per offset class. The
  * wgmma suite's shapes (golden, random specs under four tile shapes, sparse ones on
- * wgmma-ws, bs_ws_options), edge cases, the unaligned tensors of produce_tma's one-thread
- * fallback, rising maxima, three consumer warpgroups, and a few specs with no encoder
+ * wgmma-ws, bs_ws_options), edge cases, the unaligned tensors of the fallback (wgmma-ws's
+ * copies), rising maxima, three consumer warpgroups, warpgroups without rows
+ * (bs_idle_wgs), and a few specs with no encoder
  * (the fallback over 16-byte-aligned tensors). Fails if no copy went through TMA. */
 static void test_tma_suite(da_context *ctx, const char *golden) {
   static const int counts[4] = {6, 4, 4, 6};
@@ -689,6 +690,7 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
   bs_ramp(ctx, run_emu_ws, &tma);
   bs_random(ctx, 290, 6, 400, run_emu_ws, &tma192);
   bs_fused_ws_random(ctx, 20, 6, "cuda-emu wgmma-ws-tma", run_emu, 6); /* fused: every branch's maps */
+  bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws-tma", 6); /* warpgroups without rows (the sm_90 default now) */
   for (int i = 0; i < 4; i++) { /* full 192- and 128-row tiles, more key tiles than stages */
     da_spec s;
     wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 768, 1536);
@@ -816,7 +818,8 @@ int main(int argc, char **argv) {
   if (all || !strcmp(which, "wgmma-overlap")) test_wgmma_suite(ctx, argv[2], 3); /* the same, overlapped */
   if (all || !strcmp(which, "wgmma-ws")) test_wgmma_suite(ctx, argv[2], 4);      /* the same, warp-specialized */
   if (all || !strcmp(which, "wgmma-ws-tma")) test_tma_suite(ctx, argv[2]); /* the same, TMA copies */
-  if (!strcmp(which, "idle-wgs")) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws"); /* that suite's idle-warpgroup part */
+  if (!strcmp(which, "idle-wgs")) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws", 4); /* that suite's idle-warpgroup part */
+  if (!strcmp(which, "idle-wgs-tma")) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws-tma", 6);
   if (all || !strcmp(which, "tiles")) { /* 32 query rows per warp (tile_q 128), 32-key tiles */
     da_plan_options dflt = {0, 0, 0, 0, 0}, k64 = {0, 64, 0, 0, 0};
     bs_random(ctx, 100, 10, 400, run_emu_tq128, &dflt);

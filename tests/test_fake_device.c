@@ -1,9 +1,11 @@
 /* test_fake_device.c - the CUDA backend's decisions and launches on a machine without a
  * GPU, through tests/fake_cuda.c (a driver that reports one sm_90 device with 132 SMs,
  * runs no kernel and logs every launch). NVRTC compiles for real.
- *  - the instruction a plan gets: the warp-specialized kernel by default on sm_90, also
- *    where the options set a tile or force the strategy but leave cuda_mma 0 (dilattn.h);
- *    mma.sync where that kernel refuses the options; an explicit cuda_mma is never changed;
+ *  - the instruction a plan gets: the warp-specialized kernel with TMA by default on sm_90,
+ *    also where the options set a tile or force the strategy but leave cuda_mma 0
+ *    (dilattn.h); without TMA under a sparse layout or a driver before CUDA 12.1 (where a
+ *    TMA plan past 4 KiB of parameters is refused); mma.sync where the warp-specialized
+ *    kernel refuses the options; an explicit cuda_mma is never changed;
  *  - the launches of an execution: a split plan's branch launches, their grids against the
  *    tiles of each branch counted here from the spec, the first launch plain and the rest
  *    programmatic dependent ones (DILATTN_PDL=0: none), runs of tokens under
@@ -14,7 +16,7 @@
  *  - a caller's workspace: too small or misaligned refused before any launch, the least
  *    one taken in runs; a batch past the grid refused;
  *  - a caller's own current context survives the library's calls (pushed and popped);
- *  - tuning records: the default candidate's (all 0) gives the warp-specialized kernel, as
+ *  - tuning records: the default candidate's (all 0) gives the default kernel, as
  *    the tuner timed it (it gave mma.sync); an older tuner's mma.sync record (tiles set,
  *    cuda_mma 0) still gives mma.sync.
  * Run: build/tests/test_fake_device build/tests/libfake_cuda.so templates */
@@ -23,9 +25,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gen/render.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/tuning_db.h"
 #include "test_util.h"
 
@@ -126,15 +130,23 @@ static void test_instruction(da_context *ctx) {
   const da_spec s = longnet(2, 0);
   da_status st;
   da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmat") && mma_of(p) == 6,
+           "no options on sm_90 (a CUDA 13 driver): the warp-specialized kernel with TMA (%s, %s)", da_status_name(st),
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  /* a sparse layout: wgmma-ws (the TMA kernel has no sparse form) */
+  da_spec sp = s;
+  sp.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, sp.sparsity.block = 64, sp.sparsity.window = 2;
+  p = plan_with(ctx, &sp, 0, 0, 0, &st);
   TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw") && mma_of(p) == 4,
-           "no options on sm_90: the warp-specialized kernel (%s, %s)", da_status_name(st),
+           "no options, a local-window layout: the warp-specialized kernel (%s, %s)", da_status_name(st),
            p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
   da_plan_destroy(p);
   /* the strategy forced, no instruction named: before, mma.sync (0.6x on an H200) */
   p = plan_with(ctx, &s, 0, 1 << 30, 0, &st);
-  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw") && !strcmp(da_plan_strategy(p), "split") &&
-               mma_of(p) == 4,
-           "fused_min_queries 2^30, cuda_mma 0: the warp-specialized split kernel (%s, %s, %s)", da_status_name(st),
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmat") && !strcmp(da_plan_strategy(p), "split") &&
+               mma_of(p) == 6,
+           "fused_min_queries 2^30, cuda_mma 0: the warp-specialized split kernel with TMA (%s, %s, %s)", da_status_name(st),
            p ? da_plan_kernel_name(p) : da_context_last_error(ctx), p ? da_plan_strategy(p) : "");
   da_plan_destroy(p);
   /* tiles the warp-specialized kernel refuses (64 rows run two CTAs an SM, whose shared
@@ -331,7 +343,15 @@ static void test_tma(da_context *ctx) {
       if (pass == 2) unsetenv("DILATTN_TMA");
       da_args a;
       da_args_init(&a, &s, 1, N, q, pass == 2 ? k + 1 : k, v, out, lse);
+      unsigned long long with0, without0, with1, without1;
+      const char *why;
+      da__cuda_tma_stats(&with0, &without0, &why);
       st = da_plan_execute(p, &a);
+      da__cuda_tma_stats(&with1, &without1, &why);
+      TU_CHECK(with1 - with0 == !pass && without1 - without0 == !!pass &&
+                   (!pass || strstr(why, pass == 1 ? "DILATTN_TMA=0" : "16-byte aligned")),
+               "LongNet %d-branch, pass %d: the TMA counts (test_gpu's check that the maps were taken): %llu with, "
+               "%llu without (%s)", nb, pass, with1 - with0, without1 - without0, why ? why : "-");
       const int n = read_launches(L, 64);
       TU_CHECK(st == DA_OK && n == (fused ? 1 : nb), "LongNet %d-branch, pass %d: %d launches (%s)", nb, pass, n,
                da_context_last_error(ctx));
@@ -527,8 +547,8 @@ static void test_tuned(const char *cache) {
   memset(&old_sync, 0, sizeof old_sync);
   old_sync.tile_q = 128, old_sync.tile_k = 64; /* an mma.sync candidate of an older tuner: cuda_mma 0 */
   da_status st = kernel_tuned(&s, none, db, name, sizeof name);
-  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmaw"),
-           "a tuning record of the default candidate: the warp-specialized kernel (%s)", name);
+  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmat"),
+           "a tuning record of the default candidate: the default kernel (%s)", name);
   st = kernel_tuned(&s, old_sync, db, name, sizeof name);
   TU_CHECK(st == DA_OK && !strstr(name, "_wgmma"), "an older tuner's mma.sync record: mma.sync (%s)", name);
   /* a record the planner refuses (mma.sync takes tile_q 64 or 128): the defaults, not a
@@ -537,7 +557,7 @@ static void test_tuned(const char *cache) {
   memset(&refused, 0, sizeof refused);
   refused.tile_q = 48, refused.tile_k = 64, refused.cuda_mma = 1;
   st = kernel_tuned(&s, refused, db, name, sizeof name);
-  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmaw"), "a tuning record the planner refuses: the defaults (%s: %s)",
+  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmat"), "a tuning record the planner refuses: the defaults (%s: %s)",
            da_status_name(st), name);
   /* JIT off: a record whose kernel no cache holds gives the defaults (cached above) too */
   da_plan_options uncached;
@@ -546,8 +566,42 @@ static void test_tuned(const char *cache) {
   setenv("DILATTN_DISABLE_JIT", "1", 1);
   st = kernel_tuned(&s, uncached, db, name, sizeof name);
   unsetenv("DILATTN_DISABLE_JIT");
-  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmaw"), "JIT off, a tuning record of an uncached kernel: the defaults "
+  TU_CHECK(st == DA_OK && ends_with(name, "_wgmmat"), "JIT off, a tuning record of an uncached kernel: the defaults "
            "(%s: %s)", da_status_name(st), name);
+}
+
+/* A driver before CUDA 12.1 (FAKE_CUDA_VERSION 12000; the driver is opened once a
+ * process: run in a child of its own): kernel parameters stop at 4 KiB there, so the
+ * default is wgmma-ws, and a wgmma-ws-tma plan whose tensor maps pass 4 KiB (LongNet
+ * 5-branch split: 36 maps) is refused with the reason; one within them (2-branch fused: 9)
+ * is planned. */
+static void test_old_driver(void) {
+  setenv("FAKE_CUDA_VERSION", "12000", 1);
+  da_context *ctx;
+  TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
+  const da_spec s2 = longnet(2, 0), s5 = longnet(5, 0);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s2, 0, 0, 0, &st);
+  if (st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(ctx), "NVRTC")) { /* main says SKIP */
+    da_context_destroy(ctx);
+    return;
+  }
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw") && mma_of(p) == 4,
+           "driver 12.0, no options: the warp-specialized kernel without TMA (%s, %s)", da_status_name(st),
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  p = plan_with(ctx, &s2, 0, 0, 6, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmat"),
+           "driver 12.0, LongNet 2-branch with cuda_mma 6 (9 maps, 1408 bytes of parameters): planned (%s, %s)",
+           da_status_name(st), p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  p = plan_with(ctx, &s5, 0, 0, 6, &st);
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && !p && strstr(da_context_last_error(ctx), "4864 bytes of parameters") &&
+               strstr(da_context_last_error(ctx), "12.0") && strstr(da_context_last_error(ctx), "12.1"),
+           "driver 12.0, LongNet 5-branch with cuda_mma 6: refused with the reason (%s: %s)", da_status_name(st),
+           da_context_last_error(ctx));
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
 }
 
 int main(int argc, char **argv) {
@@ -563,7 +617,16 @@ int main(int argc, char **argv) {
   setenv("FAKE_CUDA_LOG", log_path, 1);
   setenv("DILATTN_TUNING", "0", 1);
   unsetenv("DILATTN_CUDA_MMA"), unsetenv("DILATTN_BACKEND"), unsetenv("DILATTN_PDL");
-  unsetenv("DILATTN_WORKSPACE_LIMIT");
+  unsetenv("DILATTN_WORKSPACE_LIMIT"), unsetenv("FAKE_CUDA_VERSION");
+  fflush(NULL);
+  const pid_t child = fork(); /* before this process opens the driver */
+  if (child == 0) {
+    test_old_driver();
+    _exit(tu_report());
+  }
+  int wst = 0;
+  TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+           "the old-driver checks (a child process) failed");
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
   da_plan *probe = NULL;

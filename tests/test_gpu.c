@@ -1,6 +1,7 @@
 /* test_gpu.c - the CUDA backend on a real GPU (CTest label gpu). Exits 77 (CTest: skipped)
  * with the reason when no driver or GPU is present.
- *   golden:  every case in ../shared/golden on the CUDA backend
+ *   golden:  every case in ../shared/golden on the CUDA backend; on sm_90, the default
+ *            (wgmma-ws-tma) on LongNet specs, each execution with its tensor maps
  *   random:  seeded random specs (fp16/bf16 on tensor cores at D = 32/64/96/128, fp32 and
  *            odd D on the SIMT path, every layout, causal, GQA, ragged N) vs the reference
  *   large:   N = 1,048,576, H = 8, D = 64 fp16: workspace 0 (memory linear in N), first
@@ -344,6 +345,50 @@ static void test_wgmma_probe(da_context *ctx) {
 
 static void test_pdl(da_context *ctx, int mma);
 
+/* That the TMA kernel's executions since *with / *without all took their tensor maps (at
+ * least one, none without): a real driver that refused a map (its rules stricter than
+ * the emulator's reading of them) would cost only speed, wgmma-ws's copies taking over.
+ * Updates the counts. */
+static void check_tma_used(const char *what, unsigned long long *with, unsigned long long *without) {
+  unsigned long long w, wo;
+  const char *why;
+  da__cuda_tma_stats(&w, &wo, &why);
+  TU_CHECK(w > *with && wo == *without, "%s: %llu executions with tensor maps, %llu without (the last: %s)", what,
+           w - *with, wo - *without, why ? why : "-");
+  *with = w, *without = wo;
+}
+
+/* The default instruction on an sm_90 device whose driver and NVRTC take kernel parameters
+ * past 4 KiB: wgmma-ws-tma, with its maps (LongNet 2-branch fused, 5-branch split, GQA),
+ * right against the reference. */
+static void test_default_tma(da_context *ctx) {
+  static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
+  if (!da__cuda_big_params(ctx)) {
+    printf("default TMA: skipped, the driver or NVRTC predates CUDA 12.1 (the default is wgmma-ws there)\n");
+    return;
+  }
+  unsigned long long with, without;
+  const char *why;
+  da__cuda_tma_stats(&with, &without, &why);
+  for (int i = 0; i < 3; i++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = i == 0 ? 2 : 5;
+    memcpy(s.segment_lengths, w, sizeof w), memcpy(s.dilation_rates, r, sizeof r);
+    s.num_heads = 4, s.num_kv_heads = i == 2 ? 2 : 4, s.head_dim = i == 2 ? 128 : 64;
+    s.dtype = i == 1 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, s.causal = i == 1;
+    da_plan *p = NULL;
+    const da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &p);
+    const char *name = p ? da_plan_kernel_name(p) : da_context_last_error(ctx);
+    TU_CHECK(st == DA_OK && strstr(name, "_wgmmat"), "default plan %d: the TMA kernel (%s)", i, name);
+    da_plan_destroy(p);
+    char what[64];
+    snprintf(what, sizeof what, "default TMA, case %d", i);
+    bs_check(ctx, &s, 1, 9000, 1400 + (uint64_t)i, what, runner, NULL);
+    check_tma_used(what, &with, &without);
+  }
+}
+
 /* The wgmma path (cuda_mma = mma: 2, 3 overlapped, 4 warp-specialized, 6 its TMA copies) wherever it applies: golden, random
  * specs with the default and other tile shapes (one and two warpgroups), unaligned
  * tensors, N = 1M. small: a few of each (for compute-sanitizer). */
@@ -359,7 +404,11 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   char label[64], what[96];
   snprintf(label, sizeof label, "cuda %s", name[mma]);
   snprintf(what, sizeof what, "%s N=1048576 H=8 D=64", name[mma]);
+  unsigned long long with, without;
+  const char *why;
+  da__cuda_tma_stats(&with, &without, &why);
   bs_wgmma(ctx, golden, label, mma, 0, counts, 1000, run);
+  if (mma == 6) check_tma_used(label, &with, &without); /* aligned tensors: the maps every time */
   bs_ramp(ctx, run, &wg); /* running maxima that grow: both rescale paths */
   test_unaligned(ctx, &wg);
   if (mma >= 4) bs_segment_isolation(ctx, runner_ws, &wg, label); /* an Inf in V stays in its segment */
@@ -370,7 +419,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   }
   /* P in two register sets (wgmma-ws-p2, cuda_mma 5) and three consumer warpgroups (tile_q 192) */
   static const da_plan_options ws_variants[2] = {{128, 0, 0, 0, 5}, {192, 0, 0, 0, 4}};
-  if (mma == 4) bs_idle_wgs(ctx, runner_ws, "cuda wgmma-ws");
+  if (mma == 4 || mma == 6) bs_idle_wgs(ctx, runner_ws, label, mma); /* warpgroups without rows; the default is 6 */
   if (mma == 4 && !small) bs_fused_ws_random(ctx, 0, 8, "cuda wgmma-ws", runner_ws, 4); /* the sm_90 default, fused */
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v];
@@ -477,7 +526,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   int all = !strcmp(which, "all"), small = !strcmp(which, "small");
-  if (all || small || !strcmp(which, "golden")) bs_golden(ctx, golden, "cuda", runner, NULL);
+  if (all || small || !strcmp(which, "golden")) {
+    bs_golden(ctx, golden, "cuda", runner, NULL);
+    if (da__cuda_wgmma_arch(da__cuda_arch(dev))) test_default_tma(ctx);
+  }
   if (all || small || !strcmp(which, "random")) {
     bs_random(ctx, 0, small ? 6 : 60, 1000, runner, NULL);
     bs_ramp(ctx, runner, NULL); /* running maxima that grow: both rescale paths */

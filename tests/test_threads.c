@@ -183,6 +183,7 @@ static void check_streams(const char *log) {
   int per[NTHREADS] = {0}, other = 0;
   char line[512];
   while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "launch ", 7) != 0) continue; /* (the tensor maps a TMA plan encodes: "tmap ...") */
     const char *at = strstr(line, " stream ");
     void *sp = NULL;
     if (!at || sscanf(at, " stream %p", &sp) != 1) {
