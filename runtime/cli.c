@@ -781,9 +781,16 @@ static int cmd_info(void) {
   else
     nvrtc = da__cli_sprintf("{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 4));
   da__cuda *dev = NULL;
-  if (da__cuda_get(ctx, &dev) == DA_OK)
-    cuda = da__cli_sprintf("{\"available\":true,\"device\":%s,\"arch\":%s,\"driver\":%d}",
-                           jstr(da__cuda_device_name(dev), 5), jstr(da__cuda_arch(dev), 6), da__cuda_driver_version(dev));
+  if (da__cuda_get(ctx, &dev) == DA_OK) {
+    /* the instruction a plan takes by default (cuda_mma 0, no DILATTN_CUDA_MMA, no tuning
+     * record) for the specs the wgmma path serves (plan.c da__default_mma): others and sparse
+     * layouts may take another, README */
+    const int wg = da__cuda_wgmma_arch(da__cuda_arch(dev)), big = wg && da__cuda_big_params(ctx);
+    cuda = da__cli_sprintf("{\"available\":true,\"device\":%s,\"arch\":%s,\"driver\":%d,\"default_mma\":\"%s\","
+                           "\"tma\":%s}",
+                           jstr(da__cuda_device_name(dev), 5), jstr(da__cuda_arch(dev), 6), da__cuda_driver_version(dev),
+                           da__cuda_mma_name(big ? 6 : wg ? 4 : 1), da__cuda_tmap_encoder(dev) ? "true" : "false");
+  }
   else
     cuda = da__cli_sprintf("{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 5));
   /* the kernel cache's folder as the library chose it (null: none), and whether it is usable

@@ -453,7 +453,7 @@ def test_gen_compile_all_or_nothing(tmp):
 
 def test_fake_device(tmp):
     """The CUDA path of the CLI on the fake driver (tests/fake_cuda.c: an sm_90 device that
-    runs nothing, its memory the host's): info names it; run --backend cuda copies the
+    runs nothing, its memory the host's): info names it and its default instruction; run --backend cuda copies the
     inputs in and out and writes out / lse of the right shapes (zeros: no kernel ran);
     tune --backend cuda compiles every candidate and, none correct, exits 4."""
     if not FAKE_CUDA:
@@ -464,8 +464,16 @@ def test_fake_device(tmp):
     rc, so, err = run("info", env=env)
     info = json.loads(so) if rc == 0 else {}
     cuda = info.get("backends", {}).get("cuda", {})
-    check(cuda.get("available") and cuda.get("arch") == "sm_90" and "Fake GPU" in cuda.get("device", ""),
+    check(cuda.get("available") and cuda.get("arch") == "sm_90" and "Fake GPU" in cuda.get("device", "")
+          and cuda.get("default_mma") == "wgmma-ws-tma" and cuda.get("tma") is True,
           f"info on the fake device: exit {rc}: {so} {err}")
+    # the default instruction under a CUDA 12.0 driver (kernel parameters stop at 4 KiB), on
+    # sm_80, and the encoder's absence under DILATTN_TMA=0
+    for extra, want, tma in (({"FAKE_CUDA_VERSION": "12000"}, "wgmma-ws", True), ({"FAKE_CUDA_CC": "80"}, "sync", False),
+                             ({"DILATTN_TMA": "0"}, "wgmma-ws-tma", False)):
+        rc, so, err = run("info", env={**env, **extra})
+        cuda = json.loads(so).get("backends", {}).get("cuda", {}) if rc == 0 else {}
+        check(cuda.get("default_mma") == want and cuda.get("tma") is tma, f"info, {extra}: exit {rc}: {so} {err}")
     d = os.path.join(tmp, "fake-run")
     os.mkdir(d)
     out, lse = os.path.join(d, "o.npy"), os.path.join(d, "l.npy")
