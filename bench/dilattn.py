@@ -69,7 +69,8 @@ class Dilattn:
 
     def plan(self, config, backend="auto", tile_q=0, tile_k=0, fused_min_queries=0, cuda_mma=0):
         """tile_q / tile_k / fused_min_queries / cuda_mma: da_plan_options (0: the planner's
-        default, or the tuning database's entry when all are 0); cuda_mma 2 = wgmma (sm_90)."""
+        default, or the tuning database's entry when all are 0); cuda_mma 1 = mma.sync, 2 = wgmma,
+        4 = wgmma-ws, 6 = wgmma-ws-tma (sm_90; include/dilattn.h)."""
         text = json.dumps(config).encode()
         spec = ctypes.create_string_buffer(self.SPEC_BYTES)
         msg = ctypes.create_string_buffer(1024)

@@ -21,8 +21,8 @@
 #                                        # executed instructions of the plain causal kernel and
 #                                        # cuDNN's, per SASS instruction), the bench's plot
 #                                        # (SECOND_BUDGET, default 500)
-#   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
-#   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws + memcheck, then the A/B against the
+#   bash bench/gpu_session.sh suite      # a session's first call: small + wgmma-ws-tma (the default) and wgmma-ws full + N = 1M + q > 2^31, then both sanitizers
+#   bash bench/gpu_session.sh check      # after a change: small + wgmma-ws-tma + wgmma-ws + memcheck, then the A/B against the
 #                                        # baseline's library (@lib, gpu_carry.sh) at N = 65536 on six configs
 #   bash bench/gpu_session.sh check-lpt  # then: causal defaults vs @lib at 16K (longest first, two tiles a CTA),
 #                                        # the fused grids without a causal mask longest first (16K, 64K),
@@ -138,9 +138,11 @@ if [ "$phase" = first ]; then
   # 4. where the causal LongNet 5-branch time goes: each branch alone, SDPA per backend
   where "longnet5 --causal"
   step 90 "${WHERE[@]}"
-  # 5. the default kernels on the hardware's own checks, then sizes
+  # 5. the default kernels on the hardware's own checks (wgmma-ws: sparse layouts' default;
+  #    the golden cases are mostly float32, so the TMA default's own part too), then sizes
   step 120 $B/tests/test_gpu "$golden" wgmma-ws
   step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" golden
+  step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" default-tma
   step 100 $B/tests/test_gpu "$golden" huge
 fi
 if [ "$phase" = second ]; then
@@ -149,6 +151,7 @@ if [ "$phase" = second ]; then
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   step 60 $B/tests/test_gpu "$golden" large
   step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
+  step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" default-tma
   # where the plain causal kernel's instructions go (gpu-h200-58e46dd.md: dense 2048 causal
   # at 0.79 of cuDNN with 1.3x its instructions per FLOP): executed instructions and stall
   # samples per SASS instruction of ours and of cuDNN's kernel on the same 2048-token
@@ -184,6 +187,7 @@ if [ "$phase" = suite ]; then
   # each under a time limit, so that one slow part leaves the rest of the call its time
   run $B/dilattn info
   run timeout 180 $B/tests/test_gpu "$golden" small
+  run timeout 200 $B/tests/test_gpu "$golden" wgmma-ws-tma
   run timeout 120 $B/tests/test_gpu "$golden" wgmma-ws
   run timeout 60 $B/tests/test_gpu "$golden" large
   run timeout 180 $B/tests/test_gpu "$golden" huge # ~60 s on an H200 host, most of it the float64 reference
@@ -191,10 +195,12 @@ if [ "$phase" = suite ]; then
   # racecheck over all of small does not finish in 170 s (117dd5d, H200): the golden part
   # (every default kernel on every golden case) in 10 s, then pdl as time allows
   run timeout 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
+  run timeout 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" default-tma
   run timeout 240 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" pdl
 fi
 if [ "$phase" = check ]; then
   run timeout 150 $B/tests/test_gpu "$golden" small
+  run timeout 200 $B/tests/test_gpu "$golden" wgmma-ws-tma
   run timeout 120 $B/tests/test_gpu "$golden" wgmma-ws
   run timeout 150 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"
 fi

@@ -440,14 +440,22 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
                          ? 1 + da__cuda_big_params(ctx)
                          : 0;
   const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
-  if (st == DA_OK && !hit && be == DA_BACKEND_CUDA)
+  /* the default chose wgmma-ws-tma (no caller, record or DILATTN_CUDA_MMA named it):
+   * wgmma-ws where that fails softly (below) */
+  int ws_fallback = 0;
+  if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) {
     opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
+    ws_fallback = !env_mma && opts == &eff && eff.cuda_mma == DEFAULT_WGMMA;
+  }
   /* Build, and where that fails softly, the fallbacks in turn: the default instruction
    * refused the caller's tunables, its kernel did not compile, or JIT is off and no bundle
-   * or disk cache holds it: mma.sync, what such options always had (and what a bundle or
-   * cache made for them holds); then a tuning record's options that fail so (or that the
-   * planner refuses: a database edited by hand, written by another planner, or tuned where
-   * the kernels were then not shipped): the caller's own, the database being advice. */
+   * or disk cache holds it: wgmma-ws where the default was wgmma-ws-tma (the default
+   * before it: a bundle or cache made then holds its kernels), then mma.sync where tunables
+   * are set, what such options always had (and what a bundle or cache made for them
+   * holds); then a tuning record's options that fail so, or that the planner or the device
+   * refuses (a database edited by hand, written by another planner or on another device,
+   * or tuned where the kernels were then not shipped): the caller's own, the database
+   * being advice. */
   for (;;) {
     if (st == DA_OK && hit) {
       p->r = &hit->r;
@@ -463,8 +471,15 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
     if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
     const int soft =
         st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || (st == DA_ERR_UNSUPPORTED && da__jit_disabled());
-    if (st == DA_OK || !((soft && sync_fallback) || ((soft || st == DA_ERR_GENERATOR) && from_tuning))) break;
-    if (soft && sync_fallback) {
+    if (st == DA_OK || !((soft && (ws_fallback || sync_fallback)) ||
+                         ((soft || st == DA_ERR_GENERATOR || st == DA_ERR_UNSUPPORTED) && from_tuning)))
+      break;
+    if (soft && ws_fallback) {
+      da__log(DA_LOG_INFO, "plan: wgmma-ws-tma with tile_q %d, tile_k %d, fused_min_queries %d: %s; wgmma-ws instead",
+              opts->tile_q, opts->tile_k, opts->fused_min_queries, da_context_last_error(ctx));
+      eff.cuda_mma = DEFAULT_WGMMA_OLD;
+      ws_fallback = 0;
+    } else if (soft && sync_fallback) {
       da__log(DA_LOG_INFO, "plan: %s with tile_q %d, tile_k %d, fused_min_queries %d: %s; mma.sync instead",
               da__cuda_mma_name(opts->cuda_mma), opts->tile_q, opts->tile_k, opts->fused_min_queries,
               da_context_last_error(ctx));
@@ -476,7 +491,10 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
               tuned.tile_q, tuned.tile_k, tuned.fused_min_queries, tuned.cuda_mma, da_context_last_error(ctx));
       from_tuning = 0;
       opts = asked;
-      if (be == DA_BACKEND_CUDA) opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
+      if (be == DA_BACKEND_CUDA) {
+        opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
+        ws_fallback = !env_mma && opts == &eff && eff.cuda_mma == DEFAULT_WGMMA;
+      }
     }
     da__cuda_plan_destroy(p->cuda); /* what the failed attempt built */
     p->cuda = NULL;

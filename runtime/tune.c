@@ -276,8 +276,8 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
    * database is not consulted for it (DILATTN_TUNING=0 for this process) */
   setenv("DILATTN_TUNING", "0", 1);
   /* each candidate names its instruction (1: mma.sync); the default one,
-   * no options, gets what da_plan_create gives such a plan (the warp-specialized kernel on
-   * sm_90 devices) */
+   * no options, gets what da_plan_create gives such a plan (on sm_90 devices the
+   * warp-specialized kernel, with K and V by TMA from CUDA 12.1 without a sparse layout) */
   unsetenv("DILATTN_CUDA_MMA");
   compile_job j = {ctx, &s, backend, c, n, 0, PTHREAD_MUTEX_INITIALIZER};
   da__parallel_for(n, da__compile_threads(threads), compile_one, &j);

@@ -379,13 +379,17 @@ int main(int argc, char **argv) {
       t.num_heads = t.num_kv_heads = 8, t.head_dim = defaults[i].d, t.dtype = DA_DTYPE_FLOAT16;
       t.causal = defaults[i].causal;
       if (defaults[i].sparse) t.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, t.sparsity.block = 64, t.sparsity.window = 1;
-      da_plan_options o = {0, 0, 0, 0, 4};
-      da__rendered r;
-      da_status st = da__render_ex(ctx, &t, DA_TARGET_CUDA, &o, &r);
-      TU_CHECK(st == DA_OK && r.tile_q == defaults[i].tq && !strcmp(r.strategy, defaults[i].strategy),
-               "default %zu: status %d, tile_q %d (want %d), %s (want %s)", i, (int)st, st == DA_OK ? r.tile_q : 0,
-               defaults[i].tq, st == DA_OK ? r.strategy : "-", defaults[i].strategy);
-      if (st == DA_OK) da__rendered_free(&r);
+      /* wgmma-ws and, where there is no layout, wgmma-ws-tma (the sm_90 default): the same */
+      for (int mma = 4; mma <= 6; mma += 2) {
+        if (mma == 6 && defaults[i].sparse) continue;
+        da_plan_options o = {0, 0, 0, 0, mma};
+        da__rendered r;
+        da_status st = da__render_ex(ctx, &t, DA_TARGET_CUDA, &o, &r);
+        TU_CHECK(st == DA_OK && r.tile_q == defaults[i].tq && !strcmp(r.strategy, defaults[i].strategy),
+                 "default %zu, cuda_mma %d: status %d, tile_q %d (want %d), %s (want %s)", i, mma, (int)st,
+                 st == DA_OK ? r.tile_q : 0, defaults[i].tq, st == DA_OK ? r.strategy : "-", defaults[i].strategy);
+        if (st == DA_OK) da__rendered_free(&r);
+      }
     }
   }
   /* A LongNet schedule past 4096 residue classes: w = 8192 * 2^k, r = 2^k, k = 0..13 (g =

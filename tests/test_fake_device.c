@@ -349,7 +349,7 @@ static void test_tma(da_context *ctx) {
       st = da_plan_execute(p, &a);
       da__cuda_tma_stats(&with1, &without1, &why);
       TU_CHECK(with1 - with0 == !pass && without1 - without0 == !!pass &&
-                   (!pass || strstr(why, pass == 1 ? "DILATTN_TMA=0" : "16-byte aligned")),
+                   (!pass || (why && strstr(why, pass == 1 ? "DILATTN_TMA=0" : "16-byte aligned"))),
                "LongNet %d-branch, pass %d: the TMA counts (test_gpu's check that the maps were taken): %llu with, "
                "%llu without (%s)", nb, pass, with1 - with0, without1 - without0, why ? why : "-");
       const int n = read_launches(L, 64);
@@ -422,6 +422,24 @@ static void test_fallbacks(const char *templates, const char *cache) {
            da_context_last_error(b));
   unsetenv("DILATTN_DISABLE_JIT");
   da_context_destroy(b);
+  /* JIT off, no options, a disk cache that holds wgmma-ws's kernel (the default before
+   * wgmma-ws-tma) and not the TMA one: wgmma-ws's (a spec no test above planned) */
+  da_spec s2 = s;
+  s2.num_heads = s2.num_kv_heads = 2;
+  da_context_create(&a);
+  p = plan_with(a, &s2, 0, 0, 4, &st);
+  TU_CHECK(st == DA_OK, "wgmma-ws: %s", da_context_last_error(a));
+  da_plan_destroy(p);
+  da_context_destroy(a);
+  da_context_create(&b);
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  p = plan_with(b, &s2, 0, 0, 0, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw"),
+           "DILATTN_DISABLE_JIT, no options, wgmma-ws's kernel on disk: that kernel (%s: %s)", da_status_name(st),
+           p ? da_plan_kernel_name(p) : da_context_last_error(b));
+  da_plan_destroy(p);
+  unsetenv("DILATTN_DISABLE_JIT");
+  da_context_destroy(b);
   /* the warp-specialized kernel fails to compile: mma.sync */
   char dir[600], cmd[4096];
   snprintf(dir, sizeof dir, "%s/planted", cache);
@@ -439,6 +457,23 @@ static void test_fallbacks(const char *templates, const char *cache) {
   p = plan_tiles(a, &s, 0, 0, 0, 4, &st);
   TU_CHECK(st == DA_ERR_COMPILE && !p && strstr(da_context_last_error(a), "planted"),
            "cuda_mma 4 named: the compile error (%s)", da_status_name(st));
+  da_context_destroy(a);
+  /* the TMA kernel alone fails to compile: the default (no options at all) takes wgmma-ws */
+  snprintf(dir, sizeof dir, "%s/planted-tma", cache);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp -r '%s/.' '%s/' && printf '%%s\\n' '{%% if p.tma then %%}' "
+           "'#error planted in the TMA kernel' '{%% end %%}' >> '%s/cuda/kernel.cu.tpl'",
+           dir, templates, dir, dir);
+  TU_CHECK(system(cmd) == 0, "%s", cmd);
+  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+  da_context_create(&a);
+  p = plan_with(a, &s, 0, 0, 0, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw"),
+           "no options, the TMA kernel not compiling: wgmma-ws (%s: %s)", da_status_name(st),
+           p ? da_plan_kernel_name(p) : da_context_last_error(a));
+  da_plan_destroy(p);
+  p = plan_with(a, &s, 0, 0, 6, &st);
+  TU_CHECK(st == DA_ERR_COMPILE && !p && strstr(da_context_last_error(a), "planted"),
+           "cuda_mma 6 named: the compile error (%s)", da_status_name(st));
   da_context_destroy(a);
   unsetenv("DILATTN_TEMPLATE_DIR");
 }
@@ -571,12 +606,15 @@ static void test_tuned(const char *cache) {
 }
 
 /* A driver before CUDA 12.1 (FAKE_CUDA_VERSION 12000; the driver is opened once a
- * process: run in a child of its own): kernel parameters stop at 4 KiB there, so the
- * default is wgmma-ws, and a wgmma-ws-tma plan whose tensor maps pass 4 KiB (LongNet
- * 5-branch split: 36 maps) is refused with the reason; one within them (2-branch fused: 9)
- * is planned. */
-static void test_old_driver(void) {
-  setenv("FAKE_CUDA_VERSION", "12000", 1);
+ * process: each version runs in a child of its own): kernel parameters stop at 4 KiB
+ * there, so the default is wgmma-ws, and a wgmma-ws-tma plan whose tensor maps pass 4 KiB
+ * (LongNet 5-branch split: 36 maps) is refused with the reason; one within them (2-branch
+ * fused: 9) is planned. From 12.1 (12010) the default and both plans are TMA's. */
+static void test_driver_version(int version) {
+  char v[16];
+  snprintf(v, sizeof v, "%d", version);
+  setenv("FAKE_CUDA_VERSION", v, 1);
+  const int old = version < 12010;
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
   const da_spec s2 = longnet(2, 0), s5 = longnet(5, 0);
@@ -586,20 +624,25 @@ static void test_old_driver(void) {
     da_context_destroy(ctx);
     return;
   }
-  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw") && mma_of(p) == 4,
-           "driver 12.0, no options: the warp-specialized kernel without TMA (%s, %s)", da_status_name(st),
-           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), old ? "_wgmmaw" : "_wgmmat") && mma_of(p) == (old ? 4 : 6),
+           "driver %d, no options: the warp-specialized kernel %s TMA (%s, %s)", version, old ? "without" : "with",
+           da_status_name(st), p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
   da_plan_destroy(p);
   p = plan_with(ctx, &s2, 0, 0, 6, &st);
   TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmat"),
-           "driver 12.0, LongNet 2-branch with cuda_mma 6 (9 maps, 1408 bytes of parameters): planned (%s, %s)",
+           "driver %d, LongNet 2-branch with cuda_mma 6 (9 maps, 1408 bytes of parameters): planned (%s, %s)", version,
            da_status_name(st), p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
   da_plan_destroy(p);
   p = plan_with(ctx, &s5, 0, 0, 6, &st);
-  TU_CHECK(st == DA_ERR_UNSUPPORTED && !p && strstr(da_context_last_error(ctx), "4864 bytes of parameters") &&
-               strstr(da_context_last_error(ctx), "12.0") && strstr(da_context_last_error(ctx), "12.1"),
-           "driver 12.0, LongNet 5-branch with cuda_mma 6: refused with the reason (%s: %s)", da_status_name(st),
-           da_context_last_error(ctx));
+  if (old)
+    TU_CHECK(st == DA_ERR_UNSUPPORTED && !p && strstr(da_context_last_error(ctx), "4864 bytes of parameters") &&
+                 strstr(da_context_last_error(ctx), "12.0") && strstr(da_context_last_error(ctx), "12.1"),
+             "driver %d, LongNet 5-branch with cuda_mma 6: refused with the reason (%s: %s)", version, da_status_name(st),
+             da_context_last_error(ctx));
+  else
+    TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmat"),
+             "driver %d, LongNet 5-branch with cuda_mma 6 (4864 bytes of parameters): planned (%s, %s)", version,
+             da_status_name(st), p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
   da_plan_destroy(p);
   da_context_destroy(ctx);
 }
@@ -618,15 +661,19 @@ int main(int argc, char **argv) {
   setenv("DILATTN_TUNING", "0", 1);
   unsetenv("DILATTN_CUDA_MMA"), unsetenv("DILATTN_BACKEND"), unsetenv("DILATTN_PDL");
   unsetenv("DILATTN_WORKSPACE_LIMIT"), unsetenv("FAKE_CUDA_VERSION");
-  fflush(NULL);
-  const pid_t child = fork(); /* before this process opens the driver */
-  if (child == 0) {
-    test_old_driver();
-    _exit(tu_report());
+  for (int version = 12000; version <= 12010; version += 10) { /* before this process opens the driver */
+    fflush(NULL);
+    const pid_t child = fork();
+    if (child == 0) {
+      test_driver_version(version);
+      const int rc = tu_report();
+      fflush(NULL);
+      _exit(rc);
+    }
+    int wst = 0;
+    TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+             "the checks under driver %d (a child process) failed", version);
   }
-  int wst = 0;
-  TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
-           "the old-driver checks (a child process) failed");
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
   da_plan *probe = NULL;

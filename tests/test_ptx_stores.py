@@ -7,7 +7,7 @@ store of an alignas(16) struct, NVVM (NVRTC 13.0) split every chunk into four 4-
 st.global.u32, for sm_80 and sm_90a alike: four times the store instructions and LSU
 requests of the epilogue, in every kernel, with no test or report to show it. This renders
 an mma.sync kernel (sm_80) and the warp-specialized wgmma kernels (sm_90a: fused, split,
-causal), and the _clear row kernel of a plan that leaves rows uncovered (a dilated branch
+causal; with K and V by TMA, the sm_90 default, fused and causal), and the _clear row kernel of a plan that leaves rows uncovered (a dilated branch
 alone, bf16), with `dilattn gen`, compiles each to PTX with NVRTC and looks in each kernel
 (.entry) for the vector store.
 
@@ -30,6 +30,9 @@ CONFIGS = {  # name: (config, --mma, arch)
     "longnet2_ws_fused": (dict(segment_lengths=[2048, 4096], dilation_rates=[1, 2]), "wgmma-ws", "sm_90"),
     "longnet5_ws_split": (LONGNET5, "wgmma-ws", "sm_90"),
     "longnet5_ws_causal": (dict(LONGNET5, causal=True), "wgmma-ws", "sm_90"),
+    # the sm_90 default: the same kernels with K and V by TMA
+    "longnet2_tma_fused": (dict(segment_lengths=[2048, 4096], dilation_rates=[1, 2]), "wgmma-ws-tma", "sm_90"),
+    "longnet5_tma_causal": (dict(LONGNET5, causal=True), "wgmma-ws-tma", "sm_90"),
     "dilated_clear_bf16": (dict(segment_lengths=[4096], dilation_rates=[2], dtype="bfloat16"), "wgmma-ws", "sm_90"),
 }
 SCALAR32 = re.compile(r"\bst\.global\.[ub]32\b")
