@@ -399,6 +399,18 @@ static void test_tma(da_context *ctx) {
   unsetenv("DILATTN_WORKSPACE_LIMIT");
 }
 
+/* A copy of the templates in cache/name whose CUDA kernel has an #error where the planner's
+ * fact `fact` holds, set as DILATTN_TEMPLATE_DIR. */
+static void plant_error(const char *templates, const char *cache, const char *name, const char *fact) {
+  char dir[600], cmd[4096];
+  snprintf(dir, sizeof dir, "%s/%s", cache, name);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp -r '%s/.' '%s/' && printf '%%s\\n' '{%% if %s then %%}' "
+           "'#error planted where %s' '{%% end %%}' >> '%s/cuda/kernel.cu.tpl'",
+           dir, templates, dir, fact, fact, dir);
+  TU_CHECK(system(cmd) == 0, "%s", cmd);
+  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+}
+
 static void test_fallbacks(const char *templates, const char *cache) {
   const da_spec s = longnet(2, 0);
   da_status st;
@@ -441,13 +453,7 @@ static void test_fallbacks(const char *templates, const char *cache) {
   unsetenv("DILATTN_DISABLE_JIT");
   da_context_destroy(b);
   /* the warp-specialized kernel fails to compile: mma.sync */
-  char dir[600], cmd[4096];
-  snprintf(dir, sizeof dir, "%s/planted", cache);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp -r '%s/.' '%s/' && printf '%%s\\n' '{%% if p.wg_ws then %%}' "
-           "'#error planted in the warp-specialized kernel' '{%% end %%}' >> '%s/cuda/kernel.cu.tpl'",
-           dir, templates, dir, dir);
-  TU_CHECK(system(cmd) == 0, "%s", cmd);
-  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+  plant_error(templates, cache, "planted", "p.wg_ws");
   da_context_create(&a);
   p = plan_tiles(a, &s, 0, 0, 1 << 30, 0, &st);
   TU_CHECK(st == DA_OK && !strstr(da_plan_kernel_name(p), "_wgmma") && !strcmp(da_plan_strategy(p), "split"),
@@ -459,12 +465,7 @@ static void test_fallbacks(const char *templates, const char *cache) {
            "cuda_mma 4 named: the compile error (%s)", da_status_name(st));
   da_context_destroy(a);
   /* the TMA kernel alone fails to compile: the default (no options at all) takes wgmma-ws */
-  snprintf(dir, sizeof dir, "%s/planted-tma", cache);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp -r '%s/.' '%s/' && printf '%%s\\n' '{%% if p.tma then %%}' "
-           "'#error planted in the TMA kernel' '{%% end %%}' >> '%s/cuda/kernel.cu.tpl'",
-           dir, templates, dir, dir);
-  TU_CHECK(system(cmd) == 0, "%s", cmd);
-  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+  plant_error(templates, cache, "planted-tma", "p.tma");
   da_context_create(&a);
   p = plan_with(a, &s, 0, 0, 0, &st);
   TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw"),
