@@ -390,9 +390,10 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
         n++;
       }
   /* ... and with K and V copied by TMA (cuda_mma 6, the planner's tiles: the default on
-   * these devices with a driver of CUDA 12.1 or later, c[0]; named here for the strategy
-   * forced each way, and for older drivers, where c[0] is 4); not under a sparse layout */
-  if (cuda && wgmma && !sparse)
+   * these devices with a driver of CUDA 12.1 or later, c[0], where a single-strategy spec's
+   * one TMA candidate would time c[0]'s kernel again; named here for the strategy forced
+   * each way, and for older drivers, where c[0] is 4); not under a sparse layout */
+  if (cuda && wgmma && !sparse && (multi || wgmma < 2))
     for (int f = 0; f < (multi ? 2 : 1) && n < cap; f++) {
       c[n].fused_min_queries = multi ? fmins[f] : 0;
       c[n].cuda_mma = 6;

@@ -51,7 +51,8 @@ DA_HIDDEN const da__tune_record *da__tuning_best(const da__tune_record *recs, in
 DA_HIDDEN int da__tuning_bucket(int64_t seq_len);
 
 /* The plan options `dilattn tune` sweeps for a spec, the defaults (all zero) first: on
- * the host or CUDA backend (cuda), on a device that serves the wgmma paths (wgmma, sm_90).
+ * the host or CUDA backend (cuda), on a device that serves the wgmma paths (wgmma: 0 no,
+ * 1 sm_90, 2 sm_90 whose default is wgmma-ws-tma, plan.c da__default_mma's serves).
  * Writes at most cap and returns the count. */
 DA_HIDDEN int da__tune_candidates(const da_spec *s, int cuda, int wgmma, da_plan_options *out, int cap);
 

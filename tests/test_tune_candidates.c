@@ -97,6 +97,20 @@ int main(void) {
     TU_CHECK(n80 < n && !memcmp(nogpu, o, sizeof o[0] * (size_t)n80), "spec %d: the sm_80 sweep is no prefix", i);
     int nh = da__tune_candidates(&specs[i], 0, 0, host, CAP);
     for (int k = 0; k < nh; k++) TU_CHECK(host[k].cuda_mma == 0, "spec %d: host candidate %d names cuda_mma", i, k);
+    /* where the default is wgmma-ws-tma (2: a CUDA 12.1 driver), no candidate repeats c[0]'s
+     * kernel: a spec of one strategy drops its one TMA candidate (the planner's tiles), a
+     * multi-branch spec keeps both, each forcing a strategy */
+    da_plan_options o2[CAP];
+    const int n2 = da__tune_candidates(&specs[i], 1, 2, o2, CAP);
+    const int multi = specs[i].mode == DA_MODE_LONGNET && specs[i].num_branches > 1;
+    int tma2 = 0;
+    for (int k = 1; k < n2; k++) {
+      tma2 += o2[k].cuda_mma == 6;
+      TU_CHECK(o2[k].cuda_mma != 6 || o2[k].fused_min_queries || o2[k].tile_q || o2[k].tile_k,
+               "spec %d: candidate %d times the default kernel (wgmma-ws-tma, the planner's choices) again", i, k);
+    }
+    const int sparse2 = specs[i].sparsity.layout == DA_LAYOUT_DILATED_SPARSE;
+    TU_CHECK(tma2 == (sparse2 ? 0 : multi ? 2 : 0), "spec %d: %d TMA candidates where the default is TMA", i, tma2);
     int ws_k[2] = {0, 0}, dup = 0, tma = 0;
     for (int k = 0; k < n; k++) {
       if (o[k].cuda_mma == 4 && o[k].tile_k) ws_k[o[k].tile_k == 128]++;
