@@ -484,6 +484,24 @@ def test_fake_device(tmp):
     check(rc == 0 and json.loads(so)["backend"] == "cuda" and np.load(out).shape == q.shape
           and np.load(lse).shape == (q.shape[0], q.shape[2], q.shape[1]) and "launch da_fwd_" in launches,
           f"run --backend cuda on the fake device: exit {rc}: {so} {err} {launches}")
+    # an AOT bundle of the sm_90 default (wgmma-ws-tma) serves a plain run with JIT off: the
+    # default finds the bundle's kernel and launches it with its tensor maps
+    g = os.path.join(GOLDEN, "half_inputs")
+    db = os.path.join(tmp, "fake-tma-bundle")
+    os.mkdir(db)
+    rc, so, err = run("gen", os.path.join(g, "case.json"), "--target", "cuda", "--mma", "wgmma-ws-tma", "--compile",
+                      "--bundle", "tmab", "-o", db)
+    check(rc == 0, f"gen --mma wgmma-ws-tma --bundle: exit {rc}: {err}")
+    log = os.path.join(tmp, "fake-tma.log")
+    env2 = dict(env, DILATTN_BUNDLES=os.path.join(db, "manifest.json"), DILATTN_DISABLE_JIT="1", FAKE_CUDA_LOG=log,
+                DILATTN_CACHE_DIR=os.path.join(tmp, "fake-cache-empty"))
+    rc, so, err = run("run", os.path.join(g, "case.json"), "--q", os.path.join(g, "q.npy"), "--k", os.path.join(g, "k.npy"),
+                      "--v", os.path.join(g, "v.npy"), "-o", os.path.join(d, "o16.npy"), "--backend", "cuda", env=env2)
+    lines = open(log).read().splitlines() if os.path.exists(log) else []
+    launches = [x for x in lines if x.startswith("launch ")]
+    check(rc == 0 and json.loads(so)["cuda_mma"] == 6 and launches and all("_wgmmat" in x and " tma 1" in x for x in launches)
+          and any(x.startswith("tmap ") for x in lines),
+          f"run with JIT off and the TMA bundle on the fake device: exit {rc}: {so} {err} {lines[:4]}")
     csv = os.path.join(d, "t.csv")
     rc, so, err = run("tune", args[0], "--seq-len", "256", "--backend", "cuda", "--reps", "1", "-o", csv,
                       "--db", os.path.join(d, "db.jsonl"), env=env)
