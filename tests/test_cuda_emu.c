@@ -281,6 +281,27 @@ static void test_long_grid(da_context *ctx, const da_plan_options *opts) {
  * strides not multiples of 8): the tensor-core path loads them with plain 2-byte loads
  * instead of cp.async (vec16 = 0), stores out with 2-byte stores (out16 = 0), and must give
  * the same answer. */
+/* A [B][N][H][D] tensor of 2-byte dtype dt, uniform values in [-1, 1), element (b, p, h, d)
+ * at b * st[0] + p * st[1] + h * st[2] + d from shift elements past the start of a 16-byte
+ * aligned buffer of span elements whose other bytes are 0x7f (padding, not data). Returns
+ * the buffer (to free); *t is the tensor, *dbl (malloc'ed) its values in [B][N][H][D]
+ * order as float64. */
+static unsigned char *strided_tensor(da_dtype dt, int64_t B, int64_t N, int64_t H, int64_t D, const int64_t st[3],
+                                     int64_t span, int64_t shift, uint64_t *rng, void **t, double **dbl) {
+  unsigned char *raw = aligned_alloc(16, (size_t)(span * 2 + 15) / 16 * 16);
+  memset(raw, 0x7f, (size_t)span * 2);
+  *t = raw + 2 * shift;
+  const int64_t n = B * N * H * D;
+  *dbl = malloc((size_t)n * 8);
+  for (int64_t j = 0; j < n; j++) {
+    const int64_t d = j % D, h = j / D % H, p = j / (D * H) % N, b = j / (D * H * N);
+    const int64_t at = b * st[0] + p * st[1] + h * st[2] + d;
+    tu_store(dt, *t, at, 2 * tu_uniform(rng) - 1);
+    (*dbl)[j] = tu_load(dt, *t, at);
+  }
+  return raw;
+}
+
 static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
   /* variants 0, 1: the split strategy (out from the epilogue of each row's last covering
    * branch launch, rows picked by a ballot); 2: fused, 3: single (every row from the
@@ -306,17 +327,7 @@ static void test_unaligned(da_context *ctx, const da_plan_options *opts) {
       int64_t row = heads[i] * D + pad;
       stride[i][0] = N * row, stride[i][1] = row, stride[i][2] = D;
       bytes[i] = (B * N * row + shift) * 2;
-      raw[i] = aligned_alloc(16, (size_t)(bytes[i] + 15) / 16 * 16);
-      memset(raw[i], 0x7f, (size_t)bytes[i]); /* padding is not data */
-      t[i] = raw[i] + 2 * shift;
-      int64_t n = B * N * heads[i] * D;
-      dt[i] = malloc((size_t)n * 8);
-      for (int64_t j = 0; j < n; j++) {
-        int64_t d = j % D, h = (j / D) % heads[i], p = (j / (D * heads[i])) % N, b = j / (D * heads[i] * N);
-        int64_t at = b * stride[i][0] + p * stride[i][1] + h * stride[i][2] + d;
-        tu_store(s.dtype, t[i], at, 2 * tu_uniform(&st) - 1);
-        dt[i][j] = tu_load(s.dtype, t[i], at);
-      }
+      raw[i] = strided_tensor(s.dtype, B, N, heads[i], D, stride[i], B * N * row + shift, shift, &st, &t[i], &dt[i]);
     }
     int64_t nq = B * N * 2 * D, nl = B * 2 * N;
     /* out laid out like q (same padded rows, same base shift): 2-byte stores of out */
@@ -630,27 +641,19 @@ static void test_tma_layout(da_context *ctx, const da_plan_options *opts) {
     s.dtype = variant == 1 || variant == 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
     const int64_t B = 2, N = 300 + 37 * variant, D = s.head_dim, H = 4, HKV = 2, row = D + 8;
     const int64_t nq = B * N * H * D, nkv = B * N * HKV * D, nl = B * H * N, span = B * HKV * N * row;
-    uint16_t *q = malloc((size_t)nq * 2), *out = malloc((size_t)nq * 2), *kv[2];
+    uint16_t *q = malloc((size_t)nq * 2), *out = malloc((size_t)nq * 2);
+    unsigned char *kv[2];
     double *dq = malloc((size_t)nq * 8), *dkv[2], *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8);
     float *lse = malloc((size_t)nl * 4);
     double vmax = 0, eo = 0, el = 0;
     uint64_t st = 470 + (uint64_t)variant;
     for (int64_t j = 0; j < nq; j++) tu_store(s.dtype, q, j, 2 * tu_uniform(&st) - 1), dq[j] = tu_load(s.dtype, q, j);
-    for (int t = 0; t < 2; t++) {
-      kv[t] = aligned_alloc(16, (size_t)span * 2);
-      memset(kv[t], 0x7f, (size_t)span * 2); /* the padding: not data */
-      dkv[t] = malloc((size_t)nkv * 8);
-      for (int64_t j = 0; j < nkv; j++) { /* element j of [B][N][Hkv][D] at its head-major place */
-        const int64_t d = j % D, h = j / D % HKV, p = j / (D * HKV) % N, b = j / (D * HKV * N);
-        const int64_t at = ((b * HKV + h) * N + p) * row + d;
-        tu_store(s.dtype, kv[t], at, 2 * tu_uniform(&st) - 1);
-        dkv[t][j] = tu_load(s.dtype, kv[t], at);
-        if (t) vmax = fmax(vmax, fabs(dkv[t][j]));
-      }
-    }
+    const int64_t kst[3] = {HKV * N * row, row, N * row}; /* head-major: [B][Hkv][N] rows of D + 8 */
+    void *kvt[2];
+    for (int t = 0; t < 2; t++) kv[t] = strided_tensor(s.dtype, B, N, HKV, D, kst, span, 0, &st, &kvt[t], &dkv[t]);
+    for (int64_t j = 0; j < nkv; j++) vmax = fmax(vmax, fabs(dkv[1][j]));
     da_args a;
     da_args_init(&a, &s, B, N, q, kv[0], kv[1], out, lse);
-    const int64_t kst[3] = {HKV * N * row, row, N * row};
     memcpy(a.k_stride, kst, sizeof kst);
     memcpy(a.v_stride, kst, sizeof kst);
     da__cuda_args ca;
