@@ -6,6 +6,7 @@
 
 #include "gen/render.h"
 #include "runtime/fileio.h"
+#include "runtime/internal.h"
 #include "runtime/log.h"
 
 #include <errno.h>
@@ -193,8 +194,17 @@ static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *ou
   size_t n = 0;
   DA_TRY(da__kernel_cache_find_or_build(ctx, j->cache, "host", key, j->render_key, j->symbol, build_host, (void *)j,
                                         meta, &bytes, &n, path, sizeof path));
-  da_status st = path[0] ? da__host_load(ctx, path, j->symbol, &out->host)
-                         : load_from_bytes(ctx, bytes, n, j->symbol, &out->host);
+  /* the cache's file where there is one (no copy); where that cannot be loaded, the bytes
+   * its lookup verified: another process may have evicted or cleared the entry since, or
+   * the cache's folder may be mounted noexec */
+  da_status st = path[0]  ? da__host_load(ctx, path, j->symbol, &out->host)
+                 : !bytes ? da__set_error(ctx, DA_ERR_INTERNAL, "host kernel %s: the cache gave nothing", j->symbol)
+                          : DA_ERR_IO;
+  if (st != DA_OK && bytes) {
+    if (path[0]) da__log(DA_LOG_DEBUG, "host kernel: %s; loading the verified bytes instead", da_context_last_error(ctx));
+    st = load_from_bytes(ctx, bytes, n, j->symbol, &out->host);
+    if (st == DA_OK) da__clear_error(ctx);
+  }
   free(bytes);
   return st;
 }

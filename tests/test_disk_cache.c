@@ -6,6 +6,7 @@
  * plan in a new context comes from disk without compiling.
  * Run: build/tests/test_disk_cache   (ctest -R disk_cache) */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -228,6 +229,37 @@ static void test_plan_level(void) {
   da_context_destroy(c3);
 }
 
+/* dlopen as the library calls it (linked in statically, it takes this one): where
+ * evict_before_load is set, a shared object inside the cache's folder is deleted first,
+ * as another process's eviction or `dilattn cache clear` may do between the lookup that
+ * verified the entry and the load (or the folder is mounted noexec: dlopen fails too) */
+static int evict_before_load;
+void *dlopen(const char *file, int mode) {
+  static void *(*real)(const char *, int);
+  if (!real) *(void **)&real = dlsym(RTLD_NEXT, "dlopen");
+  if (evict_before_load && file && strstr(file, base) && strstr(file, ".bin")) unlink(file);
+  return real(file, mode);
+}
+
+/* a warm plan whose entry vanished after its lookup verified it: loaded from the verified
+ * bytes, not a failed plan */
+static void test_evicted_before_load(void) {
+  use_dir("evicted");
+  da_context *c1, *c2;
+  da_context_create(&c1);
+  TU_CHECK(plan_works(c1, 0), "cold plan");
+  da_context_destroy(c1);
+  da_context_create(&c2);
+  evict_before_load = 1;
+  TU_CHECK(plan_works(c2, 0), "warm plan whose file was evicted between the lookup and the load: %s",
+           da_context_last_error(c2));
+  evict_before_load = 0;
+  TU_CHECK(da__context_kernels(c2)->builds == 0 && da__context_kernels(c2)->disk_hits == 1,
+           "the evicted entry's verified bytes were not used (builds %lld, disk hits %lld)",
+           da__context_kernels(c2)->builds, da__context_kernels(c2)->disk_hits);
+  da_context_destroy(c2);
+}
+
 static void test_memory_only(void) {
   setenv("DILATTN_CACHE_DIR", "/dev/null/cache", 1); /* cannot exist */
   da_context *c;
@@ -316,6 +348,7 @@ int main(void) {
   test_budget_text();
   test_budget();
   test_plan_level();
+  test_evicted_before_load();
   test_memory_only();
   test_processes();
   char cmd[600];
