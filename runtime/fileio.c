@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,16 +109,32 @@ int da__write_file_atomic(const char *path, const void *data, size_t len, unsign
   char tmp[4500];
   int fd = tmp_beside(path, tmp, sizeof tmp, (mode_t)mode);
   if (fd < 0) return -1;
-  struct sigaction ign = {.sa_handler = SIG_IGN}, old;
-  sigaction(SIGXFSZ, &ign, &old);
+  /* A write past RLIMIT_FSIZE fails with EFBIG and raises SIGXFSZ, whose default action
+   * ends the process: blocked in this thread while it writes (the signal is then pending
+   * on the thread) and taken back after. The process-wide disposition stays the
+   * application's: changed and restored here, two threads writing at once had interleaved
+   * their saves and restores, leaving it SIG_IGN or restoring it during the other's write. */
+  sigset_t xfsz, old;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &xfsz, &old);
   size_t done = 0;
+  int efbig = 0;
   while (done < len) {
     ssize_t n = write(fd, (const char *)data + done, len - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EFBIG) efbig = 1;
     if (n <= 0) break;
     done += (size_t)n;
   }
-  sigaction(SIGXFSZ, &old, NULL);
+  const int werr = errno;
+  if (efbig) { /* the SIGXFSZ the write raised, pending on this thread */
+    const struct timespec now = {0, 0};
+    while (sigtimedwait(&xfsz, NULL, &now) == SIGXFSZ) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = werr;
   int ok = done == len && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {

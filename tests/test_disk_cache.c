@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "runtime/disk_cache.h"
+#include "runtime/fileio.h"
 #include "runtime/kernel_cache.h"
 #include "test_util.h"
 
@@ -241,6 +243,75 @@ void *dlopen(const char *file, int mode) {
   return real(file, mode);
 }
 
+/* Atomic writes from two threads at once, one of them past RLIMIT_FSIZE (in a child: the
+ * limit is the process's): the oversized writes fail cleanly, the process lives, and the
+ * application's own SIGXFSZ handler is still installed and never called. The writes had
+ * set the disposition to SIG_IGN and back around each write: interleaved across threads,
+ * that left SIG_IGN in place, or restored the default during the other's write, which then
+ * ended the process (found by a review: 3 runs in 3). */
+static volatile sig_atomic_t xfsz_seen;
+static void on_xfsz(int sig) { (void)sig, xfsz_seen++; }
+typedef struct {
+  int big, fails, rounds;
+  char dir[512];
+} writer_t;
+static void *writer(void *arg) {
+  writer_t *w = arg;
+  static char data[2 << 20];
+  char path[700];
+  for (int i = 0; i < w->rounds; i++) {
+    snprintf(path, sizeof path, "%s/%s-%d", w->dir, w->big ? "big" : "small", i % 8);
+    w->fails += da__write_file_atomic(path, data, w->big ? sizeof data : 64, 0600) != 0;
+  }
+  return NULL;
+}
+static volatile int writing;
+static void *watch_disposition(void *arg) { /* counts the moments SIGXFSZ's handler is not the application's */
+  long *changed = arg;
+  struct sigaction now;
+  while (__atomic_load_n(&writing, __ATOMIC_ACQUIRE))
+    if (sigaction(SIGXFSZ, NULL, &now) == 0 && now.sa_handler != on_xfsz) (*changed)++;
+  return NULL;
+}
+static void test_write_signals(void) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/xfsz", base);
+  mkdir(dir, 0700);
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct sigaction mine = {.sa_handler = on_xfsz}, now;
+    sigaction(SIGXFSZ, &mine, NULL);
+    /* small writes from both threads (the saves and restores crossed within a few hundred),
+     * then, past a 1 MiB limit, 2 MiB ones beside small ones */
+    int ok = 1;
+    for (int phase = 0; phase < 2; phase++) {
+      if (phase) {
+        struct rlimit rl = {1 << 20, 1 << 20};
+        setrlimit(RLIMIT_FSIZE, &rl);
+      }
+      writer_t w[2] = {{phase, 0, phase ? 200 : 2000, ""}, {0, 0, 2000, ""}};
+      pthread_t t[2], watcher;
+      long changed = 0; /* (the disposition was swapped around every write: seen within a few) */
+      __atomic_store_n(&writing, 1, __ATOMIC_RELEASE);
+      pthread_create(&watcher, NULL, watch_disposition, &changed);
+      for (int i = 0; i < 2; i++)
+        snprintf(w[i].dir, sizeof w[i].dir, "%s", dir), pthread_create(&t[i], NULL, writer, &w[i]);
+      for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+      __atomic_store_n(&writing, 0, __ATOMIC_RELEASE);
+      pthread_join(watcher, NULL);
+      ok &= w[0].fails == (phase ? 200 : 0) && w[1].fails == 0 && changed == 0;
+    }
+    sigaction(SIGXFSZ, NULL, &now);
+    _exit(ok && now.sa_handler == on_xfsz && !xfsz_seen ? 0 : 10 + (now.sa_handler != on_xfsz) + 2 * !!xfsz_seen);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "two threads writing, one past RLIMIT_FSIZE: %s %d (10: a write's outcome or the disposition changed while "
+           "writing, +1 the handler replaced, +2 it ran)",
+           WIFSIGNALED(status) ? "killed by signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 /* a warm plan whose entry vanished after its lookup verified it: loaded from the verified
  * bytes, not a failed plan */
 static void test_evicted_before_load(void) {
@@ -349,6 +420,7 @@ int main(void) {
   test_budget();
   test_plan_level();
   test_evicted_before_load();
+  test_write_signals();
   test_memory_only();
   test_processes();
   char cmd[600];
