@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,9 +107,10 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
     json_t *a;
     json_array_foreach(arts, ai, a) {
       const char *arch = str_member(a, "arch"), *file = str_member(a, "file");
-      json_int_t size = json_integer_value(json_object_get(a, "size"));
+      json_t *jsize = json_object_get(a, "size"); /* an integer: a string or a real is no size */
+      json_int_t size = json_integer_value(jsize);
       if (!arch || strlen(arch) >= 32 || !da__is_hex(str_member(a, "key"), 64) || !da__is_hex(str_member(a, "sha256"), 64) ||
-          !file || strchr(file, '/') || size < 0) {
+          !file || strchr(file, '/') || !json_is_integer(jsize) || size < 0) {
         st = da__set_error(ctx, DA_ERR_PARSE, "bundle %s: kernels[%zu].artifacts[%zu] is incomplete or invalid", origin,
                            ki, ai);
         goto done;
@@ -166,7 +168,7 @@ int da__bundles_find(da__bundles *b, const char *arch, const char *key, const ch
   if (!b) return 0;
   pthread_mutex_lock(&b->mu);
   art_t *hit = NULL, *other = NULL;
-  for (size_t i = b->n; i-- > 0 && !hit;) { /* newest first: a manifest registered again after a rebuild wins */
+  for (size_t i = b->n; i-- > 0 && !hit;) {
     art_t *t = &b->arts[i];
     if (!strcmp(t->key, key) && !strcmp(t->arch, arch)) hit = t;
     else if (source_key && !strcmp(t->source_key, source_key) && strcmp(t->arch, arch)) other = t;
@@ -176,27 +178,40 @@ int da__bundles_find(da__bundles *b, const char *arch, const char *key, const ch
     da__log(DA_LOG_WARN, "bundle %s has kernel %s for %s, not for %s (or not for this compiler): compiling it at run time",
             other->origin, other->kernel, other->arch, arch);
   }
-  art_t copy;
-  if (hit) copy = *hit;
+  const int any = hit != NULL;
   pthread_mutex_unlock(&b->mu);
-  if (!hit) return 0;
-  size_t len = 0;
-  unsigned char *data = NULL;
-  if (copy.path) {
-    data = (unsigned char *)da__read_file(copy.path, &len);
-  } else {
-    data = malloc(copy.size ? copy.size : 1);
-    if (data) memcpy(data, copy.data, copy.size), len = copy.size;
-  }
-  char hex[65] = "";
-  if (data) da__sha256_hex(data, len, hex);
-  if (!data || len != copy.size || strcmp(hex, copy.sha256)) {
+  /* Newest first: a manifest registered again after a rebuild wins. One whose bytes are
+   * missing or fail their checksum is skipped for the next older copy (another bundle's,
+   * or the registration before a rebuild): a damaged bundle must not hide a sound one. */
+  for (size_t below = SIZE_MAX; any;) {
+    art_t copy;
+    int found = 0;
+    pthread_mutex_lock(&b->mu); /* (registrations append: the indices below stay) */
+    for (size_t i = below < b->n ? below : b->n; i-- > 0;)
+      if (!strcmp(b->arts[i].key, key) && !strcmp(b->arts[i].arch, arch)) {
+        copy = b->arts[i], found = 1, below = i;
+        break;
+      }
+    pthread_mutex_unlock(&b->mu);
+    if (!found) return 0;
+    size_t len = 0;
+    unsigned char *data = NULL;
+    if (copy.path) {
+      data = (unsigned char *)da__read_file(copy.path, &len);
+    } else {
+      data = malloc(copy.size ? copy.size : 1);
+      if (data) memcpy(data, copy.data, copy.size), len = copy.size;
+    }
+    char hex[65] = "";
+    if (data) da__sha256_hex(data, len, hex);
+    if (data && len == copy.size && !strcmp(hex, copy.sha256)) {
+      *bytes = data;
+      *n = len;
+      return 1;
+    }
     da__log(DA_LOG_WARN, "bundle %s: artifact of %s for %s is %s; skipped", copy.origin, copy.kernel, arch,
             data ? "corrupt (checksum mismatch)" : "missing");
     free(data);
-    return 0;
   }
-  *bytes = data;
-  *n = len;
-  return 1;
+  return 0;
 }

@@ -91,6 +91,54 @@ static void test_newest_first(void) {
   da_context_destroy(ctx);
 }
 
+/* A manifest of one host artifact (key, source src) of size bytes with checksum sha, the
+ * size member's JSON text as given. */
+static void one_artifact(char *text, size_t cap, const char *key, const char *src, const char *size, const char *sha) {
+  snprintf(text, cap,
+           "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[{\"kernel\":\"K\","
+           "\"source_key\":\"%s\",\"artifacts\":[{\"arch\":\"host\",\"key\":\"%s\",\"file\":\"k.so\"%s%s,"
+           "\"sha256\":\"%s\"}]}]}",
+           da_version(), DA_CACHE_SCHEMA_VERSION, src, key, size ? ",\"size\":" : "", size ? size : "", sha);
+}
+
+/* Two bundles hold the same artifact and the newer one's bytes are damaged: the older,
+ * sound copy is found (it was a miss: with DILATTN_DISABLE_JIT, a failed plan). An
+ * artifact whose size is missing or not an integer is a parse error (it had read as 0 and
+ * every lookup then failed its checksum). */
+static void test_damaged_newer(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  da__bundles *b = da__bundles_create();
+  const char *const key = "3333333333333333333333333333333333333333333333333333333333333333";
+  const char *const src = "4444444444444444444444444444444444444444444444444444444444444444";
+  static const unsigned char sound[] = "sound kernel", damaged[] = "sound kernex";
+  const unsigned char *blobs[2] = {sound, damaged};
+  const size_t sizes[2] = {sizeof sound, sizeof damaged};
+  char sha[65], text[1024], size[32];
+  da__sha256_hex(sound, sizeof sound, sha); /* both manifests name the sound bytes */
+  snprintf(size, sizeof size, "%zu", sizeof sound);
+  one_artifact(text, sizeof text, key, src, size, sha);
+  const char *names[1] = {"k.so"}, *origins[2] = {"bundle-old", "bundle-new"};
+  for (int v = 0; v < 2; v++)
+    TU_CHECK(da__bundles_add(ctx, b, text, strlen(text), origins[v], NULL, names, &blobs[v], &sizes[v], 1) == DA_OK,
+             "register %s: %s", origins[v], da_context_last_error(ctx));
+  void *bytes = NULL;
+  size_t n = 0;
+  TU_CHECK(da__bundles_find(b, "host", key, src, &bytes, &n) == 1 && n == sizeof sound && !memcmp(bytes, sound, n),
+           "a damaged newer copy hides the sound older one: %s", bytes ? (const char *)bytes : "(a miss)");
+  free(bytes);
+  static const char *const bad_sizes[4] = {NULL, "\"13\"", "13.0", "null"};
+  for (int i = 0; i < 4; i++) {
+    one_artifact(text, sizeof text, key, src, bad_sizes[i], sha);
+    const da_status st = da__bundles_add(ctx, b, text, strlen(text), "bundle-bad-size", NULL, names, &blobs[0], &sizes[0], 1);
+    TU_CHECK(st == DA_ERR_PARSE && strstr(da_context_last_error(ctx), "incomplete or invalid"),
+             "an artifact with size %s: %s (%s)", bad_sizes[i] ? bad_sizes[i] : "missing", da_status_name(st),
+             da_context_last_error(ctx));
+  }
+  da__bundles_destroy(b);
+  da_context_destroy(ctx);
+}
+
 /* da__split_path, which finds a manifest's folder (its artifacts' names are relative to
  * it), and the folders the CLI's outputs and npy's fsync go to */
 static void test_split_path(void) {
@@ -113,6 +161,7 @@ static void test_split_path(void) {
 int main(int argc, char **argv) {
   test_split_path();
   test_newest_first();
+  test_damaged_newer();
   if (argc < 2 || !mkdtemp(base)) return 1;
   snprintf(bdir, sizeof bdir, "%s/bundle", base);
   snprintf(cfg, sizeof cfg, "%s/example.json", base);
