@@ -865,6 +865,9 @@ static int cmd_cache(int argc, char **argv) {
   da__disk_cache_summary sum, after;
   da__disk_cache_scan(dc, verify, clear, list ? print_entry : NULL, NULL, &sum);
   int rc = EXIT_OK;
+  if (verify && sum.removed < sum.corrupt)
+    rc = fail(EXIT_RUNTIME, "cache verify: %llu corrupt entries in %s could not be removed",
+              (unsigned long long)(sum.corrupt - sum.removed), da__disk_cache_root(dc));
   if (clear) {
     da__disk_cache_scan(dc, 0, 0, NULL, NULL, &after);
     if (after.entries)

@@ -367,10 +367,10 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
       free(bin);
       if (!bin) {
         sum->corrupt++;
-        da__log(DA_LOG_WARN, "kernel cache: entry %s/%s is corrupt (%s); removed", e->arch, e->key,
-                why ? why : "unreadable");
-        remove_entry(dc, e->arch, e->key);
-        sum->removed++;
+        const int gone = remove_entry(dc, e->arch, e->key) == 0;
+        da__log(DA_LOG_WARN, "kernel cache: entry %s/%s is corrupt (%s); %s", e->arch, e->key, why ? why : "unreadable",
+                gone ? "removed" : "could not be removed");
+        if (gone) sum->removed++;
         continue;
       }
     } else {

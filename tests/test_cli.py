@@ -8,6 +8,7 @@ what and where, and leaving no output file behind.
 Run: python3 tests/test_cli.py build/dilattn ../shared/golden   (ctest -R cli)
 Needs numpy.
 """
+import glob
 import json
 import os
 import shutil
@@ -525,6 +526,25 @@ def test_cache(tmp):
     entries = [json.loads(x) for x in so.splitlines()] if rc == 0 else []
     check(rc == 0 and len(entries) == stats.get("entries") and all("key" in e and "arch" in e for e in entries),
           f"cache list: one object per entry, each with a key: {so}")
+    # verify: a corrupt entry it cannot remove (its .bin a folder holding a file) is said and
+    # fails the command (it was counted as removed, exit 0); that folder gone, verify is clean
+    bins = glob.glob(os.path.join(cd, "v1", "*", "*", "*.bin"))
+    check(bins, f"no .bin in the cache {cd}")
+    if bins:
+        os.unlink(bins[0])
+        os.mkdir(bins[0])
+        open(os.path.join(bins[0], "x"), "w").write("x")
+        rc, so, err = run("cache", "verify", env=env)
+        ver = json.loads(so) if so.strip() else {}
+        check(rc == 4 and ver.get("corrupt") == 1 and ver.get("removed") == 0 and "could not be removed" in err,
+              f"cache verify of an entry it cannot remove: exit {rc}: {so} {err}")
+        shutil.rmtree(bins[0])
+        rc, so, err = run("cache", "verify", env=env)
+        ver = json.loads(so) if rc == 0 else {}
+        check(rc == 0 and ver.get("corrupt") == 0, f"cache verify, the folder removed: {rc} {so} {err}")
+        rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "cache_o.npy"), env=env)
+        rc, so, err = run("cache", "stats", env=env)
+        stats = json.loads(so) if rc == 0 else {}
     rc, so, err = run("cache", "clear", env=env)
     cleared = json.loads(so) if rc == 0 else {}
     check(rc == 0 and cleared.get("removed") == stats.get("entries") and cleared.get("removed_bytes") == stats.get("bytes")
