@@ -327,15 +327,11 @@ static int parse_dict(hdr_parser *h) {
 /* ---------------------------------------------------------------------------------
  * Reader.
  * --------------------------------------------------------------------------------- */
-da_status da__npy_parse(const void *buf, size_t len, da__npy_array *out, char *msg,
-                        size_t msg_cap) {
-  if (msg && msg_cap > 0) msg[0] = '\0';
-  if (out) memset(out, 0, sizeof *out);
-  if (!out) return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: output array is NULL");
-  if (!buf && len > 0)
-    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: buffer is NULL");
-  const unsigned char *p = buf;
-
+/* The preamble and header of a .npy file whose first len bytes are at p (len may end
+ * anywhere: the messages say what is missing): the header's facts in *h, where the data
+ * begins (*data_at) and how many bytes they take (*bytes). DA_OK or DA_ERR_PARSE. */
+static da_status parse_head(const unsigned char *p, size_t len, hdr_parser *h, size_t *data_at, size_t *bytes,
+                            char *msg, size_t msg_cap) {
   /* Preamble: magic, version, header length. */
   if (len == 0) return fail(msg, msg_cap, DA_ERR_PARSE, "file is empty (not a .npy file)");
   size_t mlen = len < sizeof npy_magic ? len : sizeof npy_magic;
@@ -363,48 +359,92 @@ da_status da__npy_parse(const void *buf, size_t len, da__npy_array *out, char *m
                 "the preamble", start - 1, hlen, len - start);
 
   /* Header dict. */
-  hdr_parser h;
-  memset(&h, 0, sizeof h);
-  h.p = p + start;
-  h.n = hlen;
-  h.base = start;
-  h.msg = msg;
-  h.cap = msg_cap;
-  if (parse_dict(&h) < 0) return DA_ERR_PARSE;
+  memset(h, 0, sizeof *h);
+  h->p = p + start;
+  h->n = hlen;
+  h->base = start;
+  h->msg = msg;
+  h->cap = msg_cap;
+  if (parse_dict(h) < 0) return DA_ERR_PARSE;
 
   /* Data: exactly count * elem_size bytes. */
   char shp[256];
-  format_shape(shp, sizeof shp, h.shape, h.ndim);
-  size_t elem = dtype_table[h.dtype].size, count = 1, bytes;
-  for (int d = 0; d < h.ndim; d++) {
-    if ((uint64_t)h.shape[d] > SIZE_MAX || !mul_size(count, (size_t)h.shape[d], &count))
+  format_shape(shp, sizeof shp, h->shape, h->ndim);
+  size_t elem = dtype_table[h->dtype].size, count = 1;
+  for (int d = 0; d < h->ndim; d++) {
+    if ((uint64_t)h->shape[d] > SIZE_MAX || !mul_size(count, (size_t)h->shape[d], &count))
       return fail(msg, msg_cap, DA_ERR_PARSE,
                   "header: shape %s has more elements than this machine can address", shp);
   }
-  if (!mul_size(count, elem, &bytes))
+  if (!mul_size(count, elem, bytes))
     return fail(msg, msg_cap, DA_ERR_PARSE,
                 "header: shape %s of '%s' needs more bytes than this machine can address", shp,
-                dtype_table[h.dtype].descr);
-  size_t data_at = start + hlen, have = len - data_at;
-  if (have != bytes)
-    return fail(msg, msg_cap, DA_ERR_PARSE,
-                "data: shape %s of '%s' needs %zu bytes from byte %zu on, the file has %zu%s",
-                shp, dtype_table[h.dtype].descr, bytes, data_at, have,
-                have > bytes ? " (trailing bytes after the array)" : " (truncated)");
+                dtype_table[h->dtype].descr);
+  *data_at = start + hlen;
+  return DA_OK;
+}
 
+/* The message of data of the wrong length: have bytes after the header (more: at least
+ * that many, the rest not counted). */
+static da_status bad_length(const hdr_parser *h, size_t bytes, size_t data_at, size_t have, int more, char *msg,
+                            size_t msg_cap) {
+  char shp[256];
+  format_shape(shp, sizeof shp, h->shape, h->ndim);
+  return fail(msg, msg_cap, DA_ERR_PARSE, "data: shape %s of '%s' needs %zu bytes from byte %zu on, the file has %s%zu%s",
+              shp, dtype_table[h->dtype].descr, bytes, data_at, more ? "more than " : "", have,
+              have > bytes || more ? " (trailing bytes after the array)" : " (truncated)");
+}
+
+static void fill(da__npy_array *out, const hdr_parser *h, size_t bytes, void *data) {
+  out->dtype = h->dtype;
+  out->ndim = h->ndim;
+  memcpy(out->shape, h->shape, sizeof out->shape);
+  out->elem_size = dtype_table[h->dtype].size;
+  out->count = bytes / out->elem_size;
+  out->data = data;
+}
+
+da_status da__npy_parse(const void *buf, size_t len, da__npy_array *out, char *msg,
+                        size_t msg_cap) {
+  if (msg && msg_cap > 0) msg[0] = '\0';
+  if (out) memset(out, 0, sizeof *out);
+  if (!out) return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: output array is NULL");
+  if (!buf && len > 0)
+    return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: buffer is NULL");
+  const unsigned char *p = buf;
+  hdr_parser h;
+  size_t data_at, bytes;
+  const da_status st = parse_head(p, len, &h, &data_at, &bytes, msg, msg_cap);
+  if (st != DA_OK) return st;
+  const size_t have = len - data_at;
+  if (have != bytes) return bad_length(&h, bytes, data_at, have, 0, msg, msg_cap);
   void *data = malloc(bytes ? bytes : 1);
   if (!data)
     return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "npy: out of memory for %zu bytes of data",
                 bytes);
   if (bytes) memcpy(data, p + data_at, bytes);
-  out->dtype = h.dtype;
-  out->ndim = h.ndim;
-  memcpy(out->shape, h.shape, sizeof out->shape);
-  out->elem_size = elem;
-  out->count = count;
-  out->data = data;
+  fill(out, &h, bytes, data);
   return DA_OK;
 }
+
+/* Up to n bytes from fd into buf (fewer only at the end of the file): the count, or -1
+ * with errno set. */
+static ssize_t read_full(int fd, void *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, (unsigned char *)buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+/* The preamble and header of an .npy file are read first, then exactly the data they
+ * announce: a file that is no .npy (a disk image, /dev/zero) is refused after its first
+ * bytes, not read whole into memory first. */
+#define NPY_HEAD_MAX (1u << 20) /* a header of at most 8 dimensions needs far less */
 
 da_status da__npy_load(const char *path, da__npy_array *out, char *msg, size_t msg_cap) {
   if (msg && msg_cap > 0) msg[0] = '\0';
@@ -423,43 +463,76 @@ da_status da__npy_load(const char *path, da__npy_array *out, char *msg, size_t m
     close(fd);
     return fail(msg, msg_cap, DA_ERR_IO, "%s: is a directory", path);
   }
-  /* Read to EOF; st_size is only a first guess (pipes report 0). */
-  size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX
-                   ? (size_t)st.st_size + 1 : 65536;
-  size_t len = 0;
-  unsigned char *buf = malloc(cap);
-  if (!buf) {
-    close(fd);
-    return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "%s: out of memory for %zu bytes", path, cap);
-  }
-  for (;;) {
-    if (len == cap) {
-      size_t ncap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
-      unsigned char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
-      if (!nb) {
-        free(buf);
-        close(fd);
-        return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "%s: out of memory reading the file", path);
-      }
-      buf = nb;
-      cap = ncap;
-    }
-    ssize_t r = read(fd, buf + len, cap - len);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      int e = errno;
-      free(buf);
-      close(fd);
-      return fail(msg, msg_cap, DA_ERR_IO, "%s: cannot read: %s", path, strerror(e));
-    }
-    if (r == 0) break;
-    len += (size_t)r;
-  }
-  close(fd);
   char inner[512];
-  da_status st2 = da__npy_parse(buf, len, out, inner, sizeof inner);
-  free(buf);
-  if (st2 != DA_OK) return fail(msg, msg_cap, st2, "%s: %s", path, inner);
+  da_status res = DA_OK;
+  unsigned char pre[12], *head = NULL, *data = NULL;
+  hdr_parser h;
+  size_t data_at = 0, bytes = 0, hlen = 0, have = 0;
+  ssize_t got = read_full(fd, pre, sizeof pre);
+  if (got < 0) goto io_error;
+  /* the header's length, where the preamble says it (else parse_head says what is wrong) */
+  if (got >= 10 && !memcmp(pre, npy_magic, sizeof npy_magic) && pre[6] >= 1 && pre[6] <= 3 && !pre[7]) {
+    hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
+    if (pre[6] > 1 && got >= 12) hlen |= (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+  }
+  if (hlen > NPY_HEAD_MAX) {
+    res = fail(inner, sizeof inner, DA_ERR_PARSE, "header: %zu bytes long, more than %u (no array of at most %d "
+               "dimensions needs that)", hlen, NPY_HEAD_MAX, DA_NPY_MAX_DIMS);
+    goto done;
+  }
+  const size_t start = pre[6] == 1 ? 10 : 12, want = got >= 10 ? start + hlen : (size_t)got;
+  head = malloc(want > (size_t)got ? want : (size_t)got);
+  if (!head) {
+    res = fail(inner, sizeof inner, DA_ERR_NO_MEMORY, "out of memory for the header");
+    goto done;
+  }
+  memcpy(head, pre, (size_t)got);
+  size_t hgot = (size_t)got;
+  if (want > hgot) { /* (a version 1.0 header starts inside pre: its first bytes came with it) */
+    const ssize_t r = read_full(fd, head + hgot, want - hgot);
+    if (r < 0) goto io_error;
+    hgot += (size_t)r;
+  }
+  res = parse_head(head, hgot < want ? hgot : want, &h, &data_at, &bytes, inner, sizeof inner);
+  if (res != DA_OK) goto done;
+  have = hgot - data_at; /* (bytes of data read with the preamble) */
+  data = malloc(bytes ? bytes : 1);
+  if (!data) {
+    res = fail(inner, sizeof inner, DA_ERR_NO_MEMORY, "out of memory for %zu bytes of data", bytes);
+    goto done;
+  }
+  if (have > bytes) { /* a v1.0 file whose data is shorter than the preamble's 12 bytes */
+    res = bad_length(&h, bytes, data_at, S_ISREG(st.st_mode) ? (size_t)st.st_size - data_at : have,
+                     !S_ISREG(st.st_mode), inner, sizeof inner);
+    goto done;
+  }
+  memcpy(data, head + data_at, have);
+  {
+    const ssize_t r = read_full(fd, data + have, bytes - have);
+    if (r < 0) goto io_error;
+    have += (size_t)r;
+  }
+  unsigned char extra;
+  got = have < bytes ? 0 : read_full(fd, &extra, 1);
+  if (got < 0) goto io_error;
+  if (have != bytes || got > 0) {
+    const int regular = S_ISREG(st.st_mode) && (size_t)st.st_size >= data_at;
+    res = bad_length(&h, bytes, data_at, regular && got > 0 ? (size_t)st.st_size - data_at : have + (size_t)got,
+                     got > 0 && !regular, inner, sizeof inner);
+    goto done;
+  }
+  fill(out, &h, bytes, data);
+  data = NULL;
+  goto done;
+io_error: {
+  const int e = errno;
+  res = fail(inner, sizeof inner, DA_ERR_IO, "cannot read: %s", strerror(e));
+}
+done:
+  close(fd);
+  free(head);
+  free(data);
+  if (res != DA_OK) return fail(msg, msg_cap, res, "%s: %s", path, inner);
   return DA_OK;
 }
 

@@ -445,6 +445,37 @@ static void test_load_errors(void) {
   fclose(f);
   CHECK(da__npy_load(path, &a, msg, sizeof msg) == DA_ERR_PARSE && is_zeroed(&a));
   CHECK(strncmp(msg, path, strlen(path)) == 0 && strstr(msg, "truncated"));
+  /* trailing bytes: said, with the file's length */
+  f = fopen(path, "wb");
+  fwrite(np_f32_v1, 1, LEN(np_f32_v1), f);
+  fwrite("xyz", 1, 3, f);
+  fclose(f);
+  CHECK(da__npy_load(path, &a, msg, sizeof msg) == DA_ERR_PARSE && is_zeroed(&a));
+  CHECK(strstr(msg, "trailing bytes") != NULL);
+  char want[64];
+  snprintf(want, sizeof want, "the file has %zu", (size_t)3 + 24); /* np_f32_v1: 2 x 3 floats after 128 bytes */
+  CHECK_MSG(strstr(msg, want) != NULL, msg);
+  /* A file that is no .npy is refused after its first bytes, not read whole first (it had
+   * read /dev/zero until memory ran out): /dev/zero, and a header length of 16 MiB */
+  CHECK(da__npy_load("/dev/zero", &a, msg, sizeof msg) == DA_ERR_PARSE && strstr(msg, "bad magic"));
+  static const unsigned char long_head[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0, 0, 0, 1};
+  f = fopen(path, "wb");
+  fwrite(long_head, 1, sizeof long_head, f);
+  fclose(f);
+  CHECK(da__npy_load(path, &a, msg, sizeof msg) == DA_ERR_PARSE && is_zeroed(&a));
+  CHECK_MSG(strstr(msg, "16777216 bytes long") != NULL, msg);
+  /* every prefix of a good file: load says what parse says */
+  for (size_t cut = 0; cut <= LEN(np_f32_v1); cut++) {
+    char pmsg[512];
+    f = fopen(path, "wb");
+    fwrite(np_f32_v1, 1, cut, f);
+    fclose(f);
+    const da_status ls = da__npy_load(path, &a, msg, sizeof msg);
+    da__npy_free(&a);
+    const da_status ps = da__npy_parse(np_f32_v1, cut, &a, pmsg, sizeof pmsg);
+    da__npy_free(&a);
+    CHECK_MSG(ls == ps && (ls == DA_OK || !strcmp(msg + strlen(path) + 2, pmsg)), msg);
+  }
   unlink(path);
 }
 
