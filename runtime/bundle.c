@@ -37,8 +37,15 @@ struct da__bundles {
 
 void da__host_artifact_key(const char *source_key, char key[65]) {
   char text[512];
-  snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
-           source_key, da__host_cc(), da__host_flags());
+  const char *cc = da__host_cc();
+  int n = snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
+                   source_key, cc, da__host_flags());
+  if (n < 0 || (size_t)n >= sizeof text) { /* a CC past the text: its hash in its place (cut, two CCs had one key) */
+    char cc_hash[65];
+    da__sha256_hex(cc, strlen(cc), cc_hash);
+    snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc-sha256=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
+             source_key, cc_hash, da__host_flags());
+  }
   da__sha256_hex(text, strlen(text), key);
 }
 

@@ -139,6 +139,29 @@ static void test_damaged_newer(void) {
   da_context_destroy(ctx);
 }
 
+/* The host artifact key holds all of CC, however long (it was cut at 512 characters of
+ * text: two compiler commands differing past that shared one key, so a kernel built by one
+ * was taken for the other). */
+static void test_host_key_cc(void) {
+  const char *const src = "5555555555555555555555555555555555555555555555555555555555555555";
+  char a[700], b[700], ka[65], kb[65], ks[65], ks2[65];
+  memset(a, 'A', sizeof a - 1), a[sizeof a - 1] = 0;
+  memcpy(a, "cc -DX=", 7);
+  memcpy(b, a, sizeof b);
+  b[sizeof b - 2] = 'B'; /* differs in its last character */
+  const char *was = getenv("CC");
+  char saved[256] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  setenv("CC", a, 1), da__host_artifact_key(src, ka);
+  setenv("CC", b, 1), da__host_artifact_key(src, kb);
+  setenv("CC", "cc", 1), da__host_artifact_key(src, ks);
+  setenv("CC", "cc -O1", 1), da__host_artifact_key(src, ks2);
+  if (was) setenv("CC", saved, 1);
+  else unsetenv("CC");
+  TU_CHECK(strcmp(ka, kb) != 0, "two CCs differing in their 699th character share a host key");
+  TU_CHECK(strcmp(ks, ks2) != 0 && strcmp(ks, ka) != 0, "short CCs' keys");
+}
+
 /* da__split_path, which finds a manifest's folder (its artifacts' names are relative to
  * it), and the folders the CLI's outputs and npy's fsync go to */
 static void test_split_path(void) {
@@ -162,6 +185,7 @@ int main(int argc, char **argv) {
   test_split_path();
   test_newest_first();
   test_damaged_newer();
+  test_host_key_cc();
   if (argc < 2 || !mkdtemp(base)) return 1;
   snprintf(bdir, sizeof bdir, "%s/bundle", base);
   snprintf(cfg, sizeof cfg, "%s/example.json", base);
