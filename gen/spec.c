@@ -5,6 +5,7 @@
 #include "runtime/log.h"
 
 #include <jansson.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -64,6 +65,10 @@ da_status da_spec_validate(const da_spec *s, char *msg, size_t cap) {
     BAD("offsets: %d is not mod (0) or block (1)", (int)s->offsets);
   if (s->causal != 0 && s->causal != 1) BAD("causal: %d is not 0 or 1", s->causal);
   if (s->has_scale && !isfinite(s->scale)) BAD("scale: %g is not a finite number", s->scale);
+  /* the kernels hold it as a float32 (beyond, it was inf there and every output NaN) */
+  if (s->has_scale && fabs(s->scale) > FLT_MAX)
+    BAD("scale: %g is beyond float32's range (|scale| <= %g: the kernels compute the scores in float32)", s->scale,
+        (double)FLT_MAX);
   if (s->num_heads < 1 || s->num_heads > DA_MAX_HEADS)
     BAD("num_heads: %d is out of range (1 to %d)", s->num_heads, DA_MAX_HEADS);
   if (s->num_kv_heads < 1 || s->num_kv_heads > s->num_heads)

@@ -52,6 +52,8 @@ static void test_validate(void) {
   BAD_SPEC(s.causal = 2, "causal: 2");
   BAD_SPEC((s.has_scale = 1, s.scale = NAN), "scale: nan");
   BAD_SPEC((s.has_scale = 1, s.scale = INFINITY), "scale: inf");
+  BAD_SPEC((s.has_scale = 1, s.scale = 1e39), "beyond float32's range"); /* finite, but inf as the kernels' float */
+  BAD_SPEC((s.has_scale = 1, s.scale = -1e39), "beyond float32's range");
   BAD_SPEC(s.dtype = (da_dtype)9, "dtype: 9");
   BAD_SPEC((s.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, s.sparsity.block = 0), "sparsity.block: 0");
   BAD_SPEC((s.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, s.sparsity.window = -1), "sparsity.window: -1");
