@@ -795,12 +795,17 @@ static int cmd_info(void) {
     cuda = da__cli_sprintf("{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 5));
   /* the kernel cache's folder as the library chose it (null: none), and whether it is usable
    * (the context just opened it, creating it if it could) */
-  char base[3900], root[4000];
-  da__disk_cache_base(base, sizeof base);
+  char base[DA_CACHE_BASE_MAX + 1], root[DA_CACHE_BASE_MAX + 8];
+  const size_t need = da__disk_cache_base(base, sizeof base);
+  const int too_long = need > DA_CACHE_BASE_MAX; /* (then memory-only; cache_dir names it whole) */
+  char *whole = too_long && need < SIZE_MAX ? malloc(need + 1) : NULL;
+  if (whole) da__disk_cache_base(whole, need + 1);
   snprintf(root, sizeof root, "%s/v1", base);
   struct stat cst;
-  int cache_usable = base[0] && stat(root, &cst) == 0 && S_ISDIR(cst.st_mode) && access(root, W_OK | X_OK) == 0;
-  const char *cache_dir = jstr(base[0] ? base : NULL, 7);
+  int cache_usable =
+      !too_long && base[0] && stat(root, &cst) == 0 && S_ISDIR(cst.st_mode) && access(root, W_OK | X_OK) == 0;
+  const char *cache_dir = jstr(whole ? whole : base[0] ? base : NULL, 7);
+  free(whole);
   /* the workspace limit plans would take: bytes, null (none), or why it is refused */
   size_t limit_bytes = SIZE_MAX;
   if (da__workspace_limit(ctx, &limit_bytes) != DA_OK)
@@ -834,8 +839,9 @@ static void print_entry(void *user, const char *arch, const char *key, uint64_t 
 }
 
 /* Why the cache folder root (".../v1") cannot be used, for the error message. */
-static const char *cache_unusable_why(const char *base, const char *root) {
+static const char *cache_unusable_why(const char *base, size_t need, const char *root) {
   struct stat st;
+  if (need > DA_CACHE_BASE_MAX) return "its name is too long for the cache's entries";
   if (!base[0]) return "no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME is set";
   if (stat(root, &st) != 0) return strerror(errno);
   if (!S_ISDIR(st.st_mode)) return "not a folder";
@@ -853,10 +859,10 @@ static int cmd_cache(int argc, char **argv) {
   da__disk_cache *dc = da__disk_cache_open();
   if (!dc) return fail(EXIT_RUNTIME, "out of memory");
   if (!da__disk_cache_usable(dc)) { /* a cache the library cannot use: nothing to report, nothing done */
-    char base[3900];
-    da__disk_cache_base(base, sizeof base);
+    char base[DA_CACHE_BASE_MAX + 1];
+    const size_t need = da__disk_cache_base(base, sizeof base);
     int rc = fail(EXIT_RUNTIME, "cache %s: the kernel cache folder %s cannot be used: %s (DILATTN_CACHE_DIR)", sub,
-                  base[0] ? da__disk_cache_root(dc) : "(none)", cache_unusable_why(base, da__disk_cache_root(dc)));
+                  base[0] ? da__disk_cache_root(dc) : "(none)", cache_unusable_why(base, need, da__disk_cache_root(dc)));
     da__disk_cache_close(dc);
     return rc;
   }

@@ -33,21 +33,27 @@ struct da__disk_cache {
   int usable;
 };
 
-void da__disk_cache_base(char *base, size_t cap) {
+size_t da__disk_cache_base(char *base, size_t cap) {
   const char *env = getenv("DILATTN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (env && *env) snprintf(base, cap, "%s", env);
-  else if (xdg && xdg[0] == '/') snprintf(base, cap, "%s/dilattn", xdg); /* a relative one is invalid (XDG spec) */
-  else if (home && *home) snprintf(base, cap, "%s/.cache/dilattn", home);
+  int n = 0;
+  if (env && *env) n = snprintf(base, cap, "%s", env);
+  else if (xdg && xdg[0] == '/') n = snprintf(base, cap, "%s/dilattn", xdg); /* a relative one is invalid (XDG spec) */
+  else if (home && *home) n = snprintf(base, cap, "%s/.cache/dilattn", home);
   else if (cap) base[0] = '\0';
+  return n < 0 ? SIZE_MAX : (size_t)n;
 }
 
 da__disk_cache *da__disk_cache_open(void) {
   da__disk_cache *dc = calloc(1, sizeof *dc);
   if (!dc) return NULL;
-  char base[3900];
-  da__disk_cache_base(base, sizeof base);
+  char base[DA_CACHE_BASE_MAX + 1];
+  const size_t need = da__disk_cache_base(base, sizeof base);
   snprintf(dc->root, sizeof dc->root, "%s/v1", base);
-  if (!base[0]) {
+  if (need > DA_CACHE_BASE_MAX) { /* (cut short, it named another folder, which was then made and filled) */
+    da__log(DA_LOG_WARN, "kernel cache: the folder's name is %zu characters long, past the %d its entries' paths "
+            "allow (DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME); kernels are cached in memory only", need,
+            DA_CACHE_BASE_MAX);
+  } else if (!base[0]) {
     da__log(DA_LOG_WARN, "kernel cache: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME; memory-only");
   } else if (da__mkdir_p(dc->root, 0700) != 0 || access(dc->root, W_OK | X_OK) != 0) {
     da__log(DA_LOG_WARN, "kernel cache: cannot use %s (%s); kernels are cached in memory only", dc->root,

@@ -15,8 +15,11 @@ typedef struct da__disk_cache da__disk_cache;
  * memory-only mode (every lookup misses, writes are dropped) and one warning. */
 DA_HIDDEN da__disk_cache *da__disk_cache_open(void);
 /* The folder the cache uses as DILATTN_CACHE_DIR, XDG_CACHE_HOME and HOME choose it (the
- * entries are in its v1/); "" when none is set. Creates nothing. */
-DA_HIDDEN void da__disk_cache_base(char *base, size_t cap);
+ * entries are in its v1/); "" when none is set. Creates nothing. Returns the length the
+ * folder's name needs: at least cap, or past DA_CACHE_BASE_MAX, it is too long for the
+ * cache (base then holds as much as fits; the cache is memory-only). */
+#define DA_CACHE_BASE_MAX 3900
+DA_HIDDEN size_t da__disk_cache_base(char *base, size_t cap);
 DA_HIDDEN void da__disk_cache_close(da__disk_cache *dc);
 DA_HIDDEN int da__disk_cache_usable(const da__disk_cache *dc);
 DA_HIDDEN const char *da__disk_cache_root(const da__disk_cache *dc); /* ".../v1" */

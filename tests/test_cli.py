@@ -553,6 +553,19 @@ def test_cache(tmp):
     check(rc == 0 and json.loads(so)["entries"] == 0, f"cache stats after clear: {so}")
     rc, so, err = run("cache", "list", env=env)
     check(rc == 0 and so == "", f"cache list of an empty cache prints nothing: {so!r}")
+    # a cache folder whose name is past what the entries' paths allow (3900): memory-only,
+    # said; nothing made under the name cut short (it had been, and filled)
+    long_dir = tmp
+    while len(long_dir) < 3950:
+        long_dir = os.path.join(long_dir, "e" * min(200, 3950 - len(long_dir)))
+    rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "cache_long.npy"), env={"DILATTN_CACHE_DIR": long_dir})
+    check(rc == 0 and "past the 3900" in err and not os.path.exists(long_dir[:3900]),
+          f"run with a {len(long_dir)}-character cache folder: exit {rc}: {err[-300:]}")
+    rc, so, err = run("info", env={"DILATTN_CACHE_DIR": long_dir})
+    inf = json.loads(so) if rc == 0 else {}
+    check(inf.get("cache_dir") == long_dir and inf.get("cache_usable") is False, f"info, a too-long cache folder: {so[-200:]}")
+    rc, so, err = run("cache", "stats", env={"DILATTN_CACHE_DIR": long_dir})
+    check(rc == 4 and "too long" in err, f"cache stats, a too-long cache folder: exit {rc}: {err[-300:]}")
     # a regular file as the cache folder: every subcommand fails, saying why
     f = os.path.join(tmp, "cache-is-a-file")
     open(f, "w").write("x")
