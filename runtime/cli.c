@@ -732,7 +732,9 @@ static int cmd_run(int argc, char **argv) {
   }
   if (rc == EXIT_OK) {
     out = malloc(q.count * q.elem_size + 1);
-    lse = lsep ? malloc((size_t)(B * spec.num_heads * N) * sizeof(float) + 1) : NULL;
+    /* (B * H * N fits: the NPY reader refuses a shape whose nonzero dimensions' product
+     * passes INT64_MAX, whatever its zeros) */
+    lse = lsep ? malloc((size_t)B * (size_t)spec.num_heads * (size_t)N * sizeof(float) + 1) : NULL;
     if (!out || (lsep && !lse)) rc = fail(EXIT_RUNTIME, "out of memory for the output");
   }
   if (rc == EXIT_OK) {

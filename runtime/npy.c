@@ -370,9 +370,12 @@ static da_status parse_head(const unsigned char *p, size_t len, hdr_parser *h, s
   /* Data: exactly count * elem_size bytes. */
   char shp[256];
   format_shape(shp, sizeof shp, h->shape, h->ndim);
-  size_t elem = dtype_table[h->dtype].size, count = 1;
+  /* (the product of the dimensions other than 0 too, as numpy checks it: an array of no
+   * elements whose shape overflows is one no writer makes and numpy cannot load) */
+  size_t elem = dtype_table[h->dtype].size, count = 1, nonzero = 1;
   for (int d = 0; d < h->ndim; d++) {
-    if ((uint64_t)h->shape[d] > SIZE_MAX || !mul_size(count, (size_t)h->shape[d], &count))
+    if ((uint64_t)h->shape[d] > SIZE_MAX || !mul_size(count, (size_t)h->shape[d], &count) ||
+        !mul_size(nonzero, h->shape[d] ? (size_t)h->shape[d] : 1, &nonzero) || nonzero > (size_t)INT64_MAX)
       return fail(msg, msg_cap, DA_ERR_PARSE,
                   "header: shape %s has more elements than this machine can address", shp);
   }

@@ -322,6 +322,9 @@ static void test_malformed(void) {
        "too large"},
       {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775807, 3), }", 4,
        "more elements"},
+      /* no elements, but numpy refuses the shape too: it was read, then not written back */
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 0, 2, 4), }", 0,
+       "more elements"},
       {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904,), }", 4,
        "needs more bytes"},
       {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5), }", 20, "not a tuple"},
