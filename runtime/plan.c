@@ -13,6 +13,7 @@
 #include "runtime/tuning_db.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdio.h>
 #include <pthread.h>
@@ -563,11 +564,13 @@ const char *da_plan_strategy(const da_plan *p) { return p ? p->r->strategy : "";
 static int num_threads(int64_t work) {
   const char *env = getenv("DILATTN_NUM_THREADS");
   long n = 0; /* unset, empty, 0 or junk: the online CPUs */
-  if (env && *env && !da__parse_count(env, 1 << 20, &n))
+  if (env && *env && !da__parse_count(env, LONG_MAX, &n)) {
     da__log(DA_LOG_WARN, "DILATTN_NUM_THREADS=%s is not a number of threads; using the online CPUs", env);
+    n = 0;
+  }
   if (n == 0) n = da__online_cpus();
   if (n < 1) n = 1;
-  if (n > 256) n = 256;
+  if (n > 256) n = 256; /* (README: at most 256) */
   if (n > work) n = (long)work;
   return (int)(n < 1 ? 1 : n);
 }

@@ -693,6 +693,11 @@ def test_bad_inputs(tmp):
     # output into a folder that does not exist: exit 2, nothing written
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", os.path.join(tmp, "no", "o.npy"))
     check(rc == 2 and "o.npy" in err, f"unwritable output: {rc} {err}")
+    # DILATTN_NUM_THREADS past 256: 256, no warning that it is not a number (it said so)
+    rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_NUM_THREADS": "1048577"})
+    check(rc == 0 and "not a number" not in err, f"DILATTN_NUM_THREADS=1048577: {rc} {err}")
+    if os.path.exists(out):
+        os.unlink(out)
     # a CUDA environment variable with a value it does not take: refused on any backend
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_CUDA_MMA": "fast"})
     check(rc == 2 and "DILATTN_CUDA_MMA=fast" in err and not os.path.exists(out), f"DILATTN_CUDA_MMA=fast: {rc} {err}")
