@@ -30,6 +30,7 @@ typedef unsigned long long CUdeviceptr;
 enum {
   CUDA_SUCCESS = 0,
   CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
   CUDA_ERROR_NO_DEVICE = 100,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -78,13 +79,17 @@ struct da__cuda {
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);    /* cuMemcpyHtoD_v2 */
   CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);          /* cuMemcpyDtoH_v2 */
   CUresult (*StreamSynchronize)(CUstream);
-  /* stream-ordered pool (CUDA 11.2+; optional): cuMemAllocAsync from the device's default
-   * pool with its release threshold raised, so steady-state executions do not hit the
-   * driver's allocator */
+  /* stream-ordered allocations (CUDA 11.2+; optional): from a pool of the library's own
+   * (cuMemPoolCreate) whose release threshold is raised, so steady-state executions do not
+   * hit the driver's allocator (DESIGN.md); the device's default pool, which other
+   * libraries in the process share (PyTorch's cudaMallocAsync backend), is left as it is */
   CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
-  CUresult (*DeviceGetDefaultMemPool)(void **, CUdevice);
+  CUresult (*MemPoolCreate)(void **, const void *);
+  CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, void *, CUstream);
   CUresult (*MemPoolSetAttribute)(void *, int, void *);
+  CUresult (*MemPoolTrimTo)(void *, size_t);
+  void *pool; /* the library's pool (pool_setup), NULL where there is none */
 };
 
 static da__cuda g_cuda;
@@ -189,8 +194,10 @@ static void cuda_init(void) {
     char unused[256] = "";
     load_sym(c->dl, "cuMemAllocAsync", &c->MemAllocAsync, unused, sizeof unused);
     load_sym(c->dl, "cuMemFreeAsync", &c->MemFreeAsync, unused, sizeof unused);
-    load_sym(c->dl, "cuDeviceGetDefaultMemPool", &c->DeviceGetDefaultMemPool, unused, sizeof unused);
+    load_sym(c->dl, "cuMemPoolCreate", &c->MemPoolCreate, unused, sizeof unused);
+    load_sym(c->dl, "cuMemAllocFromPoolAsync", &c->MemAllocFromPoolAsync, unused, sizeof unused);
     load_sym(c->dl, "cuMemPoolSetAttribute", &c->MemPoolSetAttribute, unused, sizeof unused);
+    load_sym(c->dl, "cuMemPoolTrimTo", &c->MemPoolTrimTo, unused, sizeof unused);
     load_sym(c->dl, "cuLaunchKernelEx", &c->LaunchKernelEx, unused, sizeof unused);
     load_sym(c->dl, "cuTensorMapEncodeTiled", &c->TensorMapEncodeTiled, unused, sizeof unused);
   }
@@ -415,17 +422,33 @@ da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void
 /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuda.h: 4) */
 #define DA_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 
-/* The device's default memory pool keeps what it holds between executions (no release
- * threshold). Set up once per process, with the primary context current (the caller's
- * enter()): several threads' first executions used to race on a flag here. */
+/* The library's memory pool on the device: it keeps what it holds between executions (no
+ * release threshold; da__cuda_trim_pool gives it back). Set up once per process, with the
+ * primary context current (the caller's enter()): several threads' first executions used
+ * to race on a flag here. It had raised the threshold of the device's default pool, which
+ * every library in the process allocating stream-ordered shares. Without the calls (a
+ * driver before CUDA 11.2) or where creating it fails, cuMemAllocAsync's default pool as
+ * it is. */
 static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
 static void pool_setup(void) {
   da__cuda *c = &g_cuda;
-  if (!c->DeviceGetDefaultMemPool || !c->MemPoolSetAttribute) return;
+  if (!c->MemPoolCreate || !c->MemAllocFromPoolAsync || !c->MemPoolSetAttribute) return;
+  da__cu_mempool_props props;
+  memset(&props, 0, sizeof props);
+  props.alloc_type = DA__CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location_type = DA__CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location_id = c->device;
   void *pool = NULL;
+  if (c->MemPoolCreate(&pool, &props) != CUDA_SUCCESS || !pool) return;
   uint64_t keep = UINT64_MAX; /* never give memory back between executions */
-  if (c->DeviceGetDefaultMemPool(&pool, c->device) == CUDA_SUCCESS)
-    c->MemPoolSetAttribute(pool, DA_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+  c->MemPoolSetAttribute(pool, DA_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+  __atomic_store_n(&c->pool, pool, __ATOMIC_RELEASE);
+}
+
+void da__cuda_trim_pool(void) {
+  da__cuda *c = &g_cuda;
+  void *pool = __atomic_load_n(&c->pool, __ATOMIC_ACQUIRE);
+  if (pool && c->MemPoolTrimTo) c->MemPoolTrimTo(pool, 0);
 }
 
 da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes, void *stream, void **dptr) {
@@ -439,7 +462,10 @@ da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes
   DA_TRY(enter(ctx, c, &pushed));
   pthread_once(&g_pool_once, pool_setup); /* once, by whichever thread allocates first */
   CUdeviceptr d = 0;
-  CUresult r = c->MemAllocAsync(&d, bytes, (CUstream)stream);
+  void *pool = __atomic_load_n(&c->pool, __ATOMIC_ACQUIRE);
+  CUresult r = pool ? c->MemAllocFromPoolAsync(&d, bytes, pool, (CUstream)stream) : CUDA_ERROR_NOT_SUPPORTED;
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY) /* no pool of our own, or one that refused */
+    r = c->MemAllocAsync(&d, bytes, (CUstream)stream);
   leave(c, pushed);
   if (r != CUDA_SUCCESS) {
     const char *name, *text;

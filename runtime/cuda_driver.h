@@ -77,17 +77,34 @@ typedef struct {
   unsigned num_attrs;
 } da__cu_launch_config;
 
+/* cuda.h's CUmemPoolProps (64-bit ABI), mirrored likewise, and the values the library's
+ * pool takes */
+#define DA__CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define DA__CU_MEM_LOCATION_TYPE_DEVICE 1
+typedef struct {
+  int alloc_type;            /* CUmemAllocationType */
+  int handle_types;          /* CUmemAllocationHandleType: none */
+  int location_type, location_id; /* CUmemLocation */
+  void *win32_security_attributes;
+  size_t max_size;
+  unsigned short usage;
+  unsigned char reserved[54];
+} da__cu_mempool_props;
+
 /* Device memory; the device pointer (CUdeviceptr) is carried as void*. 0 bytes gives
  * NULL and DA_OK; freeing NULL does nothing. */
 DA_HIDDEN da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void **dptr);
 DA_HIDDEN void da__cuda_free(da__cuda *c, void *dptr);
-/* Stream-ordered workspace from the device's default memory pool (release threshold
- * raised: after warm-up no allocation reaches the driver). Falls back to cuMemAlloc when
+/* Stream-ordered workspace from the library's own memory pool (release threshold raised:
+ * after warm-up no allocation reaches the driver; the device's default pool is left to the
+ * other libraries in the process), else the default pool as it is, else cuMemAlloc where
  * the driver lacks cuMemAllocAsync. da__cuda_free_async returns 0 when the caller must
- * synchronize stream and call da__cuda_free instead. */
+ * synchronize stream and call da__cuda_free instead. da__cuda_trim_pool gives the pool's
+ * unused memory back (da_context_destroy). */
 DA_HIDDEN da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes, void *stream,
                                           void **dptr);
 DA_HIDDEN int da__cuda_free_async(da__cuda *c, void *dptr, void *stream);
+DA_HIDDEN void da__cuda_trim_pool(void);
 DA_HIDDEN da_status da__cuda_memcpy_htod(const da_context *ctx, da__cuda *c, void *dst,
                                          const void *src, size_t bytes);
 DA_HIDDEN da_status da__cuda_memcpy_dtoh(const da_context *ctx, da__cuda *c, void *dst,

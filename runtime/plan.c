@@ -163,6 +163,7 @@ void da_context_destroy(da_context *c) {
   da__kernel_cache_destroy(&c->kernels);
   da__pool_destroy(c->pool);
   da__pattern_cache_destroy(c->patterns);
+  da__cuda_trim_pool(); /* the device pool's unused memory back to the driver */
   free(c);
 }
 

@@ -285,14 +285,40 @@ CUresult cuMemFreeAsync(unsigned long long d, void *stream) {
   (void)stream;
   return cuMemFree_v2(d);
 }
+/* Memory pools: the device's default one (&context_token) and those cuMemPoolCreate makes
+ * (&own_pool); what the library did with each, for tests (fake_cuda_pool_stats). */
+static int own_pool, pools_created, pool_allocs, default_pool_changes, pool_trims;
 CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) {
   (void)dev;
   *pool = &context_token;
   return OK;
 }
 CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
-  (void)pool, (void)attr, (void)value;
+  (void)attr, (void)value;
+  if (pool == &context_token) __atomic_add_fetch(&default_pool_changes, 1, __ATOMIC_RELAXED);
+  return pool == &context_token || pool == &own_pool ? OK : INVALID_VALUE;
+}
+CUresult cuMemPoolCreate(void **pool, const void *props) {
+  const int *p = props; /* CUmemPoolProps: allocType, handleTypes, location {type, id}, ... */
+  if (!pool || !p || p[0] != 1 || p[1] != 0 || p[2] != 1 || p[3] != 0) return INVALID_VALUE;
+  *pool = &own_pool;
+  __atomic_add_fetch(&pools_created, 1, __ATOMIC_RELAXED);
   return OK;
+}
+CUresult cuMemAllocFromPoolAsync(unsigned long long *d, size_t bytes, void *pool, void *stream) {
+  (void)stream;
+  if (pool != &own_pool) return INVALID_VALUE;
+  __atomic_add_fetch(&pool_allocs, 1, __ATOMIC_RELAXED);
+  return cuMemAlloc_v2(d, bytes);
+}
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+  (void)keep;
+  if (pool != &own_pool) return INVALID_VALUE;
+  __atomic_add_fetch(&pool_trims, 1, __ATOMIC_RELAXED);
+  return OK;
+}
+void fake_cuda_pool_stats(int *created, int *allocs, int *default_changes, int *trims) {
+  *created = pools_created, *allocs = pool_allocs, *default_changes = default_pool_changes, *trims = pool_trims;
 }
 
 CUresult cuLaunchKernelEx(const fake_config *c, void *fn, void **params, void **extra) {

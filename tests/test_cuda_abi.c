@@ -36,6 +36,15 @@ int main(void) {
   SAME("tensor map uint16", DA__TMAP_UINT16, CU_TENSOR_MAP_DATA_TYPE_UINT16);
   SAME("tensor map swizzle 128B", DA__TMAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_128B);
   SAME("tensor map L2 128B", DA__TMAP_L2_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  SAME("pool props size", sizeof(da__cu_mempool_props), sizeof(CUmemPoolProps));
+  SAME("pool props location", offsetof(da__cu_mempool_props, location_type), offsetof(CUmemPoolProps, location));
+  SAME("pool props location id", offsetof(da__cu_mempool_props, location_id), offsetof(CUmemPoolProps, location.id));
+  SAME("pool props win32", offsetof(da__cu_mempool_props, win32_security_attributes),
+       offsetof(CUmemPoolProps, win32SecurityAttributes));
+  SAME("pool props max size", offsetof(da__cu_mempool_props, max_size), offsetof(CUmemPoolProps, maxSize));
+  SAME("pool props usage", offsetof(da__cu_mempool_props, usage), offsetof(CUmemPoolProps, usage));
+  SAME("pinned", DA__CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_ALLOCATION_TYPE_PINNED);
+  SAME("device location", DA__CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_DEVICE);
   SAME("tensor map size", sizeof(da__cuda_tmap), sizeof(CUtensorMap));
   SAME("tensor map alignment", _Alignof(da__cuda_tmap), _Alignof(CUtensorMap));
   printf("%s\n", failed ? "launch structures differ from cuda.h" : "launch structures match cuda.h");

@@ -479,6 +479,32 @@ static void test_fallbacks(const char *templates, const char *cache) {
   unsetenv("DILATTN_TEMPLATE_DIR");
 }
 
+/* Workspace comes from a pool of the library's own (created once, its allocations from
+ * it), the device's default pool untouched (other libraries share it: it had its release
+ * threshold raised), and destroying a context trims the pool. */
+static void test_pool(const char *fake) {
+  void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  void (*stats)(int *, int *, int *, int *) = lib ? (void (*)(int *, int *, int *, int *))dlsym(lib, "fake_cuda_pool_stats") : NULL;
+  TU_CHECK(stats != NULL, "the fake driver's pool counts");
+  if (!stats) return;
+  da_context *ctx;
+  da_context_create(&ctx);
+  const da_spec s5 = longnet(5, 0); /* split: a workspace an execution */
+  da_status st;
+  da_plan *p = plan_with(ctx, &s5, 0, 0, 0, &st);
+  int created0, allocs0, dflt0, trims0, created, allocs, dflt, trims;
+  stats(&created0, &allocs0, &dflt0, &trims0);
+  for (int i = 0; i < 2 && p; i++) run(p, &s5, 8192, &st);
+  stats(&created, &allocs, &dflt, &trims);
+  TU_CHECK(p && st == DA_OK && created == 1 && allocs - allocs0 == 2 && dflt == 0,
+           "two split executions: %d pools created (want 1), %d allocations from it (want 2), the default pool changed "
+           "%d times (want 0): %s", created, allocs - allocs0, dflt, da_context_last_error(ctx));
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  stats(&created, &allocs, &dflt, &trims);
+  TU_CHECK(trims > trims0, "context destroyed: the pool not trimmed");
+}
+
 /* A caller with a context of its own current (a framework's, say) keeps it: the library
  * pushes its primary context for each call and pops it again. */
 static void test_callers_context(da_context *ctx, const char *fake) {
@@ -706,6 +732,7 @@ int main(int argc, char **argv) {
   test_launches(ctx);
   test_tma(ctx);
   test_callers_context(ctx, argv[1]);
+  test_pool(argv[1]);
   test_workspace(ctx);
   da_context_destroy(ctx);
   test_fallbacks(argv[2], cache);
