@@ -73,8 +73,10 @@ uint64_t da__disk_cache_max_bytes(void) {
   uint64_t v;
   if (e && *e) {
     if (da__parse_bytes(e, &v)) return v;
-    da__log(DA_LOG_WARN, "DILATTN_CACHE_MAX_BYTES=%s is not a number of bytes (e.g. 4294967296, 512M, 8G); using 4 GiB",
-            e);
+    static int told; /* once a process: it is read at every store */
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+      da__log(DA_LOG_WARN, "DILATTN_CACHE_MAX_BYTES=%s is not a number of bytes (e.g. 4294967296, 512M, 8G); using 4 GiB",
+              e);
   }
   return 4ull << 30;
 }

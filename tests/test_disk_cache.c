@@ -145,13 +145,24 @@ static void test_budget_text(void) {
   } cases[] = {{"3500", 3500},       {"0", 0},          {"512M", 512ull << 20}, {"2GiB", 2ull << 30}, {"7kb", 7168},
                {"-5", 4ull << 30},   {" 5", 4ull << 30}, {"+5", 4ull << 30},     {"5 ", 4ull << 30},  {"12X", 4ull << 30},
                {"18446744073709551616", 4ull << 30},    {"0x10", 4ull << 30},    {"", 4ull << 30}};
+  /* (stderr into a file: a malformed value is said once a process, not at every store) */
+  char errf[600];
+  snprintf(errf, sizeof errf, "%s/budget-stderr", base);
+  fflush(stderr);
+  const int saved = dup(2), fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
   for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
     setenv("DILATTN_CACHE_MAX_BYTES", cases[i].text, 1);
     const uint64_t got = da__disk_cache_max_bytes();
     TU_CHECK(got == cases[i].bytes, "DILATTN_CACHE_MAX_BYTES=\"%s\": %llu bytes, %llu expected", cases[i].text,
              (unsigned long long)got, (unsigned long long)cases[i].bytes);
   }
+  fflush(stderr);
+  dup2(saved, 2), close(saved), close(fd);
   unsetenv("DILATTN_CACHE_MAX_BYTES");
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "test $(grep -c 'is not a number of bytes' %s) -eq 1", errf);
+  TU_CHECK(system(cmd) == 0, "a malformed DILATTN_CACHE_MAX_BYTES is said more than once a process (%s)", errf);
 }
 
 static void test_budget(void) {
