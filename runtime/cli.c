@@ -703,6 +703,10 @@ static int cmd_run(int argc, char **argv) {
   struct stat ost;
   if (stat(outp, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
   if (lsep && stat(lsep, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
+  /* and their folders writable: found now, not after the inputs were read and the kernel ran */
+  if (da__can_write_beside(outp) != 0) return fail(EXIT_INPUT, "-o %s: cannot write there: %s", outp, strerror(errno));
+  if (lsep && da__can_write_beside(lsep) != 0)
+    return fail(EXIT_INPUT, "--lse %s: cannot write there: %s", lsep, strerror(errno));
 
   da_spec spec;
   int rc = load_config(config, &spec);

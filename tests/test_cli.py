@@ -693,6 +693,12 @@ def test_bad_inputs(tmp):
     # output into a folder that does not exist: exit 2, nothing written
     rc, _, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", os.path.join(tmp, "no", "o.npy"))
     check(rc == 2 and "o.npy" in err, f"unwritable output: {rc} {err}")
+    # ... found before anything is read or run (it was found after the kernel ran): an --lse
+    # into a missing folder with a --q that does not exist names the --lse
+    rc, _, err = run("run", good, "--q", os.path.join(tmp, "no-q.npy"), "--k", k, "--v", v, "-o", out, "--lse",
+                     os.path.join(tmp, "no", "l.npy"))
+    check(rc == 2 and "--lse" in err and "no-q.npy" not in err and not os.path.exists(out),
+          f"unwritable --lse, found first: {rc} {err}")
     # DILATTN_NUM_THREADS past 256: 256, no warning that it is not a number (it said so)
     rc, so, err = run("run", good, "--q", q, "--k", k, "--v", v, "-o", out, env={"DILATTN_NUM_THREADS": "1048577"})
     check(rc == 0 and "not a number" not in err, f"DILATTN_NUM_THREADS=1048577: {rc} {err}")
