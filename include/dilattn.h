@@ -276,7 +276,9 @@ DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int6
  * args->stream, and several threads may execute one plan at once, each on a stream of
  * its own (tests/test_threads.c runs that under ThreadSanitizer); q, k and v that are
  * 16-byte aligned with strides that are multiples of 8 elements are loaded with cp.async;
- * any other layout works through plain loads, a little slower. */
+ * any other layout works through plain loads, a little slower. An empty batch (batch or
+ * seq_len 0) does nothing and returns DA_OK whatever its pointers (NULL included, as an
+ * empty framework tensor's may be). */
 DA_API da_status da_plan_execute(da_plan *plan, const da_args *args);
 
 /* ---------------------------------------------------------------------------------
