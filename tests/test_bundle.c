@@ -59,6 +59,16 @@ static void variant(const char *name, const char *expr, char *manifest_out, size
   snprintf(manifest_out, cap, "%s/%s/manifest.json", base, name);
 }
 
+/* A manifest of one host artifact (key, source src) of size bytes with checksum sha, the
+ * size member's JSON text as given. */
+static void one_artifact(char *text, size_t cap, const char *key, const char *src, const char *size, const char *sha) {
+  snprintf(text, cap,
+           "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[{\"kernel\":\"K\","
+           "\"source_key\":\"%s\",\"artifacts\":[{\"arch\":\"host\",\"key\":\"%s\",\"file\":\"k.so\"%s%s,"
+           "\"sha256\":\"%s\"}]}]}",
+           da_version(), DA_CACHE_SCHEMA_VERSION, src, key, size ? ",\"size\":" : "", size ? size : "", sha);
+}
+
 /* A manifest registered again after its artifacts were rebuilt (same origin, new manifest):
  * lookups take the newest registration, not the old entry whose checksum no longer holds. */
 static void test_newest_first(void) {
@@ -71,13 +81,10 @@ static void test_newest_first(void) {
   const unsigned char *blobs[2] = {old_art, new_art};
   const size_t sizes[2] = {sizeof old_art, sizeof new_art};
   for (int v = 0; v < 2; v++) {
-    char sha[65], text[1024];
+    char sha[65], text[1024], size[32];
     da__sha256_hex(blobs[v], sizes[v], sha);
-    snprintf(text, sizeof text,
-             "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[{\"kernel\":\"K\","
-             "\"source_key\":\"%s\",\"artifacts\":[{\"arch\":\"host\",\"key\":\"%s\",\"file\":\"k.so\","
-             "\"size\":%zu,\"sha256\":\"%s\"}]}]}",
-             da_version(), DA_CACHE_SCHEMA_VERSION, src, key, sizes[v], sha);
+    snprintf(size, sizeof size, "%zu", sizes[v]);
+    one_artifact(text, sizeof text, key, src, size, sha);
     const char *names[1] = {"k.so"};
     TU_CHECK(da__bundles_add(ctx, b, text, strlen(text), "bundle-x", NULL, names, &blobs[v], &sizes[v], 1) == DA_OK,
              "register version %d: %s", v, da_context_last_error(ctx));
@@ -89,16 +96,6 @@ static void test_newest_first(void) {
   free(bytes);
   da__bundles_destroy(b);
   da_context_destroy(ctx);
-}
-
-/* A manifest of one host artifact (key, source src) of size bytes with checksum sha, the
- * size member's JSON text as given. */
-static void one_artifact(char *text, size_t cap, const char *key, const char *src, const char *size, const char *sha) {
-  snprintf(text, cap,
-           "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[{\"kernel\":\"K\","
-           "\"source_key\":\"%s\",\"artifacts\":[{\"arch\":\"host\",\"key\":\"%s\",\"file\":\"k.so\"%s%s,"
-           "\"sha256\":\"%s\"}]}]}",
-           da_version(), DA_CACHE_SCHEMA_VERSION, src, key, size ? ",\"size\":" : "", size ? size : "", sha);
 }
 
 /* Two bundles hold the same artifact and the newer one's bytes are damaged: the older,
