@@ -499,6 +499,12 @@ da_status da__npy_load(const char *path, da__npy_array *out, char *msg, size_t m
   res = parse_head(head, hgot < want ? hgot : want, &h, &data_at, &bytes, inner, sizeof inner);
   if (res != DA_OK) goto done;
   have = hgot - data_at; /* (bytes of data read with the preamble) */
+  if (S_ISREG(st.st_mode) && (uint64_t)st.st_size >= data_at && (uint64_t)st.st_size - data_at != bytes) {
+    /* a file of another length than its header says: said before allocating what the
+     * header claims (a few bytes claiming a terabyte) */
+    res = bad_length(&h, bytes, data_at, (size_t)((uint64_t)st.st_size - data_at), 0, inner, sizeof inner);
+    goto done;
+  }
   data = malloc(bytes ? bytes : 1);
   if (!data) {
     res = fail(inner, sizeof inner, DA_ERR_NO_MEMORY, "out of memory for %zu bytes of data", bytes);

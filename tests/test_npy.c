@@ -467,6 +467,15 @@ static void test_load_errors(void) {
   fclose(f);
   CHECK(da__npy_load(path, &a, msg, sizeof msg) == DA_ERR_PARSE && is_zeroed(&a));
   CHECK_MSG(strstr(msg, "16777216 bytes long") != NULL, msg);
+  /* a header claiming 2^40 floats on a file of a few bytes: truncated, not out of memory */
+  size_t tlen;
+  unsigned char *tb = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", 8, 0, &tlen);
+  f = fopen(path, "wb");
+  fwrite(tb, 1, tlen, f);
+  fclose(f);
+  free(tb);
+  CHECK(da__npy_load(path, &a, msg, sizeof msg) == DA_ERR_PARSE && is_zeroed(&a));
+  CHECK_MSG(strstr(msg, "(truncated)") != NULL, msg);
   /* every prefix of a good file: load says what parse says */
   for (size_t cut = 0; cut <= LEN(np_f32_v1); cut++) {
     char pmsg[512];
