@@ -446,8 +446,8 @@ static size_t env_size(const char *name) {
   long v = 0;
   const char *e = getenv(name);
   if (da__parse_count(e, LONG_MAX, &v)) return (size_t)v;
-  if (e && *e) da__log(DA_LOG_WARN, "%s=%s is not a whole number of patterns; using the default (%d)", name, e,
-                       DEFAULT_MAX_ENTRIES);
+  /* (ignored as if unset: the other name's value may follow, else the default) */
+  if (e && *e) da__log(DA_LOG_WARN, "%s=%s is not a whole number of patterns; ignored", name, e);
   return 0;
 }
 
