@@ -16,6 +16,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/disk_cache.h"
 #include "runtime/fileio.h"
+#include "runtime/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -789,13 +790,15 @@ static int cmd_info(void) {
   da__cuda *dev = NULL;
   if (da__cuda_get(ctx, &dev) == DA_OK) {
     /* the instruction a plan takes by default (cuda_mma 0, no DILATTN_CUDA_MMA, no tuning
-     * record) for the specs the wgmma path serves (plan.c da__default_mma): others and sparse
-     * layouts may take another, README */
-    const int wg = da__cuda_wgmma_arch(da__cuda_arch(dev)), big = wg && da__cuda_big_params(ctx);
+     * record) for the specs the wgmma path serves without a sparse layout (plan.c
+     * da__default_mma, asked): others and sparse layouts may take another, README */
+    da_plan_options eff;
+    int fallbacks;
+    const da_plan_options *dflt = da__default_mma(NULL, 0, da__cuda_wgmma_level(ctx), 0, &eff, &fallbacks);
     cuda = da__cli_sprintf("{\"available\":true,\"device\":%s,\"arch\":%s,\"driver\":%d,\"default_mma\":\"%s\","
                            "\"tma\":%s}",
                            jstr(da__cuda_device_name(dev), 5), jstr(da__cuda_arch(dev), 6), da__cuda_driver_version(dev),
-                           da__cuda_mma_name(big ? 6 : wg ? 4 : 1), da__cuda_tmap_encoder(dev) ? "true" : "false");
+                           da__cuda_mma_name(dflt ? dflt->cuda_mma : 1), da__cuda_tmap_encoder(dev) ? "true" : "false");
   }
   else
     cuda = da__cli_sprintf("{\"available\":false,\"reason\":%s}", jstr(da_context_last_error(ctx), 5));

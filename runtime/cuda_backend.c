@@ -123,10 +123,6 @@ static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_sp
 
 int da__cuda_wgmma_arch(const char *arch) { return !strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a"); }
 
-int da__cuda_wgmma_device_serves(const da_context *ctx, const da_spec *spec) {
-  da__cuda *dev;
-  return da__wgmma_serves(spec) && da__cuda_get(ctx, &dev) == DA_OK && da__cuda_wgmma_arch(da__cuda_arch(dev));
-}
 
 /* Kernel parameters past 4 KiB (a wgmma-ws-tma kernel's tensor maps) need CUDA 12.1's
  * driver and NVRTC; before them both take 4096 bytes (the CUDA C++ Programming Guide's
@@ -145,6 +141,16 @@ static int toolchain_version(const da_context *ctx) {
 }
 
 int da__cuda_big_params(const da_context *ctx) { return toolchain_version(ctx) >= BIG_PARAMS_VERSION; }
+
+int da__cuda_wgmma_level(const da_context *ctx) {
+  da__cuda *dev;
+  if (da__cuda_get(ctx, &dev) != DA_OK || !da__cuda_wgmma_arch(da__cuda_arch(dev))) return 0;
+  return 1 + da__cuda_big_params(ctx);
+}
+
+int da__cuda_wgmma_device_serves(const da_context *ctx, const da_spec *spec) {
+  return da__wgmma_serves(spec) ? da__cuda_wgmma_level(ctx) : 0;
+}
 
 size_t da__cuda_param_bytes(const da__rendered *r) {
   return r->tma_maps > 0 ? offsetof(da__cuda_kargs, m) + (size_t)r->tma_maps * sizeof(da__cuda_tmap)
@@ -341,8 +347,15 @@ static const char *tma_unusable(const da__rendered *r, const da__cuda_args *a, d
   return NULL;
 }
 
-/* Every branch's maps, encoded once an execution, at slots 3 * (the r of the branches
- * before it): the fused kernel's layout (kernel.cu.tpl BR_TMAP0), of which a branch launch
+/* The first map slot of branch br in the fused kernel's layout: 3 * the r of the branches
+ * before it (br = num_branches: the count) */
+static int64_t map_slot(const da__rendered *r, int br) {
+  int64_t slot = 0;
+  for (int i = 0; i < br; i++) slot += 3 * r->branch_r[i];
+  return slot;
+}
+
+/* Every branch's maps, encoded once an execution, at map_slot: the fused kernel's layout (kernel.cu.tpl BR_TMAP0), of which a branch launch
  * takes its branch's slice (its kernel's BR_TMAP0 is 0). malloc'ed; NULL, with *why said,
  * where the plan has no maps, the arguments do not allow them (tma_unusable: the kernels
  * then copy K and V as wgmma-ws's do) or the encoder refuses one. */
@@ -351,15 +364,13 @@ static da__cuda_tmap *encode_all(const da__rendered *r, const da__cuda_args *a, 
   *why = NULL;
   if (r->tma_maps <= 0) return NULL;
   if ((*why = tma_unusable(r, a, enc)) != NULL) return NULL;
-  int64_t total = 0;
-  for (int i = 0; i < r->num_branches; i++) total += 3 * r->branch_r[i];
-  da__cuda_tmap *m = aligned_alloc(_Alignof(da__cuda_tmap), (size_t)total * sizeof *m);
+  da__cuda_tmap *m = aligned_alloc(_Alignof(da__cuda_tmap), (size_t)map_slot(r, r->num_branches) * sizeof *m);
   if (!m) {
     *why = "out of host memory";
     return NULL;
   }
-  for (int i = 0, slot = 0; i < r->num_branches; slot += 3 * (int)r->branch_r[i], i++)
-    if (!encode_tmaps(r, a, head_dim, i, enc, &m[slot])) {
+  for (int i = 0; i < r->num_branches; i++)
+    if (!encode_tmaps(r, a, head_dim, i, enc, &m[map_slot(r, i)])) {
       free(m);
       *why = "the driver refused a tensor map: strides or sizes";
       return NULL;
@@ -371,12 +382,7 @@ static da__cuda_tmap *encode_all(const da__rendered *r, const da__cuda_args *a, 
  * encode_all's; whether it has them (within the plan's count). */
 static int take_maps(const da__rendered *r, const da__cuda_tmap *maps, int br, da__cuda_tmap *m) {
   if (!maps) return 0;
-  int64_t lo = 0, hi = 0;
-  for (int i = 0; i < r->num_branches; i++) {
-    if (i == br) lo = hi;
-    hi += 3 * r->branch_r[i];
-    if (i == br) break;
-  }
+  const int64_t lo = br < 0 ? 0 : map_slot(r, br), hi = br < 0 ? map_slot(r, r->num_branches) : map_slot(r, br + 1);
   if (hi - lo > r->tma_maps || hi - lo > DA_CUDA_TMAPS_MAX) return 0;
   memcpy(m, maps + lo, (size_t)(hi - lo) * sizeof *maps);
   return 1;

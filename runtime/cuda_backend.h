@@ -20,8 +20,12 @@ DA_HIDDEN da_status da__cuda_backend_available(const da_context *ctx);
 DA_HIDDEN da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const char *cuda_path, char out[16]);
 /* Whether arch ("sm_90", "sm_90a", ...) runs the wgmma paths. */
 DA_HIDDEN int da__cuda_wgmma_arch(const char *arch);
-/* Whether the wgmma paths serve spec (da__wgmma_serves) on the context's device (an sm_90
- * GPU): what the default, DILATTN_CUDA_MMA and the tuner's wgmma candidates all ask. */
+/* The context's device and the wgmma paths: 0 not an sm_90 GPU; 1 one; 2 one whose driver
+ * and NVRTC take kernel parameters past 4 KiB (da__cuda_big_params: the default is then
+ * wgmma-ws-tma, plan.c da__default_mma). _device_serves: that level where the wgmma paths
+ * serve spec (da__wgmma_serves), else 0: what the default, DILATTN_CUDA_MMA and the
+ * tuner's wgmma candidates all ask. */
+DA_HIDDEN int da__cuda_wgmma_level(const da_context *ctx);
 DA_HIDDEN int da__cuda_wgmma_device_serves(const da_context *ctx, const da_spec *spec);
 /* Whether the driver and NVRTC both take kernel parameters past 4 KiB (CUDA 12.1 or later):
  * where they do not, a wgmma-ws-tma plan whose maps make more is refused, and the default

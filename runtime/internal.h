@@ -28,13 +28,17 @@ DA_HIDDEN int da__parse_count(const char *s, long max, long *out);
 DA_HIDDEN da_status da__pick_backend(const da_context *ctx, da_backend want, da_backend *got);
 /* The instruction of a CUDA plan whose options leave cuda_mma 0 (runtime/plan.c): opts
  * itself where it names one or no wgmma path applies (env_mma: DILATTN_CUDA_MMA parsed, 0
- * unset or auto, 1 sync; serves: 0 the wgmma paths do not serve the spec on this device, 1
- * they do, 2 they do and the driver and NVRTC take kernel parameters past 4 KiB, the
- * tensor maps', da__cuda_big_params), else *eff, a copy with DILATTN_CUDA_MMA's wgmma
- * variant or the default one (serves 2: wgmma-ws-tma, 1: wgmma-ws; sparse: wgmma-ws), and
- * *sync_fallback set where opts sets a tunable (mma.sync if that path refuses them). */
+ * unset or auto, 1 sync; serves: da__cuda_wgmma_device_serves, 0 the wgmma paths do not
+ * serve the spec on this device, 1 they do, 2 they do and the driver and NVRTC take kernel
+ * parameters past 4 KiB, the tensor maps'), else *eff, a copy with DILATTN_CUDA_MMA's wgmma
+ * variant or the default one (serves 2: wgmma-ws-tma, 1: wgmma-ws; sparse: wgmma-ws).
+ * *fallbacks: what the plan may fall back to where *eff's kernel fails softly, in order:
+ * DA__FALLBACK_WS where the default (not DILATTN_CUDA_MMA) chose wgmma-ws-tma, the default
+ * before it; DA__FALLBACK_SYNC where opts sets a tunable (mma.sync, what such options had). */
+#define DA__FALLBACK_SYNC 1
+#define DA__FALLBACK_WS 2
 DA_HIDDEN const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma, int serves, int sparse,
-                                                 da_plan_options *eff, int *sync_fallback);
+                                                 da_plan_options *eff, int *fallbacks);
 /* DILATTN_WORKSPACE_LIMIT in bytes (SIZE_MAX: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
 DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
 

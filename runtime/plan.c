@@ -348,8 +348,8 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
 #define DEFAULT_WGMMA_OLD 4 /* drivers or NVRTC before CUDA 12.1; sparse layouts */
 
 const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma, int serves, int sparse,
-                                       da_plan_options *eff, int *sync_fallback) {
-  *sync_fallback = 0;
+                                       da_plan_options *eff, int *fallbacks) {
+  *fallbacks = 0;
   if (opts && opts->cuda_mma) return opts;
   /* DILATTN_CUDA_MMA's variant; sync (1): none */
   const int m = env_mma != 0 ? env_mma : serves >= 2 ? DEFAULT_WGMMA : DEFAULT_WGMMA_OLD;
@@ -357,7 +357,8 @@ const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma,
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
   eff->cuda_mma = (m == 5 || m == 6) && sparse ? DEFAULT_WGMMA_OLD : m; /* wgmma-ws-p2 and -tma have no sparse form */
-  *sync_fallback = eff->tile_q || eff->tile_k || eff->fused_min_queries;
+  *fallbacks = (!env_mma && eff->cuda_mma == DEFAULT_WGMMA ? DA__FALLBACK_WS : 0) |
+               (eff->tile_q || eff->tile_k || eff->fused_min_queries ? DA__FALLBACK_SYNC : 0);
   return eff;
 }
 
@@ -437,18 +438,10 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
   int from_tuning = 0; /* a tuning record's options: the planner's defaults where they fail */
   if (st == DA_OK && !hit && untuned && tuned_options(ctx, spec, be, opts ? opts->seq_len_hint : 0, &tuned))
     opts = &tuned, from_tuning = 1;
-  int sync_fallback = 0;
-  const int serves = be == DA_BACKEND_CUDA && st == DA_OK && !hit && da__cuda_wgmma_device_serves(ctx, spec)
-                         ? 1 + da__cuda_big_params(ctx)
-                         : 0;
+  int fallbacks = 0; /* DA__FALLBACK_*: what the default instruction may fall back to (below) */
+  const int serves = be == DA_BACKEND_CUDA && st == DA_OK && !hit ? da__cuda_wgmma_device_serves(ctx, spec) : 0;
   const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
-  /* the default chose wgmma-ws-tma (no caller, record or DILATTN_CUDA_MMA named it):
-   * wgmma-ws where that fails softly (below) */
-  int ws_fallback = 0;
-  if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) {
-    opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
-    ws_fallback = !env_mma && opts == &eff && eff.cuda_mma == DEFAULT_WGMMA;
-  }
+  if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &fallbacks);
   /* Build, and where that fails softly, the fallbacks in turn: the default instruction
    * refused the caller's tunables, its kernel did not compile, or JIT is off and no bundle
    * or disk cache holds it: wgmma-ws where the default was wgmma-ws-tma (the default
@@ -473,30 +466,27 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
     if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
     const int soft =
         st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || (st == DA_ERR_UNSUPPORTED && da__jit_disabled());
-    if (st == DA_OK || !((soft && (ws_fallback || sync_fallback)) ||
-                         ((soft || st == DA_ERR_GENERATOR || st == DA_ERR_UNSUPPORTED) && from_tuning)))
+    if (st == DA_OK ||
+        !((soft && fallbacks) || ((soft || st == DA_ERR_GENERATOR || st == DA_ERR_UNSUPPORTED) && from_tuning)))
       break;
-    if (soft && ws_fallback) {
+    if (soft && (fallbacks & DA__FALLBACK_WS)) {
       da__log(DA_LOG_INFO, "plan: wgmma-ws-tma with tile_q %d, tile_k %d, fused_min_queries %d: %s; wgmma-ws instead",
               opts->tile_q, opts->tile_k, opts->fused_min_queries, da_context_last_error(ctx));
       eff.cuda_mma = DEFAULT_WGMMA_OLD;
-      ws_fallback = 0;
-    } else if (soft && sync_fallback) {
+      fallbacks &= ~DA__FALLBACK_WS;
+    } else if (soft && (fallbacks & DA__FALLBACK_SYNC)) {
       da__log(DA_LOG_INFO, "plan: %s with tile_q %d, tile_k %d, fused_min_queries %d: %s; mma.sync instead",
               da__cuda_mma_name(opts->cuda_mma), opts->tile_q, opts->tile_k, opts->fused_min_queries,
               da_context_last_error(ctx));
       eff.cuda_mma = 0;
-      sync_fallback = 0;
+      fallbacks = 0;
     } else {
       da__log(DA_LOG_WARN, "plan: the tuning database's tile_q %d, tile_k %d, fused_min_queries %d, cuda_mma %d for "
               "this spec failed (%s); the planner's defaults instead",
               tuned.tile_q, tuned.tile_k, tuned.fused_min_queries, tuned.cuda_mma, da_context_last_error(ctx));
       from_tuning = 0;
       opts = asked;
-      if (be == DA_BACKEND_CUDA) {
-        opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &sync_fallback);
-        ws_fallback = !env_mma && opts == &eff && eff.cuda_mma == DEFAULT_WGMMA;
-      }
+      if (be == DA_BACKEND_CUDA) opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &fallbacks);
     }
     da__cuda_plan_destroy(p->cuda); /* what the failed attempt built */
     p->cuda = NULL;

@@ -255,7 +255,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   cand_t c[MAX_CAND];
   memset(c, 0, sizeof c);
   da_plan_options opts[MAX_CAND];
-  const int wgmma = cuda && da__cuda_wgmma_device_serves(ctx, &s) ? 1 + da__cuda_big_params(ctx) : 0;
+  const int wgmma = cuda ? da__cuda_wgmma_device_serves(ctx, &s) : 0;
   int n = da__tune_candidates(&s, cuda, wgmma, opts, MAX_CAND);
   for (int i = 0; i < n; i++) c[i].o = opts[i];
   for (int i = 0; i < n; i++) {

@@ -364,8 +364,8 @@ static void test_default_mma(void) {
   memset(&o, 0, sizeof o);
   /* serves 2: sm_90, a driver and NVRTC of CUDA 12.1 or later: wgmma-ws-tma */
   const da_plan_options *r = da__default_mma(NULL, 0, 2, 0, &eff, &fb);
-  TU_CHECK(r == &eff && eff.cuda_mma == 6 && !eff.tile_q && !fb, "no options on sm_90: warp-specialized with TMA (%d)",
-           r ? r->cuda_mma : -1);
+  TU_CHECK(r == &eff && eff.cuda_mma == 6 && !eff.tile_q && fb == DA__FALLBACK_WS,
+           "no options on sm_90: warp-specialized with TMA, wgmma-ws if it fails (%d, %d)", r ? r->cuda_mma : -1, fb);
   r = da__default_mma(NULL, 0, 2, 1, &eff, &fb);
   TU_CHECK(r == &eff && eff.cuda_mma == 4 && !fb, "no options on sm_90, a sparse layout: warp-specialized (%d)",
            r ? r->cuda_mma : -1);
@@ -374,21 +374,25 @@ static void test_default_mma(void) {
   TU_CHECK(r == &eff && eff.cuda_mma == 4 && !eff.tile_q && !fb, "no options, a CUDA 12.0 driver: warp-specialized (%d)",
            r ? r->cuda_mma : -1);
   r = da__default_mma(&o, 0, 2, 0, &eff, &fb); /* a tuning record of the default candidate */
-  TU_CHECK(r == &eff && eff.cuda_mma == 6 && !fb, "all-zero options on sm_90: the default");
+  TU_CHECK(r == &eff && eff.cuda_mma == 6 && fb == DA__FALLBACK_WS, "all-zero options on sm_90: the default");
   o.fused_min_queries = 1 << 30; /* force split */
   r = da__default_mma(&o, 0, 2, 0, &eff, &fb);
-  TU_CHECK(r == &eff && eff.cuda_mma == 6 && eff.fused_min_queries == 1 << 30 && fb == 1,
-           "fused_min_queries set, cuda_mma 0: the default with the option kept, mma.sync if refused (%d, %d)",
+  TU_CHECK(r == &eff && eff.cuda_mma == 6 && eff.fused_min_queries == 1 << 30 &&
+               fb == (DA__FALLBACK_WS | DA__FALLBACK_SYNC),
+           "fused_min_queries set, cuda_mma 0: the default with the option kept, wgmma-ws then mma.sync if refused "
+           "(%d, %d)",
            r->cuda_mma, fb);
   o.fused_min_queries = 0, o.tile_q = 64;
   r = da__default_mma(&o, 5, 1, 1, &eff, &fb); /* DILATTN_CUDA_MMA=wgmma-ws-p2, sparse */
-  TU_CHECK(r == &eff && eff.cuda_mma == 4 && eff.tile_q == 64 && fb == 1, "wgmma-ws-p2 under a sparse layout: 4");
+  TU_CHECK(r == &eff && eff.cuda_mma == 4 && eff.tile_q == 64 && fb == DA__FALLBACK_SYNC,
+           "wgmma-ws-p2 under a sparse layout: 4");
   r = da__default_mma(&o, 5, 1, 0, &eff, &fb);
   TU_CHECK(r == &eff && eff.cuda_mma == 5, "wgmma-ws-p2 from the environment");
   r = da__default_mma(&o, 6, 1, 1, &eff, &fb); /* DILATTN_CUDA_MMA=wgmma-ws-tma, sparse */
   TU_CHECK(r == &eff && eff.cuda_mma == 4, "wgmma-ws-tma under a sparse layout: 4");
   r = da__default_mma(&o, 6, 1, 0, &eff, &fb);
-  TU_CHECK(r == &eff && eff.cuda_mma == 6, "wgmma-ws-tma from the environment");
+  TU_CHECK(r == &eff && eff.cuda_mma == 6 && fb == DA__FALLBACK_SYNC, "wgmma-ws-tma from the environment (no wgmma-ws "
+           "fallback: it was asked for)");
   r = da__default_mma(&o, 1, 1, 0, &eff, &fb); /* DILATTN_CUDA_MMA=sync */
   TU_CHECK(r == &o && !fb, "DILATTN_CUDA_MMA=sync: the options as given");
   r = da__default_mma(&o, 0, 0, 0, &eff, &fb); /* not an sm_90 device, or a spec wgmma does not serve */
