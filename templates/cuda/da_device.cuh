@@ -238,9 +238,9 @@ __device__ __forceinline__ int da_bar_red(int id, int count, int p, int and_) {
   return (int)r;
 }
 /* Tensor memory accelerator (sm_90a; wgmma-ws-tma). expect_tx: this thread's arrival on bar,
- * which also makes the phase wait for `bytes` more to land through it; tma_load4: one
- * thread's copy of a box of the 4-d (load5: 5-d) tensor map at param-space address `map`
- * (__grid_constant__) with its first element at coordinates c0..c3 (innermost first) into
+ * which also makes the phase wait for `bytes` more to land through it; tma_load5: one
+ * thread's copy of a box of the 5-d tensor map at param-space address `map`
+ * (__grid_constant__; every map is 5-d) with its first element at coordinates c0..c4 (innermost first) into
  * shared memory at smem (1024-byte aligned: the 128-byte swizzle is of address bits),
  * elements outside the tensor zero-filled; its bytes (the whole box's) complete on bar. */
 __device__ __forceinline__ void da_mbar_arrive_expect_tx(da_u64 *bar, da_u32 bytes) {
@@ -253,12 +253,6 @@ __device__ __forceinline__ void da_mbar_arrive_expect_tx(da_u64 *bar, da_u32 byt
  * fence.proxy.async.shared::cta; CUTLASS's fence_barrier_init: fence.mbarrier_init) */
 __device__ __forceinline__ void da_fence_mbar_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void da_tma_load4(void *smem, const void *map, int c0, int c1, int c2, int c3, da_u64 *bar) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
-               "%5}], [%6];\n" ::"r"(da_smem_addr(smem)),
-               "l"((da_u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(da_smem_addr(bar))
-               : "memory");
 }
 __device__ __forceinline__ void da_tma_load5(void *smem, const void *map, int c0, int c1, int c2, int c3, int c4,
                                              da_u64 *bar) {

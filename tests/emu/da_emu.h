@@ -107,10 +107,6 @@ static inline void da_mbar_arrive_expect_tx(da_u64 *bar, da_u32 bytes) {
   da_emu_mbar_arrive(bar, 0);
 }
 static inline void da_fence_mbar_init() { da_emu_fence_proxy_async(); }
-static inline void da_tma_load4(void *smem, const void *map, int c0, int c1, int c2, int c3, da_u64 *bar) {
-  const int c[4] = {c0, c1, c2, c3};
-  da_emu_tma_load(smem, map, c, 4, bar);
-}
 static inline void da_tma_load5(void *smem, const void *map, int c0, int c1, int c2, int c3, int c4, da_u64 *bar) {
   const int c[5] = {c0, c1, c2, c3, c4};
   da_emu_tma_load(smem, map, c, 5, bar);
