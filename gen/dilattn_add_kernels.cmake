@@ -2,7 +2,7 @@
 #
 #   dilattn_add_kernels(<target> CONFIGS a.json b.json [ARCHS sm_80 sm_90] [NAME bundle]
 #                       [TARGET host|cuda]
-#                       [MMA sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2])
+#                       [MMA auto|sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2|wgmma-ws-tma])
 #
 # Runs `dilattn gen --compile --bundle NAME` at build time (TARGET cuda, the default
 # when ARCHS are given, compiles a cubin per arch with NVRTC; TARGET host compiles host
@@ -10,9 +10,12 @@
 # kernels as data) to <target>, puts NAME.h (one typed entry point per config: spec,
 # plan, run) on its include path, and links dilattn::dilattn. At run time NAME_<config>_plan
 # registers the bundle with the context, so the plan starts without a compiler
-# (DILATTN_DISABLE_JIT=1 proves it). MMA wgmma (or one of its variants, wgmma-ws the one
-# sm_90 devices take by default) builds the sm_90a wgmma path: ARCHS then default to
-# sm_90, the only arch it takes.
+# (DILATTN_DISABLE_JIT=1 proves it). MMA auto, the default for TARGET cuda, builds per arch
+# the kernel a plan takes there by default, and on sm_90 its fallback too (`gen --mma auto`:
+# wgmma-ws-tma and wgmma-ws where the wgmma paths serve the config, mma.sync elsewhere), and
+# the typed _plan names no instruction. MMA sync (the default before auto) or a wgmma variant
+# builds that instruction alone and _plan asks for it; a wgmma variant takes sm_90 only
+# (compiled as sm_90a), the default ARCHS then.
 function(dilattn_add_kernels target)
   cmake_parse_arguments(DK "" "NAME;TARGET;MMA" "CONFIGS;ARCHS" ${ARGN})
   if(NOT DK_CONFIGS)
@@ -42,6 +45,9 @@ function(dilattn_add_kernels target)
       else()
         set(DK_ARCHS sm_80 sm_90)
       endif()
+    endif()
+    if(NOT DK_MMA)
+      set(DK_MMA auto)
     endif()
     string(REPLACE ";" "," arch_list "${DK_ARCHS}")
     set(arch_args --arch ${arch_list})

@@ -136,6 +136,10 @@ int da__cuda_mma_parse(const char *name) {
   return 0;
 }
 
+int da__spec_sparse(const da_spec *spec) {
+  return spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
+}
+
 int da__wgmma_serves(const da_spec *spec) {
   return spec->dtype != DA_DTYPE_FLOAT32 && (spec->head_dim == 64 || spec->head_dim == 128);
 }

@@ -52,6 +52,9 @@ DA_HIDDEN void da__rendered_free(da__rendered *r);
 /* Whether the wgmma paths (cuda_mma 2, 3, 4) serve spec: float16 / bfloat16 at head_dim 64 or
  * 128 (the planner's rule, gen/lua/planner.lua plan_cuda). */
 DA_HIDDEN int da__wgmma_serves(const da_spec *spec);
+/* 1 when spec has a sparse layout (not none or dense): the kernels wgmma-ws-p2 and
+ * wgmma-ws-tma have no form for it. */
+DA_HIDDEN int da__spec_sparse(const da_spec *spec);
 /* The names of da_plan_options.cuda_mma 1..DA__CUDA_MMA_MAX (gen --mma, DILATTN_CUDA_MMA, the
  * planner's opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2",
  * "wgmma-ws-tma". parse: 0 for any other text. */

@@ -141,10 +141,13 @@ static int write_header(const char *dir, const char *name, const da__bundle_item
   fprintf(f, "da_status %s_register(da_context *ctx);\n\n", name);
   for (int i = 0; i < n; i++) {
     const da__bundle_item *it = &items[i];
+    if (!it->entry) continue; /* another kernel of the config before it (gen --mma auto) */
     char id[200];
     da__bundle_ident(it->config_path, id, sizeof id);
     const char *T = elem_type(it->spec.dtype);
-    fprintf(f, "/* %s: %s\n * kernel %s */\n", it->config_path, it->spec_json, it->kernel);
+    fprintf(f, "/* %s: %s\n * kernel %s", it->config_path, it->spec_json, it->kernel);
+    for (int j = i + 1; j < n && !items[j].entry; j++) fprintf(f, ",\n *        %s", items[j].kernel);
+    fprintf(f, " */\n");
     fprintf(f, "static inline void %s_%s_spec(da_spec *s) {\n", name, id);
     write_spec_init(f, &it->spec);
     fprintf(f, "}\n\n");

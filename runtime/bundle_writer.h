@@ -11,7 +11,9 @@ typedef struct {
   da_spec spec;
   char *spec_json;
   char kernel[256], source_key[65], source_file[320], target[8];
-  int cuda_mma; /* da_plan_options.cuda_mma the kernels were rendered with (0: host target) */
+  int cuda_mma; /* the instruction the typed _plan asks for (da_plan_options.cuda_mma the kernels were
+                   rendered with; 0: none, the host target or gen --mma auto) */
+  int entry;    /* 1: the config's typed entry points come with this item (its first kernel) */
   int nart;
   struct {
     char arch[32], key[65], file[340], sha256[65];

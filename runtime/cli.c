@@ -64,7 +64,7 @@ static int fail(int code, const char *fmt, ...) {
 static void usage_to(FILE *f) {
   fputs("usage:\n"
         "  dilattn gen   CONFIG.json... [--target host|cuda] [--arch sm_80,sm_90]\n"
-        "                [--mma sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2|wgmma-ws-tma]\n"
+        "                [--mma sync|auto|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2|wgmma-ws-tma]\n"
         "                [-o DIR]\n"
         "                [--report] [--compile] [--bundle NAME] [--threads T]\n"
         "  dilattn run   CONFIG.json --q Q.npy --k K.npy --v V.npy -o OUT.npy [--lse LSE.npy]\n"
@@ -264,6 +264,7 @@ typedef struct {
   int nopts;
   int exit; /* EXIT_OK, or the failure's exit code with err */
   char err[DA_ERROR_MAX];
+  int conf;              /* the config's index */
   char carch[16];        /* the arch compiled for (wgmma: sm_90a) */
   da__nvrtc_result res;  /* CUDA */
   char *bytes;           /* the host's shared object */
@@ -295,6 +296,52 @@ static int gen_compile(void *user, int j) {
     J->exit = exit_code(st);
   }
   return J->exit != EXIT_OK; /* one failure fails gen: start no more */
+}
+
+/* A kernel gen renders: a config's source for one instruction (mma: da_plan_options.cuda_mma,
+ * 0 the renderer's default, mma.sync or the host) and the arches it is compiled for
+ * (indexes into gen's list). */
+typedef struct {
+  int conf, mma, narch;
+  int arch[16];
+} gen_unit;
+
+/* Append spec's (config conf's) kernels to units[0 .. n), return the new count. One kernel
+ * for every arch, with the instruction --mma named (mma), except under --mma auto
+ * (auto_mma): per arch what a plan that names no instruction takes on a device of that
+ * arch, and what that falls back to (plan.c da__default_mma, on an sm_90 device with a
+ * CUDA 12.1 driver: wgmma-ws-tma and wgmma-ws, wgmma-ws alone under a sparse layout,
+ * mma.sync where the wgmma paths do not serve the spec; mma.sync on every other arch),
+ * so a bundle serves the default plan, JIT off, on each arch and on older drivers. The
+ * wgmma kernels compile once for sm_90 and sm_90a (one cubin, sm_90a). */
+static int gen_units(const da_spec *spec, int conf, int cuda, int auto_mma, int mma, char (*archs)[16], int narch,
+                     gen_unit *units, int n) {
+  const int first = n;
+  for (int a = 0; a < (cuda ? narch : 1); a++) {
+    int want[2] = {mma, 0}, nwant = 1;
+    if (auto_mma && da__cuda_wgmma_arch(archs[a])) {
+      da_plan_options eff;
+      int fb = 0;
+      const da_plan_options *o =
+          da__default_mma(NULL, 0, da__wgmma_serves(spec) ? 2 : 0, da__spec_sparse(spec), &eff, &fb);
+      if (o) want[0] = o->cuda_mma, want[1] = da__cuda_mma_parse("wgmma-ws"), nwant = (fb & DA__FALLBACK_WS) ? 2 : 1;
+    }
+    for (int w = 0; w < nwant; w++) {
+      gen_unit *u = NULL;
+      for (int k = first; k < n && !u; k++)
+        if (units[k].mma == want[w]) u = &units[k];
+      if (!u) {
+        u = &units[n++];
+        memset(u, 0, sizeof *u);
+        u->conf = conf, u->mma = want[w];
+      }
+      int dup = 0; /* sm_90 and sm_90a: one wgmma cubin */
+      for (int k = 0; k < u->narch; k++)
+        dup |= u->mma >= 2 && da__cuda_wgmma_arch(archs[u->arch[k]]);
+      if (cuda && !dup && u->narch < 16) u->arch[u->narch++] = a;
+    }
+  }
+  return n;
 }
 
 static int cmd_gen(int argc, char **argv) {
@@ -339,13 +386,14 @@ static int cmd_gen(int argc, char **argv) {
   int cuda = !strcmp(target, "cuda");
   da_plan_options gopts;
   memset(&gopts, 0, sizeof gopts);
-  if (mma && !da__cuda_mma_parse(mma))
+  const int auto_mma = mma && !strcmp(mma, "auto");
+  if (mma && !auto_mma && !da__cuda_mma_parse(mma))
     return fail(EXIT_INPUT,
                 "--mma %s: expected sync (mma.sync, the default), wgmma, wgmma-overlap, wgmma-ws, wgmma-ws-p2 or wgmma-ws-tma "
-                "(sm_90 only)",
+                "(sm_90 only), or auto (each arch's default)",
                 mma);
   if (mma && !cuda) return fail(EXIT_INPUT, "--mma %s: only the cuda target has tensor-core paths", mma);
-  gopts.cuda_mma = mma ? da__cuda_mma_parse(mma) : 0;
+  gopts.cuda_mma = mma && !auto_mma ? da__cuda_mma_parse(mma) : 0;
   char archs[16][16];
   int narch = 0;
   if (cuda) {
@@ -403,38 +451,57 @@ static int cmd_gen(int argc, char **argv) {
       if (da__nvrtc_check_arch(ctx, archs[a]) != DA_OK)
         rc = fail(EXIT_INPUT, "--arch %s: %s", archs[a], da_context_last_error(ctx));
   }
-  /* render every config (the planner refuses what a path does not serve) before writing any */
-  da__rendered *rendered = calloc((size_t)nconf, sizeof *rendered);
+  /* the kernels to render: one a config, or under --mma auto one a config and instruction
+   * (gen_units), each with the arches it is compiled for */
+  gen_unit *units = calloc((size_t)nconf * 3 + 1, sizeof *units);
+  int nunit = 0;
+  if (rc == EXIT_OK && !units) rc = fail(EXIT_RUNTIME, "out of memory");
+  for (int i = 0; i < nconf && rc == EXIT_OK; i++)
+    nunit = gen_units(&items[i].spec, i, cuda, auto_mma, gopts.cuda_mma, archs, narch, units, nunit);
+  /* render every kernel (the planner refuses what a path does not serve) before writing any */
+  da__rendered *rendered = calloc((size_t)nunit + 1, sizeof *rendered);
   if (rc == EXIT_OK && !rendered) rc = fail(EXIT_RUNTIME, "out of memory");
-  for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
-    da_status st = da__render_ex(ctx, &items[i].spec, cuda ? DA_TARGET_CUDA : DA_TARGET_HOST,
-                                 gopts.cuda_mma ? &gopts : NULL, &rendered[i]);
-    if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", configs[i], da_context_last_error(ctx));
+  for (int u = 0; u < nunit && rc == EXIT_OK; u++) {
+    da_plan_options uo;
+    memset(&uo, 0, sizeof uo);
+    uo.cuda_mma = units[u].mma;
+    da_status st = da__render_ex(ctx, &items[units[u].conf].spec, cuda ? DA_TARGET_CUDA : DA_TARGET_HOST,
+                                 units[u].mma ? &uo : NULL, &rendered[u]);
+    if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", configs[units[u].conf], da_context_last_error(ctx));
   }
-  /* compile every (config, arch) in parallel, then write: a compile that fails leaves
+  /* compile every (kernel, arch) in parallel, then write: a compile that fails leaves
    * nothing written, not the configs before it */
-  const int per = cuda ? narch : 1, njobs = (compile || report) ? nconf * per : 0;
+  int njobs = 0;
+  for (int u = 0; u < nunit && (compile || report); u++) njobs += cuda ? units[u].narch : 1;
   gen_job *jobs = njobs ? calloc((size_t)njobs, sizeof *jobs) : NULL;
   if (rc == EXIT_OK && njobs && !jobs) rc = fail(EXIT_RUNTIME, "out of memory");
   if (rc == EXIT_OK && njobs) {
-    for (int j = 0; j < njobs; j++)
-      jobs[j].ctx = ctx, jobs[j].r = &rendered[j / per], jobs[j].arch = cuda ? archs[j % per] : NULL,
-      jobs[j].opts = opts, jobs[j].nopts = nopts;
+    for (int u = 0, j = 0; u < nunit; u++)
+      for (int a = 0; a < (cuda ? units[u].narch : 1); a++, j++)
+        jobs[j].ctx = ctx, jobs[j].r = &rendered[u], jobs[j].conf = units[u].conf,
+        jobs[j].arch = cuda ? archs[units[u].arch[a]] : NULL, jobs[j].opts = opts, jobs[j].nopts = nopts;
     da__parallel_for(njobs, da__compile_threads((int)threads), gen_compile, jobs);
     for (int j = 0; j < njobs && rc == EXIT_OK; j++) /* the first failure in order, as one thread would */
       if (jobs[j].exit != EXIT_OK) {
-        if (cuda) rc = fail(jobs[j].exit, "%s (%s): %s", configs[j / per], jobs[j].arch, jobs[j].err);
-        else rc = fail(jobs[j].exit, "%s: %s", configs[j / per], jobs[j].err);
+        if (cuda) rc = fail(jobs[j].exit, "%s (%s): %s", configs[jobs[j].conf], jobs[j].arch, jobs[j].err);
+        else rc = fail(jobs[j].exit, "%s: %s", configs[jobs[j].conf], jobs[j].err);
       }
   }
-  for (int i = 0; i < nconf && rc == EXIT_OK; i++) {
-    da__bundle_item *it = &items[i];
-    da__rendered r = rendered[i];
+  /* a bundle item a kernel (a config's first also writes the config's typed entry points) */
+  da__bundle_item *bitems = calloc((size_t)nunit + 1, sizeof *bitems);
+  if (rc == EXIT_OK && !bitems) rc = fail(EXIT_RUNTIME, "out of memory");
+  for (int u = 0, j = 0; u < nunit && rc == EXIT_OK; u++) {
+    da__bundle_item *it = &bitems[u];
+    const da__rendered r = rendered[u];
+    *it = items[units[u].conf];
+    it->entry = u == 0 || units[u - 1].conf != units[u].conf;
     it->spec_json = da_spec_to_json(&it->spec);
     snprintf(it->kernel, sizeof it->kernel, "%s", r.kernel_name);
     snprintf(it->source_key, sizeof it->source_key, "%s", r.key);
     snprintf(it->target, sizeof it->target, "%s", target);
-    it->cuda_mma = cuda ? (gopts.cuda_mma ? gopts.cuda_mma : 1) : 0; /* a CUDA bundle names its instruction */
+    /* a CUDA bundle names its instruction (1: mma.sync); under auto none: the plan takes the
+     * device's default, which the bundle holds with its fallback */
+    it->cuda_mma = cuda && !auto_mma ? (gopts.cuda_mma ? gopts.cuda_mma : 1) : 0;
     snprintf(it->source_file, sizeof it->source_file, "%s.%s", r.kernel_name, cuda ? "cu" : "c");
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", outdir, it->source_file);
@@ -443,7 +510,7 @@ static int cmd_gen(int argc, char **argv) {
     } else if (!report && !compile) {
       printf("%s\n", path);
     } else if (!cuda) {
-      const gen_job *J = &jobs[i];
+      const gen_job *J = &jobs[j++];
       char key[65], file[340], out[4500];
       da__host_artifact_key(r.key, key);
       snprintf(file, sizeof file, "%s.host.so", r.kernel_name);
@@ -458,8 +525,8 @@ static int cmd_gen(int argc, char **argv) {
       else if (rc == EXIT_OK)
         printf("%s\n", out);
     } else {
-      for (int a = 0; a < narch && rc == EXIT_OK; a++) {
-        const gen_job *J = &jobs[i * per + a];
+      for (int a = 0; a < units[u].narch && rc == EXIT_OK; a++) {
+        const gen_job *J = &jobs[j++];
         const da__nvrtc_result *res = &J->res;
         char file[340], bin[4600], key[65];
         snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, J->carch);
@@ -472,11 +539,11 @@ static int cmd_gen(int argc, char **argv) {
         if (rc == EXIT_OK && report)
           printf("{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
                  "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
-                 "\"strategy\":%s,\"path\":%s,\"threads\":%d,\"cache_key\":%s}\n",
+                 "\"strategy\":%s,\"path\":%s,\"mma\":\"%s\",\"threads\":%d,\"cache_key\":%s}\n",
                  jstr(r.kernel_name, 0), jstr(J->carch, 1), res->registers, res->spill_bytes,
                  r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes,
-                 res->stack_bytes, res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3), r.threads,
-                 jstr(r.key, 4));
+                 res->stack_bytes, res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3),
+                 da__cuda_mma_name(units[u].mma ? units[u].mma : 1), r.threads, jstr(r.key, 4));
         else if (rc == EXIT_OK)
           printf("%s\n", bin);
       }
@@ -487,15 +554,17 @@ static int cmd_gen(int argc, char **argv) {
     free(jobs[j].bytes);
   }
   free(jobs);
-  for (int i = 0; rendered && i < nconf; i++) da__rendered_free(&rendered[i]);
+  for (int u = 0; rendered && u < nunit; u++) da__rendered_free(&rendered[u]);
   free(rendered);
+  free(units);
   if (rc == EXIT_OK && bundle) {
-    if (da__bundle_write(outdir, bundle, items, nconf, nvrtc_ver[0] ? nvrtc_ver : NULL) != 0)
+    if (da__bundle_write(outdir, bundle, bitems, nunit, nvrtc_ver[0] ? nvrtc_ver : NULL) != 0)
       rc = fail(EXIT_INPUT, "cannot write bundle %s into %s: %s", bundle, outdir, strerror(errno));
     else
       printf("%s/manifest.json\n%s/%s.h\n%s/%s_bundle.c\n", outdir, outdir, bundle, outdir, bundle);
   }
-  for (int i = 0; i < nconf; i++) free(items[i].spec_json);
+  for (int u = 0; bitems && u < nunit; u++) free(bitems[u].spec_json);
+  free(bitems);
   free(items);
   da_context_destroy(ctx);
   return rc;

@@ -388,8 +388,7 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
   /* wgmma-ws-p2 and -tma have no sparse form (planner.lua): those plans take wgmma-ws */
-  const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
-  eff->cuda_mma = (mma == 5 || mma == 6) && sparse ? 4 : mma;
+  eff->cuda_mma = (mma == 5 || mma == 6) && da__spec_sparse(spec) ? 4 : mma;
   *res = eff;
   return DA_OK;
 }
@@ -440,7 +439,7 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
     opts = &tuned, from_tuning = 1;
   int fallbacks = 0; /* DA__FALLBACK_*: what the default instruction may fall back to (below) */
   const int serves = be == DA_BACKEND_CUDA && st == DA_OK && !hit ? da__cuda_wgmma_device_serves(ctx, spec) : 0;
-  const int sparse = spec->sparsity.layout != DA_LAYOUT_NONE && spec->sparsity.layout != DA_LAYOUT_DENSE;
+  const int sparse = da__spec_sparse(spec);
   if (st == DA_OK && !hit && be == DA_BACKEND_CUDA) opts = da__default_mma(opts, env_mma, serves, sparse, &eff, &fallbacks);
   /* Build, and where that fails softly, the fallbacks in turn: the default instruction
    * refused the caller's tunables, its kernel did not compile, or JIT is off and no bundle

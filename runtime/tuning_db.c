@@ -324,7 +324,7 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
   static const int tqs[] = {8, 16, 32, 64}, tks[] = {16, 32, 64, 128};
   int multi = s.mode == DA_MODE_LONGNET && s.num_branches > 1;
   int fmins[2] = {1, 1 << 30};
-  int sparse = s.sparsity.layout != DA_LAYOUT_NONE && s.sparsity.layout != DA_LAYOUT_DENSE;
+  int sparse = da__spec_sparse(&s);
   memset(c, 0, sizeof *c * (size_t)cap);
   if (cap < 1) return 0;
   /* CUDA: the tensor-core path takes 16 or 32 query rows per warp (tile_q 64, 128; 128

@@ -511,6 +511,69 @@ def test_fake_device(tmp):
           f"tune --backend cuda on the fake device (no kernel runs): exit {rc}, {len(rows)} rows: {err[-300:]}")
 
 
+def test_gen_auto(tmp):
+    """gen --mma auto: per arch the kernel a plan naming no instruction takes on such a
+    device, and on sm_90 its fallback (wgmma-ws-tma and wgmma-ws; wgmma-ws alone under a
+    sparse layout; mma.sync where the wgmma paths do not serve the config and on every other
+    arch), so one bundle serves the default plan with JIT off on an sm_80 device, an sm_90
+    one, and an sm_90 one whose driver predates CUDA 12.1. Its typed _plan names no
+    instruction; its entry points come once a config."""
+    d = os.path.join(tmp, "auto")
+    os.mkdir(d)
+    base = dict(segment_lengths=[128, 256], dilation_rates=[1, 2], num_heads=2, head_dim=64, dtype="float16", causal=True)
+    cfgs = {"ln2": base, "f32": dict(base, dtype="float32", head_dim=32),
+            "sparse": dict(base, sparsity=dict(layout="local_window", block=64, window=1))}
+    paths = []
+    for name, c in cfgs.items():
+        paths.append(os.path.join(tmp, name + ".json"))
+        json.dump(c, open(paths[-1], "w"))
+    rc, out, err = run("gen", *paths, "--target", "cuda", "--mma", "auto", "--report", "--bundle", "autob", "-o", d)
+    if rc == 4 and "nvrtc" in err.lower():
+        print("gen --mma auto: NVRTC not available, skipped")
+        return
+    reps = [json.loads(x) for x in out.splitlines() if x.startswith("{")] if rc == 0 else []
+    got = [(r["kernel"].split("_")[-1] if r["kernel"].endswith(("_wgmmat", "_wgmmaw")) else "sync", r["arch"], r["mma"])
+           for r in reps]
+    want = [("sync", "sm_80", "sync"), ("wgmmat", "sm_90a", "wgmma-ws-tma"), ("wgmmaw", "sm_90a", "wgmma-ws"),
+            ("sync", "sm_80", "sync"), ("sync", "sm_90", "sync"),
+            ("sync", "sm_80", "sync"), ("wgmmaw", "sm_90a", "wgmma-ws")]
+    check(rc == 0 and got == want and all(r["spill_bytes"] == 0 for r in reps),
+          f"gen --mma auto: exit {rc}: {got} {err[-300:]}")
+    header = open(os.path.join(d, "autob.h")).read() if rc == 0 else ""
+    manifest = json.load(open(os.path.join(d, "manifest.json"))) if rc == 0 else {}
+    check(all(header.count(f"autob_{n}_plan(") == 1 and header.count(f"autob_{n}_run(") == 1 for n in cfgs)
+          and "cuda_mma" not in header and len(manifest.get("kernels", [])) == 6,
+          f"gen --mma auto --bundle: entry points once a config, no instruction named, 6 kernels: "
+          f"{[k['kernel'] for k in manifest.get('kernels', [])]}")
+    # host target and bad values: refused as before
+    rc, _, err = run("gen", paths[0], "--mma", "auto", "-o", d)
+    check(rc == 2 and "cuda target" in err, f"gen --mma auto, host target: exit {rc}: {err}")
+    if not FAKE_CUDA:
+        return
+    rng = np.random.default_rng(7)
+    for name, c in cfgs.items():
+        for t in "qkv":
+            x = rng.standard_normal((1, 256, c["num_heads"], c["head_dim"]))
+            np.save(os.path.join(d, f"{name}_{t}.npy"), x.astype(np.float16 if c["dtype"] == "float16" else np.float32))
+    for extra, want in (({}, {"ln2": "_wgmmat", "f32": "", "sparse": "_wgmmaw"}),
+                        ({"FAKE_CUDA_VERSION": "12000"}, {"ln2": "_wgmmaw", "f32": "", "sparse": "_wgmmaw"}),
+                        ({"FAKE_CUDA_CC": "80"}, {"ln2": "", "f32": "", "sparse": ""})):
+        for name, path in zip(cfgs, paths):
+            log = os.path.join(tmp, "auto-fake.log")
+            if os.path.exists(log):
+                os.unlink(log)
+            env = {"DILATTN_CUDA_LIB": FAKE_CUDA, "DILATTN_TUNING": "0", "DILATTN_DISABLE_JIT": "1",
+                   "DILATTN_BUNDLES": os.path.join(d, "manifest.json"), "FAKE_CUDA_LOG": log,
+                   "DILATTN_CACHE_DIR": os.path.join(tmp, "auto-cache-empty"), **extra}
+            rc, so, err = run("run", path, *[a for t in "qkv" for a in (f"--{t}", os.path.join(d, f"{name}_{t}.npy"))],
+                              "-o", os.path.join(d, "o.npy"), "--backend", "cuda", env=env)
+            launches = [x.split()[1] for x in open(log).read().splitlines() if x.startswith("launch ")] \
+                if os.path.exists(log) else []
+            paths_run = {"_wgmmat" if "_wgmmat" in k else "_wgmmaw" if "_wgmmaw" in k else "" for k in launches}
+            check(rc == 0 and launches and paths_run == {want[name]},
+                  f"run {name} with JIT off and the auto bundle, {extra}: exit {rc}: {launches} {err[-300:]}")
+
+
 def test_cache(tmp):
     """cache list: one object per entry, each with its key; cache clear: what it removed
     and what is left, unambiguous; a cache folder that cannot be used is an error (exit 4);
@@ -811,6 +874,7 @@ def main():
         test_gen_checks_first(tmp)
         test_gen_compile_all_or_nothing(tmp)
         test_fake_device(tmp)
+        test_gen_auto(tmp)
         test_cache(tmp)
         test_bad_inputs(tmp)
         test_user_errors(tmp)
