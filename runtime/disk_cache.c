@@ -144,13 +144,14 @@ static char *load_verified(const da__disk_cache *dc, const char *arch, const cha
   return bin;
 }
 
-int da__disk_cache_get(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap,
-                       void **data, size_t *size) {
+static int lookup(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap, void **data,
+                  size_t *size, int remove_corrupt) {
   if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return 0;
   const char *why;
   size_t n = 0;
   char *bin = load_verified(dc, arch, key, &n, &why, NULL);
   if (!bin) {
+    if (why && !remove_corrupt) return -1;
     if (why) {
       da__log(DA_LOG_WARN, "kernel cache: entry %s/%s is corrupt (%s); removed, it will be rebuilt", arch, key, why);
       remove_entry(dc, arch, key);
@@ -170,6 +171,16 @@ int da__disk_cache_get(da__disk_cache *dc, const char *arch, const char *key, ch
   return 1;
 }
 
+
+int da__disk_cache_get(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap,
+                       void **data, size_t *size) {
+  return lookup(dc, arch, key, path, cap, data, size, 1);
+}
+
+int da__disk_cache_peek(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap,
+                        void **data, size_t *size) {
+  return lookup(dc, arch, key, path, cap, data, size, 0);
+}
 
 static void evict(da__disk_cache *dc, const char *keep_key);
 
@@ -372,15 +383,23 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
       const char *why = NULL;
       size_t sz;
       char *bin = load_verified(dc, e->arch, e->key, &sz, &why, &json);
+      int fd = -1;
+      if (!bin) { /* again under the entry's lock: a process rewriting it holds that, and its
+                     new .bin comes before its .json */
+        fd = da__disk_cache_lock(dc, e->arch, e->key);
+        bin = load_verified(dc, e->arch, e->key, &sz, &why, &json);
+      }
       free(bin);
       if (!bin) {
         sum->corrupt++;
         const int gone = remove_entry(dc, e->arch, e->key) == 0;
+        da__disk_cache_unlock(fd);
         da__log(DA_LOG_WARN, "kernel cache: entry %s/%s is corrupt (%s); %s", e->arch, e->key, why ? why : "unreadable",
                 gone ? "removed" : "could not be removed");
         if (gone) sum->removed++;
         continue;
       }
+      da__disk_cache_unlock(fd);
     } else {
       char jp[4400];
       size_t jl;

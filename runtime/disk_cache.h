@@ -24,12 +24,18 @@ DA_HIDDEN void da__disk_cache_close(da__disk_cache *dc);
 DA_HIDDEN int da__disk_cache_usable(const da__disk_cache *dc);
 DA_HIDDEN const char *da__disk_cache_root(const da__disk_cache *dc); /* ".../v1" */
 
-/* Look key up. A hit verifies the entry (size and SHA-256 recorded in its .json) and
- * returns 1 with the artifact's path in path (cap bytes) and, when data is not NULL, a
- * malloc'ed copy of its bytes. A corrupt or truncated entry is removed, logged, and is a
- * miss (0). A hit refreshes the entry's time for LRU eviction. */
+/* Look key up, holding its lock (da__disk_cache_lock). A hit verifies the entry (size and
+ * SHA-256 recorded in its .json) and returns 1 with the artifact's path in path (cap bytes)
+ * and, when data is not NULL, a malloc'ed copy of its bytes. A corrupt or truncated entry
+ * is removed, logged, and is a miss (0). A hit refreshes the entry's time for LRU
+ * eviction. */
 DA_HIDDEN int da__disk_cache_get(da__disk_cache *dc, const char *arch, const char *key, char *path,
                                  size_t cap, void **data, size_t *size);
+/* da__disk_cache_get without the lock: a corrupt entry stays, and is -1 (a plain miss: 0).
+ * Another process may be rewriting it (put renames the new .bin into place before its
+ * .json), so only a look under the entry's lock may remove it. */
+DA_HIDDEN int da__disk_cache_peek(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap,
+                                  void **data, size_t *size);
 
 /* Store an artifact atomically (temp file in the same folder, fsync, rename; the .json,
  * written last, commits the entry). meta is extra JSON members ("\"kernel\":\"...\"") or

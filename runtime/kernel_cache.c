@@ -126,20 +126,29 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
     __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
     return DA_OK;
   }
-  if (da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
+  /* first look without the lock: an entry another process is rewriting may look corrupt
+   * here, so it stays (the look under the lock removes what is still corrupt there) */
+  const int seen = da__disk_cache_peek(c->disk, arch, key, path, cap, bytes, n);
+  if (seen > 0) {
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
     return DA_OK;
   }
-  DA_RETURN_IF(da__jit_disabled(), DA_ERR_UNSUPPORTED,
-               "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
-               "(%zu artifacts) and not in the disk cache",
-               kernel, arch, key, da__bundles_count(c->bundles));
-  int fd = da__disk_cache_lock(c->disk, arch, key);
+  /* JIT off: no lock (nor its file) for a plain miss; a corrupt entry is looked at again
+   * under it, removed with a warning where it still is, or taken where it was rewritten */
+  const int jit_off = da__jit_disabled();
+  int fd = jit_off && seen == 0 ? -1 : da__disk_cache_lock(c->disk, arch, key);
   /* second look: another process may have built it while we waited for the lock */
   if (fd >= 0 && da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
     da__disk_cache_unlock(fd);
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
     return DA_OK;
+  }
+  if (jit_off) {
+    da__disk_cache_unlock(fd);
+    return da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                         "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
+                         "(%zu artifacts) and not in the disk cache",
+                         kernel, arch, key, da__bundles_count(c->bundles));
   }
   da_status st = build(ctx, arg, bytes, n);
   if (st == DA_OK) {

@@ -342,6 +342,96 @@ static void test_evicted_before_load(void) {
   da_context_destroy(c2);
 }
 
+/* A lookup that meets an entry in the middle of another process's rebuild (its new .bin
+ * renamed into place, its .json still the old one: a checksum mismatch) must not remove
+ * it: the writer holds the entry's lock, and only a look under that lock may remove. The
+ * unlocked first look removed both files; this lookup then waited for the lock, found the
+ * writer's .json without its .bin and compiled the kernel again (a spurious warning, a
+ * rebuild, and the other process's entry lost). */
+static int race_builds;
+static da_status race_build(const da_context *ctx, void *arg, void **bytes, size_t *n) {
+  (void)ctx, (void)arg;
+  race_builds++;
+  *bytes = malloc(16);
+  memset(*bytes, 7, 16);
+  *n = 16;
+  return DA_OK;
+}
+
+typedef struct {
+  da__kernel_cache *kc;
+  const char *key;
+  void *bytes;
+  size_t n;
+  da_status st;
+} race_reader;
+
+static void *race_read(void *arg) {
+  race_reader *r = arg;
+  char path[4400];
+  r->st = da__kernel_cache_find_or_build(NULL, r->kc, "host", r->key, r->key, "k", race_build, NULL, NULL, &r->bytes,
+                                         &r->n, path, sizeof path);
+  return NULL;
+}
+
+static da__disk_cache_summary race_sum;
+static void *race_verify(void *dc) {
+  da__disk_cache_scan(dc, 1, 0, NULL, NULL, &race_sum);
+  return NULL;
+}
+
+static void test_rebuild_race(void) {
+  use_dir("race");
+  da__kernel_cache kc;
+  TU_CHECK(da__kernel_cache_init(&kc) == 0, "kernel cache init");
+  const char *key = "bb22222222222222222222222222222222222222222222222222222222222222";
+  char old_data[3000], new_data[3000], path[4400], bp[4400], jp[4400];
+  memset(old_data, 1, sizeof old_data);
+  memset(new_data, 2, sizeof new_data);
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, path, sizeof path) == 0, "put");
+  snprintf(bp, sizeof bp, "%s", path);
+  snprintf(jp, sizeof jp, "%.*s.json", (int)(strlen(bp) - 4), bp);
+  /* the writer: the entry's lock, the new artifact in place, the old metadata */
+  int fd = da__disk_cache_lock(kc.disk, "host", key);
+  TU_CHECK(fd >= 0, "lock");
+  TU_CHECK(da__write_file_atomic(bp, new_data, sizeof new_data, 0600) == 0, "new .bin");
+  race_reader r = {&kc, key, NULL, 0, DA_ERR_INTERNAL};
+  pthread_t t;
+  pthread_create(&t, NULL, race_read, &r);
+  usleep(300 * 1000); /* the reader's first look, then it waits for the lock */
+  TU_CHECK(access(bp, F_OK) == 0 && access(jp, F_OK) == 0, "a lookup without the lock removed an entry being rebuilt");
+  /* the writer finishes: put writes the .bin again and commits the .json */
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, new_data, sizeof new_data, NULL, path, sizeof path) == 0, "put new");
+  da__disk_cache_unlock(fd);
+  pthread_join(t, NULL);
+  TU_CHECK(r.st == DA_OK && race_builds == 0 && r.n == sizeof new_data && r.bytes &&
+               memcmp(r.bytes, new_data, r.n) == 0,
+           "the reader did not take the rebuilt entry (status %d, builds %d, %zu bytes)", r.st, race_builds, r.n);
+  free(r.bytes);
+  /* cache verify in the middle of the same rewrite: it waits for the lock and counts the
+   * rewritten entry (it removed it as corrupt) */
+  fd = da__disk_cache_lock(kc.disk, "host", key);
+  TU_CHECK(da__write_file_atomic(bp, old_data, sizeof old_data, 0600) == 0, "old .bin");
+  pthread_create(&t, NULL, race_verify, kc.disk);
+  usleep(300 * 1000);
+  TU_CHECK(access(bp, F_OK) == 0 && access(jp, F_OK) == 0, "cache verify removed an entry being rebuilt");
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, path, sizeof path) == 0, "put old");
+  da__disk_cache_unlock(fd);
+  pthread_join(t, NULL);
+  TU_CHECK(race_sum.entries == 1 && race_sum.corrupt == 0 && race_sum.removed == 0,
+           "cache verify during a rewrite: %llu entries, %llu corrupt, %llu removed", (unsigned long long)race_sum.entries,
+           (unsigned long long)race_sum.corrupt, (unsigned long long)race_sum.removed);
+  /* a corrupt entry nobody is writing is still removed (under the lock) and rebuilt */
+  int f2 = open(bp, O_WRONLY);
+  TU_CHECK(f2 >= 0 && pwrite(f2, "\x55", 1, 10) == 1, "flip");
+  if (f2 >= 0) close(f2);
+  r.bytes = NULL;
+  race_read(&r);
+  TU_CHECK(r.st == DA_OK && race_builds == 1 && r.n == 16, "a corrupt entry was not rebuilt (builds %d)", race_builds);
+  free(r.bytes);
+  da__kernel_cache_destroy(&kc);
+}
+
 static void test_memory_only(void) {
   setenv("DILATTN_CACHE_DIR", "/dev/null/cache", 1); /* cannot exist */
   da_context *c;
@@ -431,6 +521,7 @@ int main(void) {
   test_budget();
   test_plan_level();
   test_evicted_before_load();
+  test_rebuild_race();
   test_write_signals();
   test_memory_only();
   test_processes();
