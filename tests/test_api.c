@@ -6,6 +6,7 @@
  * bundle taken for the first, a directory given as a manifest, seeds from 2^63 in JSON.
  * Host backend (every check here comes before a backend runs).
  * Run: build/tests/test_api */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -402,6 +403,40 @@ static void test_default_mma(void) {
   TU_CHECK(r == &o && !fb, "cuda_mma named: kept");
 }
 
+/* A program that ignores SIGCHLD (daemons, servers) has its children reaped for it:
+ * waitpid fails with ECHILD and the compiler's exit status is lost. A failed host compile
+ * must still be DA_ERR_COMPILE with the compiler's log, not a success whose kernel.so is
+ * missing (it was DA_ERR_IO "cannot read back .../kernel.so"). */
+static void test_sigchld_ignored(void) {
+  char dir[] = "/tmp/dilattn-test-api-XXXXXX";
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("DILATTN_CACHE_DIR", dir, 1);
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_spec s = small_spec();
+  s.has_scale = 1, s.scale = 0.4375; /* a kernel of its own */
+  setenv("CC", "false", 1);
+  const char *tmpdir = getenv("TMPDIR");
+  char *saved_tmp = tmpdir ? strdup(tmpdir) : NULL;
+  setenv("TMPDIR", dir, 1); /* the failed build's folder, kept for inspection, goes with dir */
+  void (*old)(int) = signal(SIGCHLD, SIG_IGN);
+  da_plan *p = NULL;
+  const da_status st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &p);
+  signal(SIGCHLD, old);
+  if (saved_tmp) setenv("TMPDIR", saved_tmp, 1);
+  else unsetenv("TMPDIR");
+  free(saved_tmp);
+  TU_CHECK(st == DA_ERR_COMPILE && !p && has(ctx, "host compile: false failed"),
+           "CC=false under SIGCHLD ignored: %s: %s", da_status_name(st), da_context_last_error(ctx));
+  da_plan_destroy(p);
+  unsetenv("CC");
+  da_context_destroy(ctx);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  TU_CHECK(system(cmd) == 0, "rm %s", dir);
+  unsetenv("DILATTN_CACHE_DIR");
+}
+
 int main(void) {
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
@@ -413,6 +448,7 @@ int main(void) {
   test_backend_env(ctx);
   test_cc_words();
   test_default_mma();
+  test_sigchld_ignored();
   da_context_destroy(ctx);
   return tu_report();
 }
