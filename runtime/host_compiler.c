@@ -174,12 +174,19 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
                          cc, strerror(rc));
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited;
+  while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  /* a program that ignores SIGCHLD has its children reaped for it (waitpid: ECHILD) and
+   * the exit status is lost: the compiler's output tells (it leaves none on failure) */
+  struct stat so_st;
+  const int known = waited == pid,
+            ok = known ? WIFEXITED(status) && WEXITSTATUS(status) == 0
+                       : stat(so, &so_st) == 0 && S_ISREG(so_st.st_mode) && so_st.st_size > 0;
+  if (!ok) {
     char text[6000];
     read_log(log, text, sizeof text);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    if (known && WIFEXITED(status) && WEXITSTATUS(status) == 127) {
       remove_dir(dir, build_files);
       return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: C compiler '%s' not found: %s", cc, text);
     }
@@ -188,7 +195,7 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
     static int kept; /* this process's, so far */
     const int keep = __atomic_fetch_add(&kept, 1, __ATOMIC_RELAXED) < KEEP_FAILED_BUILDS;
     da_status st = da__set_error(ctx, DA_ERR_COMPILE, "host compile: %s failed (status %d) on %s (%s):\n%s", cc,
-                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, src,
+                                 known && WIFEXITED(status) ? WEXITSTATUS(status) : -1, src,
                                  keep ? "kept for inspection" : "removed: the first failures' sources are kept", text);
     if (!keep) remove_dir(dir, build_files);
     return st;
