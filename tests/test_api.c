@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gen/render.h"
+#include "runtime/tuning_db.h"
 #include "test_util.h"
 
 static da_spec small_spec(void) {
@@ -437,6 +438,49 @@ static void test_sigchld_ignored(void) {
   unsetenv("DILATTN_CACHE_DIR");
 }
 
+/* The tuning database holds one record per (spec, backend, shape bucket, tile parameters)
+ * (DESIGN.md decision 9): a sweep at another batch in the same bucket replaces the one
+ * before. Records of two batches used to stand side by side and plan creation compared
+ * their times: the smaller batch's fastest candidate won whatever was tuned after it
+ * (`dilattn tune --batch 8` after a batch-1 sweep changed no plan). */
+static void test_tuning_batches(void) {
+  char dir[] = "/tmp/dilattn-test-api-XXXXXX", db[200];
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(db, sizeof db, "%s/tuning.jsonl", dir);
+  da_context *ctx;
+  da_context_create(&ctx);
+  da__tune_record r[2];
+  memset(r, 0, sizeof r);
+  for (int i = 0; i < 2; i++) {
+    memset(r[i].spec_hash, 'a', 64);
+    snprintf(r[i].backend, sizeof r[i].backend, "host");
+    snprintf(r[i].status, sizeof r[i].status, "ok");
+    snprintf(r[i].strategy, sizeof r[i].strategy, "fused");
+    r[i].seq_len = 4096, r[i].bucket = da__tuning_bucket(4096), r[i].reps = 3;
+    r[i].params.tile_q = 8 << i, r[i].params.tile_k = 16 << i; /* A: 8 x 16, B: 16 x 32 */
+  }
+  /* batch 1: A 1 ms, B 2 ms; then batch 8: A 10 ms, B 5 ms (B is the best of the last sweep) */
+  r[0].batch = r[1].batch = 1, r[0].median_ms = 1.0, r[1].median_ms = 2.0;
+  TU_CHECK(da__tuning_db_merge(ctx, db, r, 2) == DA_OK, "merge batch 1: %s", da_context_last_error(ctx));
+  r[0].batch = r[1].batch = 8, r[0].median_ms = 10.0, r[1].median_ms = 5.0;
+  TU_CHECK(da__tuning_db_merge(ctx, db, r, 2) == DA_OK, "merge batch 8: %s", da_context_last_error(ctx));
+  da__tune_record *recs = NULL;
+  int mismatch = 0;
+  const int n = da__tuning_db_read(db, &recs, &mismatch);
+  char hash[65];
+  memset(hash, 'a', 64), hash[64] = '\0';
+  const da__tune_record *best = n > 0 ? da__tuning_best(recs, n, hash, "host", da__tuning_bucket(4096)) : NULL;
+  TU_CHECK(n == 2, "%d records after two sweeps of one bucket (one per tile parameters)", n);
+  TU_CHECK(best && best->params.tile_q == 16 && best->batch == 8,
+           "best after a batch-8 sweep: tile_q %d of batch %lld (%.1f ms)", best ? best->params.tile_q : -1,
+           best ? (long long)best->batch : -1LL, best ? best->median_ms : -1.0);
+  free(recs);
+  da_context_destroy(ctx);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  TU_CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 int main(void) {
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
@@ -449,6 +493,7 @@ int main(void) {
   test_cc_words();
   test_default_mma();
   test_sigchld_ignored();
+  test_tuning_batches();
   da_context_destroy(ctx);
   return tu_report();
 }
