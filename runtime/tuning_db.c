@@ -227,8 +227,10 @@ int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
 }
 
 static int same_slot(const da__tune_record *a, const da__tune_record *b) {
+  /* not the batch: da__tuning_best compares the times of one bucket's records, which must
+   * come from one sweep (a batch-1 sweep's beside a batch-8 one's always won) */
   return !strcmp(a->spec_hash, b->spec_hash) && !strcmp(a->backend, b->backend) && a->bucket == b->bucket &&
-         a->batch == b->batch && a->params.tile_q == b->params.tile_q && a->params.tile_k == b->params.tile_k &&
+         a->params.tile_q == b->params.tile_q && a->params.tile_k == b->params.tile_k &&
          a->params.fused_min_queries == b->params.fused_min_queries && a->params.cuda_mma == b->params.cuda_mma;
 }
 

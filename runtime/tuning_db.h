@@ -36,8 +36,9 @@ DA_HIDDEN const char *da__tuning_env(void);
 DA_HIDDEN int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch);
 
 /* Merge records into the database under its lock (re-read, replace records with the same
- * spec, backend, bucket, batch and parameters, append the rest, atomic rename). Refuses
- * (DA_ERR_IO, nothing written) a file of another environment. */
+ * spec, backend, bucket and parameters whatever their batch, so that a bucket's times are
+ * one sweep's; append the rest, atomic rename). Refuses (DA_ERR_IO, nothing written) a
+ * file of another environment. */
 /* Whether a merge into path could succeed, checked before a sweep: DA_ERR_IO with the
  * reason (a database written for another environment, unreadable, or a folder that cannot
  * be written) in ctx. */
