@@ -155,7 +155,11 @@ typedef enum { DA_BACKEND_AUTO = 0, DA_BACKEND_HOST = 1, DA_BACKEND_CUDA = 2 } d
 
 /* Create a context: it owns compiled kernels and the last-error text. Returns DA_OK or
  * DA_ERR_NO_MEMORY. A context may be used from several threads; its last-error text is
- * per thread. */
+ * per thread. On the CUDA backend a context works on one device: the device of the CUDA
+ * context current on the thread that first uses it for CUDA (a plan creation, say; in a
+ * PyTorch program the current device, torch.cuda.set_device), else device 0. It keeps that
+ * device; a program driving several devices from one process makes one context per device,
+ * each first used with its device current. */
 DA_API da_status da_context_create(da_context **out);
 DA_API void da_context_destroy(da_context *ctx);
 
@@ -276,7 +280,8 @@ DA_API void da_args_init(da_args *args, const da_spec *spec, int64_t batch, int6
  * args->stream, and several threads may execute one plan at once, each on a stream of
  * its own (tests/test_threads.c runs that under ThreadSanitizer); q, k and v that are
  * 16-byte aligned with strides that are multiples of 8 elements are loaded with cp.async;
- * any other layout works through plain loads, a little slower. An empty batch (batch or
+ * any other layout works through plain loads, a little slower. A stream of another device
+ * than the context's is DA_ERR_INVALID_ARGUMENT, naming both. An empty batch (batch or
  * seq_len 0) does nothing and returns DA_OK whatever its pointers (NULL included, as an
  * empty framework tensor's may be). */
 DA_API da_status da_plan_execute(da_plan *plan, const da_args *args);

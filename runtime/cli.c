@@ -864,9 +864,10 @@ static int cmd_info(void) {
     da_plan_options eff;
     int fallbacks;
     const da_plan_options *dflt = da__default_mma(NULL, 0, da__cuda_wgmma_level(ctx), 0, &eff, &fallbacks);
-    cuda = da__cli_sprintf("{\"available\":true,\"device\":%s,\"arch\":%s,\"driver\":%d,\"default_mma\":\"%s\","
-                           "\"tma\":%s}",
-                           jstr(da__cuda_device_name(dev), 5), jstr(da__cuda_arch(dev), 6), da__cuda_driver_version(dev),
+    cuda = da__cli_sprintf("{\"available\":true,\"device\":%s,\"ordinal\":%d,\"arch\":%s,\"driver\":%d,"
+                           "\"default_mma\":\"%s\",\"tma\":%s}",
+                           jstr(da__cuda_device_name(dev), 5), da__cuda_device_ordinal(dev), jstr(da__cuda_arch(dev), 6),
+                           da__cuda_driver_version(dev),
                            da__cuda_mma_name(dflt ? dflt->cuda_mma : 1), da__cuda_tmap_encoder(dev) ? "true" : "false");
   }
   else

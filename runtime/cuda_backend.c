@@ -493,6 +493,7 @@ static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned g
 da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args, size_t limit) {
   DA_RETURN_IF(args->batch > 65535, DA_ERR_INVALID_ARGUMENT,
                "batch %lld: the CUDA backend takes at most 65535 per call", (long long)args->batch);
+  DA_TRY(da__cuda_check_stream(ctx, p->dev, args->stream)); /* a stream of another device */
   /* element alignment: checked for every backend (plan.c check_tensors); 16-byte
    * alignment only selects cp.async (vec16) */
   da__cuda_args a;

@@ -1,11 +1,14 @@
 /* cuda_driver.c - the CUDA driver API through dlopen. cuda.h is never included and
  * nothing is linked: the handful of types and entry points used are declared here and
  * resolved by their real (versioned) symbol names, as cuda.h would map them
- * (cuMemAlloc -> cuMemAlloc_v2, cuCtxPushCurrent -> cuCtxPushCurrent_v2, ...). One
- * process-wide state is set up once (pthread_once): driver, device 0, its arch string,
- * SM count and retained primary context. Every operation makes the primary context
- * current on the calling thread first: set when the thread has none, pushed and popped
- * again when the caller has another context current. A missing driver or GPU is
+ * (cuMemAlloc -> cuMemAlloc_v2, cuCtxPushCurrent -> cuCtxPushCurrent_v2, ...). The driver
+ * is opened once a process (pthread_once); each device once, when a context first needs
+ * it: its arch string, SM count, retained primary context and memory pool. A da_context
+ * takes the device of the CUDA context current on the thread that first uses it for CUDA
+ * (a framework's current device: PyTorch's after torch.cuda.set_device), else device 0,
+ * and keeps it. Every operation makes that device's primary context current on the
+ * calling thread first: set when the thread has none, pushed and popped again when the
+ * caller has another context current. A missing driver or GPU is
  * DA_ERR_UNSUPPORTED; every driver error is DA_ERR_DEVICE with the call and the driver's
  * error name and text. */
 #define _GNU_SOURCE
@@ -44,7 +47,7 @@ enum {
 
 struct da__cuda {
   void *dl;
-  CUdevice device;
+  CUdevice device; /* its ordinal */
   CUcontext primary;
   char arch[16];
   char name[256];
@@ -60,6 +63,9 @@ struct da__cuda {
   CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*CtxGetCurrent)(CUcontext *);
+  CUresult (*CtxGetDevice)(CUdevice *);
+  CUresult (*DeviceGetCount)(int *);
+  CUresult (*StreamGetCtx)(CUstream, CUcontext *); /* (CUDA 9.2+; optional) */
   CUresult (*CtxSetCurrent)(CUcontext);
   CUresult (*CtxPushCurrent)(CUcontext);  /* cuCtxPushCurrent_v2 */
   CUresult (*CtxPopCurrent)(CUcontext *); /* cuCtxPopCurrent_v2 */
@@ -89,13 +95,25 @@ struct da__cuda {
   CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, void *, CUstream);
   CUresult (*MemPoolSetAttribute)(void *, int, void *);
   CUresult (*MemPoolTrimTo)(void *, size_t);
-  void *pool; /* the library's pool (pool_setup), NULL where there is none */
+  void *pool;     /* the library's pool (pool_setup), NULL where there is none */
+  int pool_tried; /* pool_setup ran (under g_dev_mu) */
 };
 
+/* The driver: its entry points and version (the device fields unused), opened once */
 static da__cuda g_cuda;
 static da_status g_status = DA_ERR_INTERNAL; /* DA_OK once set up */
 static char g_error[1024];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_ndev; /* cuDeviceGetCount's */
+
+/* The devices, each set up by the first context that takes it (under g_dev_mu); a copy of
+ * the driver's entry points each, so every call below takes one da__cuda */
+#define DA_MAX_DEVICES 64
+static da__cuda g_dev[DA_MAX_DEVICES];
+static int g_dev_state[DA_MAX_DEVICES]; /* 0 not set up, 1 ready (acquire), -1 failed */
+static da_status g_dev_status[DA_MAX_DEVICES];
+static char g_dev_error[DA_MAX_DEVICES][512];
+static pthread_mutex_t g_dev_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Names of the results init can meet, for drivers (the stub) that cannot name them. */
 static const char *fallback_name(CUresult r) {
@@ -128,13 +146,13 @@ static da_status cu_fail(const da_context *ctx, const da__cuda *c, CUresult r, c
   return da__set_error(ctx, DA_ERR_DEVICE, "CUDA: %s failed: %d (%s: %s)", call, r, name, text);
 }
 
-/* Record an init failure. */
-static void init_fail(da_status st, const char *call, CUresult r) {
+/* Record a device's set-up failure. */
+static void init_fail(int ordinal, da_status st, const char *call, CUresult r) {
   const char *name, *text;
   error_text(&g_cuda, r, &name, &text);
-  g_status = st;
-  snprintf(g_error, sizeof g_error, "CUDA device 0 not usable: %s returned %d (%s: %s)", call, r,
-           name, text);
+  g_dev_status[ordinal] = st;
+  snprintf(g_dev_error[ordinal], sizeof g_dev_error[ordinal], "CUDA device %d not usable: %s returned %d (%s: %s)",
+           ordinal, call, r, name, text);
 }
 
 static int load_sym(void *dl, const char *name, void *slot, char *missing, size_t cap) {
@@ -175,6 +193,8 @@ static void cuda_init(void) {
   SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
   SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
   SYM(CtxGetCurrent, "cuCtxGetCurrent");
+  SYM(CtxGetDevice, "cuCtxGetDevice");
+  SYM(DeviceGetCount, "cuDeviceGetCount");
   SYM(CtxSetCurrent, "cuCtxSetCurrent");
   SYM(CtxPushCurrent, "cuCtxPushCurrent_v2");
   SYM(CtxPopCurrent, "cuCtxPopCurrent_v2");
@@ -200,6 +220,7 @@ static void cuda_init(void) {
     load_sym(c->dl, "cuMemPoolTrimTo", &c->MemPoolTrimTo, unused, sizeof unused);
     load_sym(c->dl, "cuLaunchKernelEx", &c->LaunchKernelEx, unused, sizeof unused);
     load_sym(c->dl, "cuTensorMapEncodeTiled", &c->TensorMapEncodeTiled, unused, sizeof unused);
+    load_sym(c->dl, "cuStreamGetCtx", &c->StreamGetCtx, unused, sizeof unused);
   }
   if (!ok) {
     g_status = DA_ERR_UNSUPPORTED;
@@ -217,15 +238,32 @@ static void cuda_init(void) {
              r == CUDA_ERROR_NO_DEVICE ? "" : "usable ", r, name, text);
     return;
   }
-  if ((r = c->DeviceGet(&c->device, 0)) != CUDA_SUCCESS) {
-    init_fail(r == CUDA_ERROR_NO_DEVICE ? DA_ERR_UNSUPPORTED : DA_ERR_DEVICE, "cuDeviceGet", r);
+  if ((r = c->DeviceGetCount(&g_ndev)) != CUDA_SUCCESS || g_ndev < 1) {
+    const char *name, *text;
+    error_text(c, r, &name, &text);
+    g_status = DA_ERR_UNSUPPORTED;
+    snprintf(g_error, sizeof g_error, "CUDA driver found but no GPU: cuDeviceGetCount returned %d (%s: %s), %d devices",
+             r, name, text, g_ndev);
+    return;
+  }
+  g_status = DA_OK;
+}
+
+/* Set device ordinal up (under g_dev_mu): the driver's entry points, its compute
+ * capability, SM count, name and retained primary context. */
+static void device_init(int ordinal) {
+  da__cuda *c = &g_dev[ordinal];
+  *c = g_cuda;
+  CUresult r;
+  if ((r = c->DeviceGet(&c->device, ordinal)) != CUDA_SUCCESS) {
+    init_fail(ordinal, r == CUDA_ERROR_NO_DEVICE ? DA_ERR_UNSUPPORTED : DA_ERR_DEVICE, "cuDeviceGet", r);
     return;
   }
   int major = 0, minor = 0;
   if ((r = c->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->device)) ||
       (r = c->DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->device)) ||
       (r = c->DeviceGetAttribute(&c->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->device))) {
-    init_fail(DA_ERR_DEVICE, "cuDeviceGetAttribute", r);
+    init_fail(ordinal, DA_ERR_DEVICE, "cuDeviceGetAttribute", r);
     return;
   }
   if (c->DeviceGetAttribute(&c->smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
@@ -234,21 +272,74 @@ static void cuda_init(void) {
   snprintf(c->arch, sizeof c->arch, "sm_%d%d", major, minor);
   c->cc_major = major;
   if (c->DeviceGetName(c->name, (int)sizeof c->name, c->device) != CUDA_SUCCESS)
-    snprintf(c->name, sizeof c->name, "CUDA device 0");
+    snprintf(c->name, sizeof c->name, "CUDA device %d", ordinal);
   c->name[sizeof c->name - 1] = '\0';
   if ((r = c->DevicePrimaryCtxRetain(&c->primary, c->device)) != CUDA_SUCCESS) {
-    init_fail(DA_ERR_DEVICE, "cuDevicePrimaryCtxRetain", r);
+    init_fail(ordinal, DA_ERR_DEVICE, "cuDevicePrimaryCtxRetain", r);
     return;
   }
   /* The retained primary context and the library stay until the process ends. */
-  g_status = DA_OK;
+  g_dev_status[ordinal] = DA_OK;
+}
+
+/* The device of the CUDA context current on this thread, or -1 (none, or one the driver
+ * cannot place) */
+static int current_device(void) {
+  CUcontext cur = NULL;
+  CUdevice d = -1;
+  if (g_cuda.CtxGetCurrent(&cur) != CUDA_SUCCESS || !cur || g_cuda.CtxGetDevice(&d) != CUDA_SUCCESS) return -1;
+  return d;
 }
 
 da_status da__cuda_get(const da_context *ctx, da__cuda **out) {
   DA_RETURN_IF(!out, DA_ERR_INVALID_ARGUMENT, "cuda: NULL output");
   pthread_once(&g_once, cuda_init);
   DA_RETURN_IF(g_status != DA_OK, g_status, "%s", g_error);
-  *out = &g_cuda;
+  /* the context's device: taken once, from the first thread that needs it */
+  int *slot = ctx ? da__context_cuda_device(ctx) : NULL;
+  int ordinal = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : -1;
+  if (ordinal < 0) {
+    ordinal = current_device();
+    if (ordinal < 0) ordinal = 0;
+    int unset = -1;
+    if (slot && !__atomic_compare_exchange_n(slot, &unset, ordinal, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      ordinal = unset; /* another thread's first use took it */
+  }
+  DA_RETURN_IF(ordinal >= g_ndev || ordinal >= DA_MAX_DEVICES, DA_ERR_UNSUPPORTED,
+               "CUDA: device %d is current on this thread, but the library handles devices 0 to %d", ordinal,
+               (g_ndev < DA_MAX_DEVICES ? g_ndev : DA_MAX_DEVICES) - 1);
+  if (__atomic_load_n(&g_dev_state[ordinal], __ATOMIC_ACQUIRE) == 0) {
+    pthread_mutex_lock(&g_dev_mu);
+    if (g_dev_state[ordinal] == 0) {
+      g_dev_status[ordinal] = DA_ERR_INTERNAL;
+      device_init(ordinal);
+      __atomic_store_n(&g_dev_state[ordinal], g_dev_status[ordinal] == DA_OK ? 1 : -1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g_dev_mu);
+  }
+  DA_RETURN_IF(g_dev_status[ordinal] != DA_OK, g_dev_status[ordinal], "%s", g_dev_error[ordinal]);
+  *out = &g_dev[ordinal];
+  return DA_OK;
+}
+
+int da__cuda_device_ordinal(const da__cuda *c) { return c->device; }
+
+da_status da__cuda_check_stream(const da_context *ctx, da__cuda *c, void *stream) {
+  /* NULL and the legacy and per-thread handles (CU_STREAM_LEGACY 0x1, CU_STREAM_PER_THREAD
+   * 0x2) name the stream of whatever context is current at the launch: this device's */
+  if ((uintptr_t)stream <= 2 || !c->StreamGetCtx) return DA_OK;
+  CUcontext sctx = NULL, popped;
+  if (c->StreamGetCtx((CUstream)stream, &sctx) != CUDA_SUCCESS || !sctx || sctx == c->primary)
+    return DA_OK; /* a handle the driver does not know: the launch says so */
+  CUdevice d = -1;
+  if (c->CtxPushCurrent(sctx) != CUDA_SUCCESS) return DA_OK;
+  const CUresult r = c->CtxGetDevice(&d);
+  c->CtxPopCurrent(&popped);
+  DA_RETURN_IF(r == CUDA_SUCCESS && d != c->device, DA_ERR_INVALID_ARGUMENT,
+               "CUDA: the stream belongs to device %d, but this context runs its plans on device %d (the device "
+               "current on the thread that first used the context for CUDA): use one context per device, created "
+               "and first used with that device current",
+               d, c->device);
   return DA_OK;
 }
 
@@ -352,24 +443,31 @@ int da__cuda_pdl(const da__cuda *c) {
 
 /* cuTensorMapEncodeTiled with the device's primary context current: cuda.h lists
  * CUDA_ERROR_INVALID_CONTEXT among its results, and the runtime encodes before its first
- * launch, where a caller's thread may have no context yet (the one device: g_cuda). */
+ * launch, where a caller's thread may have no context yet. The device: the one whose
+ * encoder this thread asked for last (da__cuda_tmap_encoder; the runtime encodes right
+ * after, on the same thread). */
+static __thread da__cuda *tl_encoder;
 static int encode_in_context(void *map, int dtype, unsigned rank, void *addr, const uint64_t *dims,
                              const uint64_t *strides, const uint32_t *box, const uint32_t *elem_strides, int interleave,
                              int swizzle, int l2_promotion, int oob_fill) {
   int pushed;
   const char *call;
-  CUresult r = enter_raw(&g_cuda, &pushed, &call);
+  da__cuda *c = tl_encoder;
+  if (!c) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+  CUresult r = enter_raw(c, &pushed, &call);
   if (r != CUDA_SUCCESS) return (int)r;
-  r = g_cuda.TensorMapEncodeTiled(map, dtype, rank, addr, dims, strides, box, elem_strides, interleave, swizzle,
-                                  l2_promotion, oob_fill);
-  leave(&g_cuda, pushed);
+  r = c->TensorMapEncodeTiled(map, dtype, rank, addr, dims, strides, box, elem_strides, interleave, swizzle,
+                              l2_promotion, oob_fill);
+  leave(c, pushed);
   return (int)r;
 }
 
 da__tmap_encode_fn da__cuda_tmap_encoder(const da__cuda *c) {
   const char *env = getenv("DILATTN_TMA");
-  return c == &g_cuda && c->TensorMapEncodeTiled && c->cc_major >= 9 && !(env && !strcmp(env, "0")) ? encode_in_context
-                                                                                                      : NULL;
+  const int ok = c && c >= g_dev && c < g_dev + DA_MAX_DEVICES && c->TensorMapEncodeTiled && c->cc_major >= 9 &&
+                 !(env && !strcmp(env, "0"));
+  tl_encoder = ok ? (da__cuda *)c : NULL;
+  return ok ? encode_in_context : NULL;
 }
 
 da_status da__cuda_launch_ex(const da_context *ctx, da__cuda *c, const da__cuda_kernel *k, unsigned gx,
@@ -422,16 +520,14 @@ da_status da__cuda_malloc(const da_context *ctx, da__cuda *c, size_t bytes, void
 /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuda.h: 4) */
 #define DA_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 
-/* The library's memory pool on the device: it keeps what it holds between executions (no
- * release threshold; da__cuda_trim_pool gives it back). Set up once per process, with the
- * primary context current (the caller's enter()): several threads' first executions used
- * to race on a flag here. It had raised the threshold of the device's default pool, which
+/* The library's memory pool on a device: it keeps what it holds between executions (no
+ * release threshold; da__cuda_trim_pool gives it back). Set up once a device, under
+ * g_dev_mu, with its primary context current (the caller's enter()): several threads'
+ * first executions used to race on a flag here. It had raised the threshold of the device's default pool, which
  * every library in the process allocating stream-ordered shares. Without the calls (a
  * driver before CUDA 11.2) or where creating it fails, cuMemAllocAsync's default pool as
  * it is. */
-static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
-static void pool_setup(void) {
-  da__cuda *c = &g_cuda;
+static void pool_setup(da__cuda *c) {
   if (!c->MemPoolCreate || !c->MemAllocFromPoolAsync || !c->MemPoolSetAttribute) return;
   da__cu_mempool_props props;
   memset(&props, 0, sizeof props);
@@ -445,8 +541,12 @@ static void pool_setup(void) {
   __atomic_store_n(&c->pool, pool, __ATOMIC_RELEASE);
 }
 
-void da__cuda_trim_pool(void) {
-  da__cuda *c = &g_cuda;
+void da__cuda_trim_pool(const da_context *ctx) {
+  int *slot = ctx ? da__context_cuda_device(ctx) : NULL;
+  const int ordinal = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : -1;
+  if (ordinal < 0 || ordinal >= DA_MAX_DEVICES || __atomic_load_n(&g_dev_state[ordinal], __ATOMIC_ACQUIRE) != 1)
+    return; /* the context never used a device */
+  da__cuda *c = &g_dev[ordinal];
   void *pool = __atomic_load_n(&c->pool, __ATOMIC_ACQUIRE);
   if (pool && c->MemPoolTrimTo) c->MemPoolTrimTo(pool, 0);
 }
@@ -460,7 +560,12 @@ da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes
   }
   int pushed;
   DA_TRY(enter(ctx, c, &pushed));
-  pthread_once(&g_pool_once, pool_setup); /* once, by whichever thread allocates first */
+  if (!__atomic_load_n(&c->pool_tried, __ATOMIC_ACQUIRE)) { /* once a device, by whichever thread allocates first */
+    pthread_mutex_lock(&g_dev_mu);
+    if (!c->pool_tried) pool_setup(c);
+    __atomic_store_n(&c->pool_tried, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_dev_mu);
+  }
   CUdeviceptr d = 0;
   void *pool = __atomic_load_n(&c->pool, __ATOMIC_ACQUIRE);
   CUresult r = pool ? c->MemAllocFromPoolAsync(&d, bytes, pool, (CUstream)stream) : CUDA_ERROR_NOT_SUPPORTED;

@@ -1,5 +1,5 @@
 /* cuda_driver.h - a thin layer over the CUDA driver API, opened at run time with dlopen
- * (no link-time CUDA dependency, DESIGN.md decision 1): device 0 and its primary context,
+ * (no link-time CUDA dependency, DESIGN.md decision 1): a context's device and its primary context,
  * cubin loading, kernel launch, device memory, copies and synchronization. Every driver
  * error becomes DA_ERR_DEVICE naming the call and the driver's error name and text. */
 #ifndef DA_CUDA_DRIVER_H
@@ -10,14 +10,22 @@
 #include "runtime/cuda_args.h"
 #include "runtime/internal.h"
 
-typedef struct da__cuda da__cuda; /* process-wide singleton, never freed */
+typedef struct da__cuda da__cuda; /* one a device, process-wide, never freed */
 
 /* Open the driver once per process (thread-safe): $DILATTN_CUDA_LIB when set (and only
- * that), else libcuda.so.1; cuInit(0), device 0, its compute capability, SM count and
- * retained primary context. DA_ERR_UNSUPPORTED when unusable ("no CUDA driver:
- * libcuda.so.1 not found", "CUDA driver found but no GPU: cuInit returned 100
- * (CUDA_ERROR_NO_DEVICE: ...)"); the same answer on every call. */
+ * that), else libcuda.so.1; cuInit(0). Then ctx's device: on the context's first call,
+ * the device of the CUDA context current on the calling thread (a framework's current
+ * device), else device 0, kept for the context's life (ctx NULL: that choice each call);
+ * set up once a process: its compute capability, SM count and retained primary context.
+ * DA_ERR_UNSUPPORTED when unusable ("no CUDA driver: libcuda.so.1 not found", "CUDA
+ * driver found but no GPU: cuInit returned 100 (CUDA_ERROR_NO_DEVICE: ...)"); the same
+ * answer on every call. */
 DA_HIDDEN da_status da__cuda_get(const da_context *ctx, da__cuda **out);
+DA_HIDDEN int da__cuda_device_ordinal(const da__cuda *c);
+/* DA_ERR_INVALID_ARGUMENT, naming both, where stream (a CUstream) belongs to another
+ * device than c: its launches would fail in the driver with an unhelpful error. NULL,
+ * the legacy and per-thread default handles, and handles the driver cannot place pass. */
+DA_HIDDEN da_status da__cuda_check_stream(const da_context *ctx, da__cuda *c, void *stream);
 
 DA_HIDDEN const char *da__cuda_arch(const da__cuda *c);        /* "sm_90" */
 DA_HIDDEN const char *da__cuda_device_name(const da__cuda *c); /* "NVIDIA H100 80GB HBM3" */
@@ -104,7 +112,7 @@ DA_HIDDEN void da__cuda_free(da__cuda *c, void *dptr);
 DA_HIDDEN da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes, void *stream,
                                           void **dptr);
 DA_HIDDEN int da__cuda_free_async(da__cuda *c, void *dptr, void *stream);
-DA_HIDDEN void da__cuda_trim_pool(void);
+DA_HIDDEN void da__cuda_trim_pool(const da_context *ctx); /* ctx's device's, where it took one */
 DA_HIDDEN da_status da__cuda_memcpy_htod(const da_context *ctx, da__cuda *c, void *dst,
                                          const void *src, size_t bytes);
 DA_HIDDEN da_status da__cuda_memcpy_dtoh(const da_context *ctx, da__cuda *c, void *dst,

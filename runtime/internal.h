@@ -41,6 +41,8 @@ DA_HIDDEN const da_plan_options *da__default_mma(const da_plan_options *opts, in
                                                  da_plan_options *eff, int *fallbacks);
 /* DILATTN_WORKSPACE_LIMIT in bytes (SIZE_MAX: unset); DA_ERR_INVALID_ARGUMENT where malformed. */
 DA_HIDDEN da_status da__workspace_limit(const da_context *ctx, size_t *bytes);
+/* The context's CUDA device ordinal, -1 until da__cuda_get takes one (atomically) */
+DA_HIDDEN int *da__context_cuda_device(const da_context *ctx);
 
 /* The online CPUs (at least 1). */
 DA_HIDDEN int da__online_cpus(void);

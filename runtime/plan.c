@@ -44,6 +44,7 @@ struct da_context {
   da__pattern_cache *patterns; /* block tables of sparse layouts */
   pthread_mutex_t memo_mu;
   memo_entry *memo[MEMO_BUCKETS];
+  int cuda_device;            /* its CUDA device ordinal, -1 until the first CUDA call (cuda_driver.c) */
   int tuning_loaded;          /* the tuning database, read once (under memo_mu) */
   da__tune_record *tuning;
   int ntuning;
@@ -85,6 +86,7 @@ da_status da_context_create(da_context **out) {
     return da__set_error(ctx, DA_ERR_NO_MEMORY, "context: cannot create its locks");
   }
   pthread_mutex_init(&c->memo_mu, NULL);
+  c->cuda_device = -1;
   c->pool = da__pool_create();
   if (!c->pool || da__pattern_cache_create(0, &c->patterns) != DA_OK) {
     da__pool_destroy(c->pool);
@@ -149,6 +151,8 @@ da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out) {
   return DA_OK;
 }
 
+int *da__context_cuda_device(const da_context *ctx) { return &((da_context *)ctx)->cuda_device; }
+
 void da_context_destroy(da_context *c) {
   if (!c) return;
   for (int b = 0; b < MEMO_BUCKETS; b++)
@@ -163,7 +167,7 @@ void da_context_destroy(da_context *c) {
   da__kernel_cache_destroy(&c->kernels);
   da__pool_destroy(c->pool);
   da__pattern_cache_destroy(c->patterns);
-  da__cuda_trim_pool(); /* the device pool's unused memory back to the driver */
+  da__cuda_trim_pool(c); /* the device pool's unused memory back to the driver */
   free(c);
 }
 

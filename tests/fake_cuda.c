@@ -8,11 +8,13 @@
  * to a CUDA plan; kernels do not run and outputs stay as they were.
  *
  * Environment: FAKE_CUDA_CC (compute capability, default 90), FAKE_CUDA_VERSION (the
- * driver's, cuDriverGetVersion: 13000), FAKE_CUDA_SMS (132),
+ * driver's, cuDriverGetVersion: 13000), FAKE_CUDA_SMS (132), FAKE_CUDA_DEVICES (how many
+ * devices, alike, each with its primary context: 1, at most 8; fake_cuda_stream(d) gives
+ * a stream handle of device d, which a launch takes only with d's context current),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
  * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
- * tma T", T the arguments' tma flag and, where it is set, the first tensor map's address
- * (runtime/cuda_args.h); each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
+ * tma T ADDR dev D", T the arguments' tma flag and, where it is set, the first tensor map's
+ * address (runtime/cuda_args.h), D the device whose context was current; each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
  * box .. swizzle S", after checking cuda.h's rules for the parameters the runtime passes). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -61,8 +63,22 @@ static void log_line(const char *fmt, ...) {
   pthread_mutex_unlock(&log_mu);
 }
 
-static int context_token;
+#define FAKE_MAX_DEVICES 8
+static int context_tokens[FAKE_MAX_DEVICES]; /* device d's primary context: &context_tokens[d] */
+static char stream_tokens[FAKE_MAX_DEVICES]; /* a stream of device d: &stream_tokens[d] */
 static __thread void *current, *below; /* the thread's current context, and one pushed under it */
+
+static int ndevices(void) {
+  const int n = env_int("FAKE_CUDA_DEVICES", 1);
+  return n < 1 ? 1 : n > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : n;
+}
+/* the device of a context, -1 for one not the fake's (a test's own) */
+static int device_of(const void *ctx) {
+  for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+    if (ctx == &context_tokens[d]) return d;
+  return -1;
+}
+void *fake_cuda_stream(int dev) { return dev >= 0 && dev < FAKE_MAX_DEVICES ? &stream_tokens[dev] : NULL; }
 
 CUresult cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
 CUresult cuDriverGetVersion(int *v) {
@@ -79,9 +95,13 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
      : r == INVALID_IMAGE ? "device kernel image is invalid (fake driver)" : "unknown error (fake driver)";
   return OK;
 }
+CUresult cuDeviceGetCount(int *n) {
+  *n = ndevices();
+  return OK;
+}
 CUresult cuDeviceGet(int *d, int ordinal) {
-  if (ordinal != 0) return INVALID_VALUE;
-  *d = 0;
+  if (ordinal < 0 || ordinal >= ndevices()) return 101; /* INVALID_DEVICE */
+  *d = ordinal;
   return OK;
 }
 CUresult cuDeviceGetName(char *name, int len, int dev) {
@@ -101,13 +121,26 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   }
 }
 CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
-  (void)dev;
-  *ctx = &context_token;
+  if (dev < 0 || dev >= ndevices()) return 101;
+  *ctx = &context_tokens[dev];
   return OK;
 }
 CUresult cuCtxGetCurrent(void **ctx) {
   *ctx = current;
   return OK;
+}
+CUresult cuCtxGetDevice(int *dev) {
+  if (device_of(current) < 0) return 201; /* INVALID_CONTEXT */
+  *dev = device_of(current);
+  return OK;
+}
+CUresult cuStreamGetCtx(void *stream, void **ctx) {
+  for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+    if (stream == &stream_tokens[d]) {
+      *ctx = &context_tokens[d];
+      return OK;
+    }
+  return 400; /* INVALID_HANDLE: a stream the fake did not make */
 }
 CUresult cuCtxSetCurrent(void *ctx) {
   current = ctx;
@@ -125,7 +158,7 @@ CUresult cuCtxPopCurrent_v2(void **ctx) {
   below = NULL;
   return OK;
 }
-static CUresult need_context(void) { return current == &context_token ? OK : 201 /* INVALID_CONTEXT */; }
+static CUresult need_context(void) { return device_of(current) >= 0 ? OK : 201 /* INVALID_CONTEXT */; }
 CUresult cuCtxSynchronize(void) { return need_context(); }
 CUresult cuStreamSynchronize(void *s) {
   (void)s;
@@ -186,6 +219,9 @@ CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
 static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned smem, void *stream, void **params, int dependent) {
   if (need_context()) return need_context();
+  const int dev = device_of(current);
+  for (int d = 0; d < FAKE_MAX_DEVICES; d++) /* a stream of another device than the current context's */
+    if (stream == &stream_tokens[d] && d != dev) return 400; /* INVALID_HANDLE */
   fake_func *f = fn;
   if (!f || !params || !gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
       (unsigned long long)bx * by * bz > 1024 || smem > (unsigned)f->max_dyn_smem)
@@ -194,8 +230,8 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   const da__cuda_kargs *k = strncmp(f->name, "da_fwd_", 7) ? NULL : params[0];
   uint64_t first_map = 0; /* what the encoder put at the start of the first map: its address */
   if (k && k->a.tma) memcpy(&first_map, k->m[0].bytes, sizeof first_map);
-  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p tma %d %llx\n", f->name, gx, gy, gz, bx,
-           by, bz, smem, dependent, stream, k ? k->a.tma : 0, (unsigned long long)first_map);
+  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p tma %d %llx dev %d\n", f->name, gx, gy,
+           gz, bx, by, bz, smem, dependent, stream, k ? k->a.tma : 0, (unsigned long long)first_map, dev);
   return OK;
 }
 
@@ -285,18 +321,18 @@ CUresult cuMemFreeAsync(unsigned long long d, void *stream) {
   (void)stream;
   return cuMemFree_v2(d);
 }
-/* Memory pools: the device's default one (&context_token) and those cuMemPoolCreate makes
+/* Memory pools: the device's default one (&context_tokens[0]) and those cuMemPoolCreate makes
  * (&own_pool); what the library did with each, for tests (fake_cuda_pool_stats). */
 static int own_pool, pools_created, pool_allocs, default_pool_changes, pool_trims;
 CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) {
   (void)dev;
-  *pool = &context_token;
+  *pool = &context_tokens[0];
   return OK;
 }
 CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
   (void)attr, (void)value;
-  if (pool == &context_token) __atomic_add_fetch(&default_pool_changes, 1, __ATOMIC_RELAXED);
-  return pool == &context_token || pool == &own_pool ? OK : INVALID_VALUE;
+  if (pool == &context_tokens[0]) __atomic_add_fetch(&default_pool_changes, 1, __ATOMIC_RELAXED);
+  return pool == &context_tokens[0] || pool == &own_pool ? OK : INVALID_VALUE;
 }
 CUresult cuMemPoolCreate(void **pool, const void *props) {
   const int *p = props; /* CUmemPoolProps: allocType, handleTypes, location {type, id}, ... */

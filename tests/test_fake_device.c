@@ -40,6 +40,7 @@ typedef struct {
   unsigned g[3], b[3], smem;
   int dependent, tma;
   unsigned long long map0; /* tma: the first tensor map's global address */
+  int dev;                 /* the device whose context was current */
 } launch_t;
 
 typedef struct { /* a tensor map encoded (tests/fake_cuda.c cuTensorMapEncodeTiled) */
@@ -82,9 +83,9 @@ static int read_launches(launch_t *out, int cap) {
   while (f && fgets(line, sizeof line, f)) {
     launch_t L;
     tmap_t t;
-    L.tma = 0, L.map0 = 0;
-    if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d stream %*s tma %d %llx", L.name,
-               &L.g[0], &L.g[1], &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent, &L.tma, &L.map0) >= 9 &&
+    L.tma = 0, L.map0 = 0, L.dev = -1;
+    if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d stream %*s tma %d %llx dev %d", L.name,
+               &L.g[0], &L.g[1], &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent, &L.tma, &L.map0, &L.dev) >= 9 &&
         n < cap)
       out[n++] = L;
     else if (parse_tmap(line, &t) && ntmaps < 128)
@@ -189,15 +190,18 @@ static int64_t branch_tiles(const da_spec *s, int i, int64_t N, int tq) {
   return (N + w - 1) / w * ((L + tq - 1) / tq) * s->num_heads;
 }
 
-static void run(da_plan *p, const da_spec *s, int64_t N, da_status *st) {
+static void run_on(da_plan *p, const da_spec *s, int64_t N, void *stream, da_status *st) {
   const size_t nq = (size_t)N * s->num_heads * s->head_dim, nkv = (size_t)N * s->num_kv_heads * s->head_dim;
   uint16_t *q = calloc(nq, 2), *k = calloc(nkv, 2), *v = calloc(nkv, 2), *o = calloc(nq, 2);
   float *lse = calloc((size_t)N * s->num_heads, 4);
   da_args a;
   da_args_init(&a, s, 1, N, q, k, v, o, lse);
+  a.stream = stream;
   *st = q && k && v && o && lse ? da_plan_execute(p, &a) : DA_ERR_NO_MEMORY;
   free(q), free(k), free(v), free(o), free(lse);
 }
+
+static void run(da_plan *p, const da_spec *s, int64_t N, da_status *st) { run_on(p, s, N, NULL, st); }
 
 /* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA,
  * whatever order the branches launch in: each branch's CTAs once. */
@@ -528,6 +532,78 @@ static void test_callers_context(da_context *ctx, const char *fake) {
   if (lib) dlclose(lib);
 }
 
+/* Two devices (FAKE_CUDA_DEVICES=2, in a child that has not opened the driver yet): a
+ * context takes the device current on the thread that first uses it for CUDA (a
+ * framework's: PyTorch's after torch.cuda.set_device), else device 0, and keeps it; its
+ * launches run there, and a stream of the other device is refused by name. Every context
+ * took device 0: a process driving device 1 had its launches fail in the driver, or with
+ * the default stream run on device 0 against device 1's memory. */
+static void test_devices(const char *fake) {
+  setenv("FAKE_CUDA_DEVICES", "2", 1);
+  void *lib = dlopen(fake, RTLD_NOW);
+  int (*retain)(void **, int) = lib ? (int (*)(void **, int))dlsym(lib, "cuDevicePrimaryCtxRetain") : NULL;
+  int (*set)(void *) = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
+  int (*get)(void **) = lib ? (int (*)(void **))dlsym(lib, "cuCtxGetCurrent") : NULL;
+  void *(*stream_of)(int) = lib ? (void *(*)(int))dlsym(lib, "fake_cuda_stream") : NULL;
+  TU_CHECK(retain && set && get && stream_of, "the fake driver's device calls");
+  if (!retain || !set || !get || !stream_of) return;
+  void *dev1 = NULL, *cur = NULL;
+  retain(&dev1, 1);
+  set(dev1); /* the framework's current device: 1 */
+  const da_spec s = longnet(2, 0);
+  launch_t L[64];
+  da_context *c1, *c0;
+  da_context_create(&c1);
+  da_status st;
+  da_plan *p1 = plan_with(c1, &s, 0, 0, 0, &st);
+  read_launches(L, 64);
+  if (p1) run_on(p1, &s, 4096, stream_of(1), &st);
+  int n = read_launches(L, 64), on1 = n > 0;
+  for (int i = 0; i < n; i++) on1 &= L[i].dev == 1;
+  TU_CHECK(p1 && st == DA_OK && on1, "device 1 current: the plan's %d launches on device 1 (first on %d): %s", n,
+           n ? L[0].dev : -1, da_context_last_error(c1));
+  if (p1) run_on(p1, &s, 4096, stream_of(0), &st);
+  n = read_launches(L, 64);
+  TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && n == 0 && strstr(da_context_last_error(c1), "belongs to device 0") &&
+               strstr(da_context_last_error(c1), "on device 1"),
+           "a stream of device 0 for a plan of device 1: refused by name before any launch (%s, %d launches: %s)",
+           da_status_name(st), n, da_context_last_error(c1));
+  get(&cur);
+  TU_CHECK(cur == dev1, "the caller's context is current again");
+  /* no context current: device 0, kept when device 1 is current later */
+  set(NULL);
+  da_context_create(&c0);
+  da_plan *p0 = plan_with(c0, &s, 0, 0, 0, &st);
+  set(dev1);
+  if (p0) run(p0, &s, 4096, &st);
+  n = read_launches(L, 64);
+  int on0 = n > 0;
+  for (int i = 0; i < n; i++) on0 &= L[i].dev == 0;
+  get(&cur);
+  TU_CHECK(p0 && st == DA_OK && on0 && cur == dev1,
+           "no device current at the first use: device 0, also with device 1 current later (%d launches, first on %d): "
+           "%s", n, n ? L[0].dev : -1, da_context_last_error(c0));
+  /* preloaded, on worker threads too (no context current there): the caller's device
+   * (which of the two threads first reaches the driver varies, so this passed without
+   * preload's own binding on most runs) */
+  da_context *c2;
+  da_context_create(&c2);
+  da_plan *pp[2] = {NULL, NULL}, *p2;
+  const da_spec two[2] = {longnet(1, 0), s};
+  st = da_plan_preload(c2, two, 2, DA_BACKEND_CUDA, 2, NULL, NULL, pp);
+  p2 = pp[1];
+  da_plan_destroy(pp[0]);
+  if (p2) run_on(p2, &s, 4096, stream_of(1), &st);
+  n = read_launches(L, 64);
+  on1 = n > 0;
+  for (int i = 0; i < n; i++) on1 &= L[i].dev == 1;
+  TU_CHECK(p2 && st == DA_OK && on1, "preloaded with device 1 current: launches on device 1 (%d, first on %d): %s", n,
+           n ? L[0].dev : -1, da_context_last_error(c2));
+  da_plan_destroy(p1), da_plan_destroy(p0), da_plan_destroy(p2);
+  da_context_destroy(c1), da_context_destroy(c0), da_context_destroy(c2);
+  set(NULL);
+}
+
 /* The kernel of a plan of s with no options under a tuning database that holds one ok
  * record of params (written for this environment: the fake device's). */
 static da_status kernel_tuned(const da_spec *s, da_plan_options params, const char *db, char *name, size_t cap) {
@@ -716,6 +792,19 @@ int main(int argc, char **argv) {
     if (!ok) child_failed = version;
   }
   TU_CHECK(!child_failed, "the checks under driver %d (a child process) failed", child_failed);
+  { /* two devices, likewise in a child */
+    fflush(NULL);
+    const pid_t child = fork();
+    if (child == 0) {
+      test_devices(argv[1]);
+      const int rc = tu_report();
+      fflush(NULL);
+      _exit(rc);
+    }
+    int wst = 0;
+    TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+             "the checks on two devices (a child process) failed");
+  }
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
   da_plan *probe = NULL;
