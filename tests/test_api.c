@@ -7,10 +7,12 @@
  * Host backend (every check here comes before a backend runs).
  * Run: build/tests/test_api */
 #include <signal.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gen/render.h"
+#include "reference.h"
 #include "runtime/tuning_db.h"
 #include "test_util.h"
 
@@ -481,6 +483,76 @@ static void test_tuning_batches(void) {
   TU_CHECK(system(cmd) == 0, "rm %s", dir);
 }
 
+/* The host backend's out and lse for spec at (B = 1, N) against the float64 reference. */
+static int matches_reference(da_context *ctx, const da_spec *s, const da_plan_options *opts, int64_t N) {
+  da_plan *p = NULL;
+  if (da_plan_create_ex(ctx, s, DA_BACKEND_HOST, opts, &p) != DA_OK) {
+    fprintf(stderr, "  plan: %s\n", da_context_last_error(ctx));
+    return 0;
+  }
+  const int64_t H = s->num_heads, Hkv = s->num_kv_heads, D = s->head_dim, nq = N * H * D, nk = N * Hkv * D;
+  float *q = malloc(4 * nq), *k = malloc(4 * nk), *v = malloc(4 * nk), *o = malloc(4 * nq), *lse = malloc(4 * H * N);
+  double *dq = malloc(8 * nq), *dk = malloc(8 * nk), *dv = malloc(8 * nk), *ro = malloc(8 * nq), *rl = malloc(8 * H * N);
+  uint64_t st = 7;
+  double vmax = 0, eo = 0, el = 0;
+  for (int64_t i = 0; i < nq; i++) dq[i] = q[i] = (float)(2 * tu_uniform(&st) - 1);
+  for (int64_t i = 0; i < nk; i++) {
+    dk[i] = k[i] = (float)(2 * tu_uniform(&st) - 1);
+    dv[i] = v[i] = (float)(2 * tu_uniform(&st) - 1);
+    if (fabs(dv[i]) > vmax) vmax = fabs(dv[i]);
+  }
+  da_args a;
+  da_args_init(&a, s, 1, N, q, k, v, o, lse);
+  int ok = da_plan_execute(p, &a) == DA_OK && da_ref_attention(s, 1, N, dq, dk, dv, ro, rl) == 0 &&
+           tu_compare(DA_DTYPE_FLOAT32, nq, o, ro, H * N, lse, rl, vmax, &eo, &el);
+  if (!ok) fprintf(stderr, "  %s plan: out err %.3g, lse err %.3g\n", da_plan_strategy(p), eo, el);
+  free(q), free(k), free(v), free(o), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
+  da_plan_destroy(p);
+  return ok;
+}
+
+/* Rates whose lcm passes 2^64 (77158673929 * 239075442 = 2^64 + 2) must not wrap to a small
+ * lcm that makes a fused plan (LCM_R 2: every even position taken as covered). */
+static void test_lcm_overflow(da_context *ctx) {
+  da_spec s = tu_spec(2, (const int64_t[]){(int64_t)1 << 40, (int64_t)1 << 40},
+                      (const int64_t[]){77158673929LL, 239075442LL}, 1, 1, 4, DA_DTYPE_FLOAT32);
+  TU_CHECK(matches_reference(ctx, &s, NULL, 8), "rates with an lcm past 2^64: wrong results");
+}
+
+/* 16 branches of long segments: a valid spec whose kernel name (w and r spelled out) ran
+ * past the runtime's symbol buffers (host: "<name>_scratch_bytes" in 400 bytes, CUDA: 300)
+ * and NAME_MAX, so the host plan failed with DA_ERR_COMPILE naming a truncated symbol. */
+static void test_long_kernel_name(da_context *ctx) {
+  int64_t w[16], r[16];
+  for (int i = 0; i < 16; i++) w[i] = (int64_t)1 << 40, r[i] = ((int64_t)1 << 40) - i;
+  da_spec s = tu_spec(16, w, r, 2, 1, 4, DA_DTYPE_FLOAT32);
+  TU_CHECK(matches_reference(ctx, &s, NULL, 8), "16 branches of w = 2^40: %s", da_context_last_error(ctx));
+}
+
+/* tile_q = tile_k = 1 at head_dim <= 2: the host kernel as the system cc (gcc 12.2, -O2)
+ * compiles it keeps only the last key tile of each row (out = v of the last key); -O0,
+ * -O3, -fno-strict-aliasing, -fno-tree-slp-vectorize or clang get it right. */
+static void test_unit_tiles(da_context *ctx) {
+  da_spec s = tu_spec(1, (const int64_t[]){8}, (const int64_t[]){1}, 1, 1, 2, DA_DTYPE_FLOAT32);
+  da_plan_options o = {1, 1, 0, 0, 0};
+  TU_CHECK(matches_reference(ctx, &s, &o, 8), "tile_q = tile_k = 1, head_dim 2: wrong results");
+}
+
+/* A field the layout does not use is not validated, so it may hold anything: plan creation
+ * must not read by it (the plan memo's key took num_strides strides under every layout:
+ * 10^8 read 800 MB past the array, INT_MIN looped for ever doubling a buffer). */
+static void test_unused_fields(da_context *ctx) {
+  da_spec s = small_spec();
+  s.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, s.sparsity.block = 2, s.sparsity.window = 1;
+  s.sparsity.num_strides = 100000000; /* local_window reads no strides */
+  char msg[256];
+  TU_CHECK(da_spec_validate(&s, msg, sizeof msg) == DA_OK, "local_window with junk num_strides is valid: %s", msg);
+  da_plan *p = NULL;
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK, "local_window, num_strides 10^8: %s",
+           da_context_last_error(ctx));
+  da_plan_destroy(p);
+}
+
 int main(void) {
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
@@ -494,6 +566,10 @@ int main(void) {
   test_default_mma();
   test_sigchld_ignored();
   test_tuning_batches();
+  test_lcm_overflow(ctx);
+  test_long_kernel_name(ctx);
+  test_unit_tiles(ctx);
+  test_unused_fields(ctx);
   da_context_destroy(ctx);
   return tu_report();
 }

@@ -316,8 +316,30 @@ static void test_lpt_heads(void) {
   da_context_destroy(ctx);
 }
 
+/* run_period (CUDA split plans run their tokens in whole numbers of it, so that no segment
+ * crosses a run) is a multiple of every w, or 2^41 past 2^40 (one run): segment lengths
+ * whose lcm passes 2^64 (77158673929 * 239075442 = 2^64 + 2) must not wrap to 2. */
+static void test_run_period(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  const int64_t w[2] = {77158673929LL, 239075442LL}, r[2] = {1, 2};
+  da_spec s = tu_spec(2, w, r, 2, 2, 64, DA_DTYPE_FLOAT16);
+  da__rendered rd;
+  da_status st = da__render_ex(ctx, &s, DA_TARGET_CUDA, NULL, &rd);
+  TU_CHECK(st == DA_OK, "render: %s", da_context_last_error(ctx));
+  if (st == DA_OK) {
+    const int64_t p = rd.run_period;
+    TU_CHECK(p == (int64_t)1 << 41 || (p > 0 && p % w[0] == 0 && p % w[1] == 0),
+             "run_period %lld is no multiple of w = {%lld, %lld} (and not 2^41)", (long long)p, (long long)w[0],
+             (long long)w[1]);
+    da__rendered_free(&rd);
+  }
+  da_context_destroy(ctx);
+}
+
 int main(void) {
   test_lpt_heads();
+  test_run_period();
   test_determinism();
   test_templates();
   test_template_dir();
