@@ -140,8 +140,11 @@ function M.plan(spec, target, opts)
   for i = 2, nb do g = gcd(g, w[i]) end
   local R = 1
   for i = 1, nb do
-    R = R // gcd(R, r[i]) * r[i]
-    if R > g then break end -- no fused tile can hold two queries; stop before overflow
+    local f = R // gcd(R, r[i])
+    -- no fused tile can hold two queries past g: stop before the product can overflow
+    -- (rates near 2^40 have lcms past 2^64, which wrapped to small ones)
+    if f > g // r[i] then R = g + 1 break end
+    R = f * r[i]
   end
   p.window_g, p.lcm_r = g, R
   p.tile_q = opts.tile_q or 32
