@@ -176,8 +176,9 @@ function M.plan(spec, target, opts)
   -- one run whatever N.
   p.run_period = 1
   for _, b in ipairs(p.branches) do
-    p.run_period = p.run_period // gcd(p.run_period, b.w) * b.w
-    if p.run_period > 1 << 40 then p.run_period = 1 << 41 break end
+    local f = p.run_period // gcd(p.run_period, b.w)
+    if f > (1 << 40) // b.w then p.run_period = 1 << 41 break end -- (before multiplying: no overflow)
+    p.run_period = f * b.w
   end
   p.split_first = -1
   if p.strategy == "split" then
