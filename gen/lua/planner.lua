@@ -213,9 +213,13 @@ function M.plan(spec, target, opts)
   local ws, rs = {}, {}
   for i = 1, nb do ws[i], rs[i] = tostring(w[i]), tostring(r[i]) end
   local mode = (spec.mode == "grouped") and "grp" or ("ln" .. spec.offsets)
-  p.name = string.format("da_fwd_%s_w%s_r%s_h%d_%d_d%d_%s%s%s_%s", mode, table.concat(ws, "_"),
+  local readable = string.format("da_fwd_%s_w%s_r%s_h%d_%d_d%d_%s%s%s", mode, table.concat(ws, "_"),
     table.concat(rs, "_"), p.H, p.Hkv, p.D, p.dtype.short, spec.causal and "_causal" or "",
-    layout_tag(sp), spec.spec_hash:sub(1, 12))
+    layout_tag(sp))
+  -- cut where many long w, r or strides would pass what symbols and file names hold (the
+  -- runtime's symbol buffers of 300 and 400 bytes with suffixes, NAME_MAX): the hash keeps
+  -- the name unique
+  p.name = readable:sub(1, 160) .. "_" .. spec.spec_hash:sub(1, 12)
   if p.wgmma then
     p.name = p.name .. (p.wg_overlap and "_wgmmao" or p.ws_pbuf2 and "_wgmmaw2" or p.tma and "_wgmmat"
       or p.wg_ws and "_wgmmaw" or "_wgmma")
