@@ -261,7 +261,8 @@ static int memo_key(const da_spec *s, da_backend be, const da_plan_options *o, i
   if (sp->layout != DA_LAYOUT_NONE) {
     int64_t w[4] = {sp->block, sp->window, sp->global, sp->num_strides};
     rc |= put(b, w, sizeof w);
-    rc |= put(b, sp->strides, (size_t)sp->num_strides * 8);
+    /* (num_strides is validated under dilated_sparse only: other layouts may hold anything) */
+    if (sp->layout == DA_LAYOUT_DILATED_SPARSE) rc |= put(b, sp->strides, (size_t)sp->num_strides * 8);
     rc |= put(b, &sp->seed, sizeof sp->seed);
     rc |= put(b, &sp->density, sizeof sp->density);
     if (sp->layout == DA_LAYOUT_EXPLICIT)
