@@ -312,7 +312,14 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
     int mismatch = 0;
     ctx->ntuning = da__tuning_db_read(path, &ctx->tuning, &mismatch);
     if (ctx->ntuning < 0) {
-      if (mismatch) da__log(DA_LOG_INFO, "tuning db %s is for another environment: ignored", path);
+      /* a sweep the user ran, now unused: said once a process (it was an info line) */
+      static int warned;
+      if (mismatch && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+        char diff[1024];
+        da__tuning_db_env_diff(path, diff, sizeof diff);
+        da__log(DA_LOG_WARN, "tuning db %s was written in another environment (%s): ignored; tune again here, or "
+                "point DILATTN_TUNING_DB elsewhere", path, diff[0] ? diff : "its header differs");
+      }
       ctx->ntuning = 0;
     }
     ctx->tuning_loaded = 1;

@@ -95,6 +95,33 @@ static int same_env(const char *header) {
   return same;
 }
 
+void da__tuning_db_env_diff(const char *path, char *out, size_t cap) {
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  char *line = NULL;
+  size_t lcap = 0;
+  const ssize_t len = f ? getline(&line, &lcap, f) : -1;
+  if (f) fclose(f);
+  json_t *a = len > 0 ? json_loads(line, 0, NULL) : NULL, *b = json_loads(da__tuning_env(), 0, NULL);
+  free(line);
+  json_t *there = a ? json_object_get(a, "env") : NULL, *here = b ? json_object_get(b, "env") : NULL;
+  const char *key;
+  json_t *v;
+  size_t n = 0;
+  if (json_is_object(there) && json_is_object(here))
+    json_object_foreach(here, key, v) {
+      json_t *w = json_object_get(there, key);
+      if (w && json_equal(v, w)) continue;
+      char *x = w ? json_dumps(w, JSON_ENCODE_ANY) : NULL, *y = json_dumps(v, JSON_ENCODE_ANY);
+      if (n < cap)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s: %s there, %s here", n ? "; " : "", key, x ? x : "none",
+                              y ? y : "?");
+      free(x), free(y);
+    }
+  json_decref(a);
+  json_decref(b);
+}
+
 /* s cut before a last UTF-8 character that a truncation left incomplete (JSON strings
  * are UTF-8: jansson writes no string for such a tail, and the field was lost) */
 static void utf8_cut(char *s) {

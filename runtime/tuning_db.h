@@ -34,6 +34,9 @@ DA_HIDDEN const char *da__tuning_env(void);
  * (records malloc'ed into *out), 0 for a missing file, -1 for one of another
  * environment (*mismatch set) or unreadable. */
 DA_HIDDEN int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch);
+/* What differs between the environment header of the database at path and this machine's:
+ * "cc: \"cc\" there, \"clang\" here; ..." into out (empty: none, or no header). */
+DA_HIDDEN void da__tuning_db_env_diff(const char *path, char *out, size_t cap);
 
 /* Merge records into the database under its lock (re-read, replace records with the same
  * spec, backend, bucket and parameters whatever their batch, so that a bucket's times are

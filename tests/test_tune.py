@@ -108,6 +108,9 @@ try:
     p = run(*args, env={"DILATTN_TUNING_DB": foreign})
     info = json.loads(p.stdout)
     check(info["tile_q"] == 32 and info["tile_k"] == 64, f"foreign database used: {info}")
+    # ... and said so, with what differs (it was an info line: a sweep lost in silence)
+    check("warning" in p.stderr and "another environment" in p.stderr and "some other machine" in p.stderr
+          and "cpu:" in p.stderr, f"an ignored database is not named with the difference: {p.stderr}")
 
     # 5. two tuners writing one database at once lose no record
     shared = os.path.join(tmp, "shared.jsonl")
@@ -262,6 +265,22 @@ try:
         p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", *args)
         check(p.returncode == 2 and "name the same file" in p.stderr and not os.path.exists(same),
               f"tune {args}: exit {p.returncode}: {p.stderr[-200:]}")
+
+    # 13. the correctness check reads lse too: kernels (a planted template) whose out is
+    # right and whose lse is off by 0.5 are not ok (they were, and could be chosen)
+    tdir = os.path.join(tmp, "templates-lse")
+    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir)
+    kt = os.path.join(tdir, "host", "kernel.c.tpl")
+    text = open(kt).read()
+    check("*lse = T->m[j] + logf(T->l[j]);" in text, "the host template's lse line (test 13 plants a change in it)")
+    open(kt, "w").write(text.replace("*lse = T->m[j] + logf(T->l[j]);", "*lse = T->m[j] + logf(T->l[j]) + 0.5f;"))
+    lcsv = os.path.join(tmp, "lse.csv")
+    p = run("tune", cfg_b, "--seq-len", "64", "--reps", "1", "-o", lcsv, "--db", os.path.join(tmp, "lse.jsonl"),
+            env={"DILATTN_TEMPLATE_DIR": tdir})
+    rows_l = list(csv.DictReader(open(lcsv))) if os.path.exists(lcsv) else []
+    check(p.returncode == 4 and rows_l and all(r["status"] == "correctness" and "(lse)" in r["label"] for r in rows_l),
+          f"kernels with a wrong lse: exit {p.returncode}, {[(r['status'], r['label']) for r in rows_l][:3]} "
+          f"{p.stderr[-300:]}")
 
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
