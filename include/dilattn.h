@@ -192,7 +192,8 @@ typedef int (*da_preload_progress)(void *user, int done, int total, int index, d
  * (optional, count entries) receives each plan (NULL for a failed or skipped spec; the
  * caller destroys them, on failure too: the specs that did not fail keep theirs);
  * without it the plans only warm the caches. Returns DA_OK, the first failing spec's
- * status (detail names the spec index), or DA_ERR_CANCELLED. */
+ * status (detail names the spec index), or DA_ERR_CANCELLED where a spec was skipped (a
+ * cancel from the last spec's progress call skips none: DA_OK). */
 DA_API da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count,
                                  da_backend backend, int num_threads,
                                  da_preload_progress progress, void *user, da_plan **plans);

@@ -74,10 +74,10 @@ da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count, da_b
   for (int i = 0; i < count && result == DA_OK; i++)
     if (j.status[i] != DA_OK && j.status[i] != DA_ERR_CANCELLED)
       result = da__set_error(ctx, j.status[i], "preload: spec %d: %s", i, j.errors[i]);
-  if (result == DA_OK && j.cancel) {
+  if (result == DA_OK && j.cancel) { /* (after the last spec: nothing left out, DA_OK) */
     int left = 0;
     for (int i = 0; i < count; i++) left += j.status[i] == DA_ERR_CANCELLED;
-    result = da__set_error(ctx, DA_ERR_CANCELLED, "preload: cancelled with %d of %d specs not loaded", left, count);
+    if (left) result = da__set_error(ctx, DA_ERR_CANCELLED, "preload: cancelled with %d of %d specs not loaded", left, count);
   }
   for (int i = 0; i < count; i++) {
     if (plans) plans[i] = j.plans[i];

@@ -281,6 +281,18 @@ int main(int argc, char **argv) {
   TU_CHECK(st == DA_ERR_CANCELLED && got == 1 && pr.calls == 1, "cancel: status %s, %d plans, %d progress calls",
            da_status_name(st), got, pr.calls);
   TU_CHECK(strstr(da_context_last_error(ctx), "cancelled") != NULL, "cancel message: %s", da_context_last_error(ctx));
+  /* cancelled by the progress call of the last spec: nothing was left to skip, every plan
+   * is made (it said DA_ERR_CANCELLED, "0 of N specs not loaded") */
+  memset(&pr, 0, sizeof pr);
+  pr.cancel_after = NSPEC;
+  st = da_plan_preload(ctx, specs, NSPEC, DA_BACKEND_HOST, 2, on_progress, &pr, plans);
+  got = 0;
+  for (int i = 0; i < NSPEC; i++) {
+    got += plans[i] != NULL;
+    da_plan_destroy(plans[i]);
+  }
+  TU_CHECK(st == DA_OK && got == NSPEC, "cancel after the last spec: status %s, %d of %d plans (%s)", da_status_name(st),
+           got, NSPEC, da_context_last_error(ctx));
   /* a failing spec is reported by index */
   da_spec bad[2] = {specs[0], specs[1]};
   bad[1].dilation_rates[0] = 99;
