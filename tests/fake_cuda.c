@@ -9,7 +9,8 @@
  *
  * Environment: FAKE_CUDA_CC (compute capability, default 90), FAKE_CUDA_VERSION (the
  * driver's, cuDriverGetVersion: 13000), FAKE_CUDA_SMS (132), FAKE_CUDA_DEVICES (how many
- * devices, alike, each with its primary context: 1, at most 8; fake_cuda_stream(d) gives
+ * devices, alike, each with its primary context: 1, at most 8; fake_cuda_retains(d) counts
+ * cuDevicePrimaryCtxRetain calls for device d; fake_cuda_stream(d) gives
  * a stream handle of device d, which a launch takes only with d's context current),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
  * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
@@ -120,8 +121,11 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   default: return INVALID_VALUE;
   }
 }
+static int retains[FAKE_MAX_DEVICES]; /* cuDevicePrimaryCtxRetain's calls a device (fake_cuda_retains) */
+int fake_cuda_retains(int dev) { return dev >= 0 && dev < FAKE_MAX_DEVICES ? __atomic_load_n(&retains[dev], __ATOMIC_RELAXED) : 0; }
 CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
   if (dev < 0 || dev >= ndevices()) return 101;
+  __atomic_add_fetch(&retains[dev], 1, __ATOMIC_RELAXED);
   *ctx = &context_tokens[dev];
   return OK;
 }

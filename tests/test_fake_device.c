@@ -22,6 +22,7 @@
  * Run: build/tests/test_fake_device build/tests/libfake_cuda.so templates */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -604,6 +605,56 @@ static void test_devices(const char *fake) {
   set(NULL);
 }
 
+/* A plan made on a thread with no CUDA context current (a preload worker, a framework's
+ * worker thread) for a context that took device 1: nothing of it sets device 0 up (retains
+ * its primary context, which makes a context there: under torchrun, memory on GPU 0 in
+ * every rank), the tuning database's environment check included. (In a child, as
+ * test_devices.) */
+static void *plan_on_thread(void *arg) {
+  da_context *ctx = arg;
+  const da_spec s = longnet(2, 0);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+  da_plan_destroy(p);
+  return (void *)(intptr_t)st;
+}
+
+static void test_devices_worker(const char *fake, const char *cache) {
+  setenv("FAKE_CUDA_DEVICES", "2", 1);
+  void *lib = dlopen(fake, RTLD_NOW);
+  int (*retain)(void **, int) = lib ? (int (*)(void **, int))dlsym(lib, "cuDevicePrimaryCtxRetain") : NULL;
+  int (*set)(void *) = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
+  int (*retains)(int) = lib ? (int (*)(int))dlsym(lib, "fake_cuda_retains") : NULL;
+  TU_CHECK(retain && set && retains, "the fake driver's device calls");
+  if (!retain || !set || !retains) return;
+  void *dev1 = NULL;
+  retain(&dev1, 1);
+  set(dev1);
+  da_context *ctx;
+  da_context_create(&ctx);
+  const da_spec s = longnet(1, 0);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st); /* takes device 1 (DILATTN_TUNING=0 here) */
+  TU_CHECK(p && st == DA_OK, "a plan with device 1 current: %s", da_context_last_error(ctx));
+  char db[4200];
+  snprintf(db, sizeof db, "%s/devices-tuning.jsonl", cache);
+  FILE *f = fopen(db, "w");
+  if (f) fputs("{\"dilattn_tuning_db\":1,\"env\":{}}\n", f), fclose(f);
+  setenv("DILATTN_TUNING_DB", db, 1);
+  unsetenv("DILATTN_TUNING");
+  pthread_t t;
+  void *rv = (void *)(intptr_t)DA_ERR_INTERNAL;
+  if (pthread_create(&t, NULL, plan_on_thread, ctx) == 0) pthread_join(t, &rv);
+  TU_CHECK((da_status)(intptr_t)rv == DA_OK && retains(0) == 0,
+           "a plan of a device-1 context on a thread with none current: %s, device 0 set up %d times (want 0)",
+           da_status_name((da_status)(intptr_t)rv), retains(0));
+  setenv("DILATTN_TUNING", "0", 1);
+  unsetenv("DILATTN_TUNING_DB");
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  set(NULL);
+}
+
 /* The kernel of a plan of s with no options under a tuning database that holds one ok
  * record of params (written for this environment: the fake device's). */
 static da_status kernel_tuned(const da_spec *s, da_plan_options params, const char *db, char *name, size_t cap) {
@@ -804,6 +855,19 @@ int main(int argc, char **argv) {
     int wst = 0;
     TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
              "the checks on two devices (a child process) failed");
+  }
+  { /* likewise: a worker thread of a device-1 context */
+    fflush(NULL);
+    const pid_t child = fork();
+    if (child == 0) {
+      test_devices_worker(argv[1], cache);
+      const int rc = tu_report();
+      fflush(NULL);
+      _exit(rc);
+    }
+    int wst = 0;
+    TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+             "the checks of a worker thread on device 1 (a child process) failed");
   }
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
