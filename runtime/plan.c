@@ -310,13 +310,13 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
     char path[4200];
     da__tuning_db_path(path, sizeof path);
     int mismatch = 0;
-    ctx->ntuning = da__tuning_db_read(path, &ctx->tuning, &mismatch);
+    ctx->ntuning = da__tuning_db_read_for(ctx, path, &ctx->tuning, &mismatch);
     if (ctx->ntuning < 0) {
       /* a sweep the user ran, now unused: said once a process (it was an info line) */
       static int warned;
       if (mismatch && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
         char diff[1024];
-        da__tuning_db_env_diff(path, diff, sizeof diff);
+        da__tuning_db_env_diff(ctx, path, diff, sizeof diff);
         da__log(DA_LOG_WARN, "tuning db %s was written in another environment (%s): ignored; tune again here, or "
                 "point DILATTN_TUNING_DB elsewhere", path, diff[0] ? diff : "its header differs");
       }

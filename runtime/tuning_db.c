@@ -45,49 +45,60 @@ void da__tuning_db_path(char *out, size_t cap) {
   da__disk_cache_close(dc);
 }
 
-static char env_line[1024];
+/* The environment but the GPU: made once a process */
+static char env_cpu[256] = "unknown", env_cc[128], env_nvrtc[32] = "none";
+static long env_cpus;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static void make_env(void) {
-  char cpu[256] = "unknown";
   FILE *f = fopen("/proc/cpuinfo", "r");
   char line[512];
   while (f && fgets(line, sizeof line, f))
     if (!strncmp(line, "model name", 10)) {
       char *c = strchr(line, ':');
       if (c) {
-        snprintf(cpu, sizeof cpu, "%s", c + 2);
-        cpu[strcspn(cpu, "\n\"\\")] = 0;
+        snprintf(env_cpu, sizeof env_cpu, "%s", c + 2);
+        env_cpu[strcspn(env_cpu, "\n\"\\")] = 0;
       }
       break;
     }
   if (f) fclose(f);
+  env_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int maj = 0, min = 0;
+  if (da__nvrtc_version(NULL, &maj, &min) == DA_OK) snprintf(env_nvrtc, sizeof env_nvrtc, "%d.%d", maj, min);
+  snprintf(env_cc, sizeof env_cc, "%s", da__host_cc());
+  env_cc[strcspn(env_cc, "\"\\")] = 0;
+}
+
+const char *da__tuning_env_for(const da_context *ctx) {
+  pthread_once(&env_once, make_env);
+  /* the GPU: ctx's device where it took one; else (no context, or one not used for CUDA
+   * yet) the device current on this thread, else device 0, as before devices were per
+   * context. (A worker thread has none current: the GPU of a context of device 1 was
+   * device 0's, set up for it.) */
+  int *slot = ctx ? da__context_cuda_device(ctx) : NULL;
+  const int bound = slot && __atomic_load_n(slot, __ATOMIC_ACQUIRE) >= 0;
   char gpu[300] = "none";
   da__cuda *dev = NULL;
-  if (da__cuda_get(NULL, &dev) == DA_OK)
+  if (da__cuda_get(bound ? ctx : NULL, &dev) == DA_OK)
     snprintf(gpu, sizeof gpu, "%.200s %s driver %d", da__cuda_device_name(dev), da__cuda_arch(dev),
              da__cuda_driver_version(dev));
+  else if (bound)
+    da__clear_error(ctx);
   gpu[strcspn(gpu, "\"\\")] = 0;
-  int maj = 0, min = 0;
-  char nvrtc[32] = "none";
-  if (da__nvrtc_version(NULL, &maj, &min) == DA_OK) snprintf(nvrtc, sizeof nvrtc, "%d.%d", maj, min);
-  char cc[128];
-  snprintf(cc, sizeof cc, "%s", da__host_cc());
-  cc[strcspn(cc, "\"\\")] = 0;
+  static __thread char env_line[1024];
   snprintf(env_line, sizeof env_line,
            "{\"dilattn_tuning_db\":1,\"env\":{\"library\":\"%s\",\"cpu\":\"%s\",\"cpus\":%ld,\"cc\":\"%s\","
            "\"gpu\":\"%s\",\"nvrtc\":\"%s\"}}",
-           DA_VERSION_STRING, cpu, sysconf(_SC_NPROCESSORS_ONLN), cc, gpu, nvrtc);
-}
-
-const char *da__tuning_env(void) {
-  pthread_once(&env_once, make_env);
+           DA_VERSION_STRING, env_cpu, env_cpus, env_cc, gpu, env_nvrtc);
   return env_line;
 }
 
+const char *da__tuning_env(void) { return da__tuning_env_for(NULL); }
+
 /* 1: header is this environment's; 0: another environment's; -1: not a header at all */
-static int same_env(const char *header) {
-  json_t *a = json_loads(header, 0, NULL), *b = json_loads(da__tuning_env(), 0, NULL);
+static int same_env(const da_context *ctx, const char *header) {
+  json_t *a = json_loads(header, 0, NULL), *b = json_loads(da__tuning_env_for(ctx), 0, NULL);
   json_t *env = a ? json_object_get(a, "env") : NULL;
   int same = !json_is_object(env) ? -1 : b && json_equal(env, json_object_get(b, "env"));
   json_decref(a);
@@ -95,14 +106,14 @@ static int same_env(const char *header) {
   return same;
 }
 
-void da__tuning_db_env_diff(const char *path, char *out, size_t cap) {
+void da__tuning_db_env_diff(const da_context *ctx, const char *path, char *out, size_t cap) {
   out[0] = '\0';
   FILE *f = fopen(path, "r");
   char *line = NULL;
   size_t lcap = 0;
   const ssize_t len = f ? getline(&line, &lcap, f) : -1;
   if (f) fclose(f);
-  json_t *a = len > 0 ? json_loads(line, 0, NULL) : NULL, *b = json_loads(da__tuning_env(), 0, NULL);
+  json_t *a = len > 0 ? json_loads(line, 0, NULL) : NULL, *b = json_loads(da__tuning_env_for(ctx), 0, NULL);
   free(line);
   json_t *there = a ? json_object_get(a, "env") : NULL, *here = b ? json_object_get(b, "env") : NULL;
   const char *key;
@@ -215,7 +226,7 @@ static void format_record(const da__tune_record *r, FILE *f) {
   json_decref(o);
 }
 
-int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
+int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch) {
   *out = NULL;
   if (mismatch) *mismatch = 0;
   FILE *f = fopen(path, "r");
@@ -228,7 +239,7 @@ int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
   while ((len = getline(&line, &cap, f)) >= 0) {
     if (first) {
       first = 0;
-      const int same = same_env(line);
+      const int same = same_env(ctx, line);
       if (same != 1) {
         if (mismatch) *mismatch = same == 0; /* else not a tuning database */
         n = -1;
@@ -251,6 +262,10 @@ int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
   }
   *out = v;
   return n;
+}
+
+int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
+  return da__tuning_db_read_for(NULL, path, out, mismatch);
 }
 
 static int same_slot(const da__tune_record *a, const da__tune_record *b) {
@@ -282,7 +297,7 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path) {
     DA_RETURN_IF(errno != ENOENT, DA_ERR_IO, "tuning db %s: %s", path, strerror(errno));
   }
   da__tune_record *old = NULL;
-  int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
+  int mismatch = 0, nold = da__tuning_db_read_for(ctx, path, &old, &mismatch);
   free(old);
   if (nold < 0) return unmergeable(ctx, path, mismatch);
   DA_RETURN_IF(da__can_write_beside(path) != 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path,
@@ -298,7 +313,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   da__tune_record *old = NULL;
-  int mismatch = 0, nold = da__tuning_db_read(path, &old, &mismatch);
+  int mismatch = 0, nold = da__tuning_db_read_for(ctx, path, &old, &mismatch);
   da_status st = DA_OK;
   if (nold < 0) {
     st = unmergeable(ctx, path, mismatch);
@@ -310,7 +325,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
     if (!f) {
       st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot write next to %s: %s", path, strerror(errno));
     } else {
-      fprintf(f, "%s\n", da__tuning_env());
+      fprintf(f, "%s\n", da__tuning_env_for(ctx));
       for (int i = 0; i < nold; i++) {
         int replaced = 0;
         for (int j = 0; j < n && !replaced; j++) replaced = same_slot(&old[i], &recs[j]);

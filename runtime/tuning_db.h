@@ -29,14 +29,20 @@ DA_HIDDEN void da__tuning_db_path(char *out, size_t cap);
 /* This machine's environment header line (JSON, no newline): library, CPU, compiler,
  * GPU, driver and NVRTC versions. */
 DA_HIDDEN const char *da__tuning_env(void);
+/* The same for ctx's CUDA device (where it took one; else, as da__tuning_env, the device
+ * current on this thread, else device 0). In a buffer of this thread's, until its next call. */
+DA_HIDDEN const char *da__tuning_env_for(const da_context *ctx);
 
 /* Read every record of a database written for this environment. Returns the count
  * (records malloc'ed into *out), 0 for a missing file, -1 for one of another
  * environment (*mismatch set) or unreadable. */
 DA_HIDDEN int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch);
-/* What differs between the environment header of the database at path and this machine's:
- * "cc: \"cc\" there, \"clang\" here; ..." into out (empty: none, or no header). */
-DA_HIDDEN void da__tuning_db_env_diff(const char *path, char *out, size_t cap);
+/* What differs between the environment header of the database at path and ctx's
+ * (da__tuning_env_for): "cc: \"cc\" there, \"clang\" here; ..." into out (empty: none, or
+ * no header). */
+DA_HIDDEN void da__tuning_db_env_diff(const da_context *ctx, const char *path, char *out, size_t cap);
+/* The same against ctx's environment (da__tuning_env_for) */
+DA_HIDDEN int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch);
 
 /* Merge records into the database under its lock (re-read, replace records with the same
  * spec, backend, bucket and parameters whatever their batch, so that a bucket's times are
