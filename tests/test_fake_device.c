@@ -655,6 +655,34 @@ static void test_devices_worker(const char *fake, const char *cache) {
   set(NULL);
 }
 
+/* A context used only for the host backend never opens the CUDA driver: DILATTN_BACKEND=host
+ * with DA_BACKEND_AUTO, by plan creation and by preload alike. (In a child that has not
+ * opened the driver.) */
+static void test_host_only(const char *fake) {
+  setenv("DILATTN_BACKEND", "host", 1);
+  da_context *ctx;
+  da_context_create(&ctx);
+  const da_spec s = longnet(1, 0);
+  da_plan *p = NULL;
+  da_status st = da_plan_create(ctx, &s, DA_BACKEND_AUTO, &p);
+  void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  TU_CHECK(st == DA_OK && p && da_plan_backend(p) == DA_BACKEND_HOST && !lib,
+           "DILATTN_BACKEND=host, auto: a host plan (%s), the driver not opened (%s)", da_status_name(st),
+           lib ? "opened" : "not opened");
+  if (lib) dlclose(lib);
+  da_plan_destroy(p);
+  p = NULL;
+  st = da_plan_preload(ctx, &s, 1, DA_BACKEND_AUTO, 1, NULL, NULL, &p);
+  lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  TU_CHECK(st == DA_OK && p && da_plan_backend(p) == DA_BACKEND_HOST && !lib,
+           "DILATTN_BACKEND=host, auto, preloaded: a host plan (%s), the driver not opened (%s)", da_status_name(st),
+           lib ? "opened" : "not opened");
+  if (lib) dlclose(lib);
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  unsetenv("DILATTN_BACKEND");
+}
+
 /* The kernel of a plan of s with no options under a tuning database that holds one ok
  * record of params (written for this environment: the fake device's). */
 static da_status kernel_tuned(const da_spec *s, da_plan_options params, const char *db, char *name, size_t cap) {
@@ -856,18 +884,25 @@ int main(int argc, char **argv) {
     TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
              "the checks on two devices (a child process) failed");
   }
-  { /* likewise: a worker thread of a device-1 context */
-    fflush(NULL);
-    const pid_t child = fork();
-    if (child == 0) {
-      test_devices_worker(argv[1], cache);
-      const int rc = tu_report();
+  { /* likewise, both forked before either's result is counted here: a worker thread of a
+     * device-1 context; a host-only context */
+    pid_t child[2];
+    for (int which = 0; which < 2; which++) {
       fflush(NULL);
-      _exit(rc);
+      if ((child[which] = fork()) == 0) {
+        if (which == 0) test_devices_worker(argv[1], cache);
+        else test_host_only(argv[1]);
+        const int rc = tu_report();
+        fflush(NULL);
+        _exit(rc);
+      }
     }
-    int wst = 0;
-    TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
-             "the checks of a worker thread on device 1 (a child process) failed");
+    for (int which = 0; which < 2; which++) {
+      int wst = 0;
+      TU_CHECK(child[which] > 0 && waitpid(child[which], &wst, 0) == child[which] && WIFEXITED(wst) &&
+                   WEXITSTATUS(wst) == 0,
+               "the checks of %s (a child process) failed", which ? "a host-only context" : "a worker thread on device 1");
+    }
   }
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
