@@ -3,7 +3,6 @@
  * progress callback asks to (NVRTC compiles in flight are cancelled through NVRTC's flow
  * callback; a host compile in flight finishes, and nothing new starts). The kernel cache
  * makes specs that share a kernel compile it once. */
-#include "runtime/cuda_driver.h"
 #include "runtime/internal.h"
 #include "runtime/nvrtc.h"
 
@@ -64,9 +63,10 @@ da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count, da_b
   }
   for (int i = 0; i < count; i++) j.status[i] = DA_ERR_CANCELLED;
   /* a context takes the CUDA device current on the first thread that uses it for CUDA:
-   * this caller's, not a worker's (which has none current) */
-  da__cuda *dev;
-  if (backend != DA_BACKEND_HOST && da__cuda_get(ctx, &dev) != DA_OK) da__clear_error(ctx);
+   * this caller's, not a worker's (which has none current); the backend picked as plan
+   * creation picks it (DILATTN_BACKEND=host with auto: the driver not opened) */
+  da_backend be;
+  if (da__pick_backend(ctx, backend, &be) != DA_OK) da__clear_error(ctx); /* each spec says why */
   pthread_mutex_init(&j.mu, NULL);
   da__parallel_for(count, num_threads, load_one, &j);
   pthread_mutex_destroy(&j.mu);
