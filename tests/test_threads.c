@@ -10,7 +10,9 @@
  * real; the fake runs no kernel, so what is checked is that every call succeeds and,
  * under ThreadSanitizer, that the backend's shared state (device setup, module cache,
  * pool, pattern cache) is touched without a race.
+ * Then two fake devices: contexts bound and used from threads of either device at once.
  * Run: build/tests/test_threads [build/tests/libfake_cuda.so]   (ctest -R threads) */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -202,6 +204,80 @@ static void check_streams(const char *log) {
            other);
 }
 
+/* Two fake devices (FAKE_CUDA_DEVICES=2): threads 0 and 2 with device 0 current, 1 and 3
+ * with device 1, each first using the context of its device (two threads race for each
+ * context's binding, device 1's set-up races device 0's use), then executing every plan on
+ * a stream of its device; the odd threads also run device 0's plans on device 0's
+ * streams with device 1 current (the library pushes device 0's context) */
+static da_context *dev_ctx[2];
+static int (*fake_retain)(void **, int);
+static int (*fake_set)(void *);
+static void *(*fake_stream)(int);
+
+static void *device_thread_main(void *arg) {
+  targ_t *t = arg;
+  t->ok = 1;
+  const int d = t->id % 2;
+  void *primary = NULL;
+  fake_retain(&primary, d);
+  fake_set(primary);
+  const int64_t B = 1, N = 700 + 64 * t->id, H = 4, D = 64;
+  const size_t nq = (size_t)(B * N * H * D), nk = nq / 2;
+  uint16_t *q = calloc(nq, 2), *k = calloc(nk, 2), *v = calloc(nk, 2), *out = calloc(nq, 2);
+  float *lse = calloc((size_t)(B * H * N), sizeof(float));
+  for (int c = d; c >= 0 && t->ok && q && k && v && out && lse; c--) /* its device's context, then 0's */
+    for (int j = 0; j < NCUDA && t->ok; j++) {
+      const da_spec *s = &cuda_specs[(j + t->id) % NCUDA];
+      da_plan *p = NULL;
+      if (da_plan_create(dev_ctx[c], s, DA_BACKEND_CUDA, &p) != DA_OK) {
+        snprintf(t->err, sizeof t->err, "device %d plan %d: %s", c, (j + t->id) % NCUDA, da_context_last_error(dev_ctx[c]));
+        t->ok = 0;
+        break;
+      }
+      da_args a;
+      da_args_init(&a, s, B, N, q, k, v, out, lse);
+      a.stream = fake_stream(c);
+      if (da_plan_execute(p, &a) != DA_OK) {
+        snprintf(t->err, sizeof t->err, "device %d execute %d: %s", c, (j + t->id) % NCUDA,
+                 da_context_last_error(dev_ctx[c]));
+        t->ok = 0;
+      }
+      da_plan_destroy(p);
+    }
+  if (!q || !k || !v || !out || !lse) snprintf(t->err, sizeof t->err, "out of memory"), t->ok = 0;
+  free(q), free(k), free(v), free(out), free(lse);
+  fake_set(NULL);
+  return NULL;
+}
+
+static void test_cuda_devices(const char *fake_driver, const char *log) {
+  void *lib = dlopen(fake_driver, RTLD_NOW);
+  fake_retain = lib ? (int (*)(void **, int))dlsym(lib, "cuDevicePrimaryCtxRetain") : NULL;
+  fake_set = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
+  fake_stream = lib ? (void *(*)(int))dlsym(lib, "fake_cuda_stream") : NULL;
+  TU_CHECK(fake_retain && fake_set && fake_stream, "the fake driver's device calls");
+  if (!fake_retain || !fake_set || !fake_stream) return;
+  unlink(log);
+  da_context_create(&dev_ctx[0]), da_context_create(&dev_ctx[1]);
+  run_threads(device_thread_main, "two devices:");
+  /* every launch on the device of its stream */
+  FILE *f = fopen(log, "r");
+  int n = 0, wrong = 0;
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "launch ", 7) != 0) continue;
+    const char *at = strstr(line, " stream "), *dv = strstr(line, " dev ");
+    void *sp = NULL;
+    int dev = -1;
+    n++;
+    if (!at || !dv || sscanf(at, " stream %p", &sp) != 1 || sscanf(dv, " dev %d", &dev) != 1 || sp != fake_stream(dev))
+      wrong++;
+  }
+  if (f) fclose(f);
+  TU_CHECK(n > 0 && !wrong, "two devices: %d launches, %d not on their stream's device", n, wrong);
+  da_context_destroy(dev_ctx[0]), da_context_destroy(dev_ctx[1]);
+}
+
 /* The CUDA part: driver the fake one (its path), NVRTC real, into a cache of its own (a
  * cache that already held the kernels would leave nothing to compile). */
 static void test_cuda_threads(const char *fake_driver, double tag) {
@@ -216,6 +292,7 @@ static void test_cuda_threads(const char *fake_driver, double tag) {
   snprintf(log, sizeof log, "%s/launches.log", dir);
   setenv("FAKE_CUDA_LOG", log, 1);
   setenv("DILATTN_CUDA_LIB", fake_driver, 1);
+  setenv("FAKE_CUDA_DEVICES", "2", 1); /* (device 0 for all but test_cuda_devices) */
   make_cuda_specs(tag);
   TU_CHECK(da_context_create(&shared_ctx) == DA_OK, "context");
   int maj, min; /* without NVRTC there is nothing to compile with (the driver's set-up, the
@@ -233,6 +310,7 @@ static void test_cuda_threads(const char *fake_driver, double tag) {
     run_threads(cuda_thread_main, "cuda, shared plans:");
     check_streams(log);
     printf("cuda threads: 4 x %d plans of their own, then 4 plans shared by all, executed on one context\n", 2 * NCUDA);
+    test_cuda_devices(fake_driver, log);
   }
   for (int i = 0; i < NCUDA; i++) da_plan_destroy(shared_plans[i]), shared_plans[i] = NULL;
   da_context_destroy(shared_ctx);
