@@ -7,8 +7,8 @@
  * takes the device of the CUDA context current on the thread that first uses it for CUDA
  * (a framework's current device: PyTorch's after torch.cuda.set_device), else device 0,
  * and keeps it. Every operation makes that device's primary context current on the
- * calling thread first: set when the thread has none, pushed and popped again when the
- * caller has another context current. A missing driver or GPU is
+ * calling thread and restores what was: set and unset again when the thread has none,
+ * pushed and popped again when the caller has another context current. A missing driver or GPU is
  * DA_ERR_UNSUPPORTED; every driver error is DA_ERR_DEVICE with the call and the driver's
  * error name and text. */
 #define _GNU_SOURCE
@@ -349,8 +349,10 @@ int da__cuda_driver_version(const da__cuda *c) { return c->driver_version; }
 int da__cuda_sm_count(const da__cuda *c) { return c->sm_count; }
 int da__cuda_max_smem_optin(const da__cuda *c) { return c->smem_optin; }
 
-/* Make the primary context current on this thread. *pushed says whether leave() must pop
- * it again (another context was current). On failure *call names the failing call. */
+/* Make the primary context current on this thread. *pushed says what leave() restores: 1
+ * pop it (another context was current), 2 none current again (none was: the thread's
+ * current device, which the CUDA runtime reads, stays the caller's). On failure *call
+ * names the failing call. */
 static CUresult enter_raw(da__cuda *c, int *pushed, const char **call) {
   *pushed = 0;
   CUcontext cur = NULL;
@@ -359,7 +361,9 @@ static CUresult enter_raw(da__cuda *c, int *pushed, const char **call) {
   if (r != CUDA_SUCCESS || cur == c->primary) return r;
   if (!cur) {
     *call = "cuCtxSetCurrent";
-    return c->CtxSetCurrent(c->primary);
+    r = c->CtxSetCurrent(c->primary);
+    *pushed = r == CUDA_SUCCESS ? 2 : 0;
+    return r;
   }
   *call = "cuCtxPushCurrent";
   r = c->CtxPushCurrent(c->primary);
@@ -375,7 +379,8 @@ static da_status enter(const da_context *ctx, da__cuda *c, int *pushed) {
 
 static void leave(da__cuda *c, int pushed) {
   CUcontext popped;
-  if (pushed) c->CtxPopCurrent(&popped);
+  if (pushed == 1) c->CtxPopCurrent(&popped);
+  else if (pushed == 2) c->CtxSetCurrent(NULL);
 }
 
 static CUdeviceptr dptr_of(const void *p) { return (CUdeviceptr)(uintptr_t)p; }

@@ -511,7 +511,9 @@ static void test_pool(const char *fake) {
 }
 
 /* A caller with a context of its own current (a framework's, say) keeps it: the library
- * pushes its primary context for each call and pops it again. */
+ * pushes its primary context for each call and pops it again. A caller with none keeps
+ * none (the library's stayed current: the thread's current device, which the CUDA
+ * runtime and the next context's binding read, became the library's). */
 static void test_callers_context(da_context *ctx, const char *fake) {
   void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
   int (*set)(void *) = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
@@ -530,6 +532,13 @@ static void test_callers_context(da_context *ctx, const char *fake) {
            da_context_last_error(ctx));
   da_plan_destroy(p);
   set(NULL);
+  p = plan_with(ctx, &s, 0, 0, 0, &st);
+  if (p) run(p, &s, 4096, &st);
+  da_plan_destroy(p);
+  cur = (void *)1;
+  get(&cur);
+  TU_CHECK(st == DA_OK && cur == NULL, "no context current before a plan and a run: %p after (%s)", cur,
+           da_context_last_error(ctx));
   if (lib) dlclose(lib);
 }
 
