@@ -318,12 +318,15 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   if (nold < 0) {
     st = unmergeable(ctx, path, mismatch);
   } else {
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
-    int tfd = mkstemp(tmp);
+    /* the temp beside it with the database's own mode (mkstemp's 0600 made a shared 0644
+     * file private at the first merge) */
+    char tmp[4500];
+    const int tfd = da__output_tmp(path, tmp, sizeof tmp);
     FILE *f = tfd >= 0 ? fdopen(tfd, "w") : NULL;
     if (!f) {
-      st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot write next to %s: %s", path, strerror(errno));
+      const int e = errno;
+      if (tfd >= 0) close(tfd), unlink(tmp);
+      st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot write next to %s: %s", path, strerror(e));
     } else {
       fprintf(f, "%s\n", da__tuning_env_for(ctx));
       for (int i = 0; i < nold; i++) {

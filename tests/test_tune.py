@@ -282,6 +282,15 @@ try:
           f"kernels with a wrong lse: exit {p.returncode}, {[(r['status'], r['label']) for r in rows_l][:3]} "
           f"{p.stderr[-300:]}")
 
+    # 14. a merge keeps the database's mode (a team's shared 0644 file became 0600, which
+    # the others could then not read)
+    mdb = os.path.join(tmp, "mode.jsonl")
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", mdb)
+    os.chmod(mdb, 0o640)
+    p2 = run("tune", cfg_b, "--seq-len", "64", "--reps", "1", "--db", mdb)
+    check(p.returncode == 0 and p2.returncode == 0 and os.stat(mdb).st_mode & 0o777 == 0o640,
+          f"database mode after a merge: {oct(os.stat(mdb).st_mode & 0o777)} (want 0o640): {p2.stderr[-200:]}")
+
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
