@@ -108,6 +108,8 @@ if [ "$phase" = first ]; then
   # 1. correctness of everything untimed (bench/results/untimed-since-*.md): every default
   #    kernel on the golden cases and random specs (the per-head longest-first table too)
   step 170 $B/tests/test_gpu "$golden" small
+  # 1a. an AOT bundle of `gen --mma auto` with JIT off: the default (TMA) kernel from it
+  step 30 bash bench/aot_auto_check.sh $B "$golden"
   # 1b. wgmma-ws-tma (cuda_mma 6, K and V by TMA: passed and timed at 1f78309 / 2d7097e,
   #    bench/results/gpu-h200-1f78309.md; the sm_90 default since, its host-side maps changed
   #    after 2d7097e untimed on a GPU): its suite, then (only where that passed: a TMA fault
