@@ -22,6 +22,23 @@ static da_spec small_spec(void) {
 
 static int has(const da_context *ctx, const char *what) { return strstr(da_context_last_error(ctx), what) != NULL; }
 
+/* A context whose kernel cache is a new temp folder (dir: a mkdtemp template, filled in;
+ * DILATTN_CACHE_DIR set to it): kernels are compiled, not found. */
+static da_context *context_in_temp_cache(char *dir) {
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("DILATTN_CACHE_DIR", dir, 1);
+  da_context *ctx = NULL;
+  da_context_create(&ctx);
+  return ctx;
+}
+
+/* a test's temp folder and what it holds, gone */
+static void rm_tree(const char *dir) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  TU_CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 static void test_explicit_specs(da_context *ctx) {
   da_spec s;
   da_spec_init(&s);
@@ -323,10 +340,7 @@ static void test_backend_env(da_context *ctx) {
 static void test_cc_words(void) {
   /* an empty kernel cache of its own: the kernel is compiled here, not found */
   char dir[] = "/tmp/dilattn-test-api-XXXXXX";
-  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-  setenv("DILATTN_CACHE_DIR", dir, 1);
-  da_context *ctx;
-  da_context_create(&ctx);
+  da_context *ctx = context_in_temp_cache(dir);
   da_spec s = small_spec();
   da_plan *p = NULL;
   setenv("CC", "cc -O1 -DDA_TEST_CC_WORDS", 1);
@@ -351,9 +365,7 @@ static void test_cc_words(void) {
            "CC blank: %s", da_context_last_error(ctx));
   unsetenv("CC");
   da_context_destroy(ctx);
-  char cmd[200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  TU_CHECK(system(cmd) == 0, "rm %s", dir);
+  rm_tree(dir);
   unsetenv("DILATTN_CACHE_DIR");
 }
 
@@ -412,10 +424,7 @@ static void test_default_mma(void) {
  * missing (it was DA_ERR_IO "cannot read back .../kernel.so"). */
 static void test_sigchld_ignored(void) {
   char dir[] = "/tmp/dilattn-test-api-XXXXXX";
-  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-  setenv("DILATTN_CACHE_DIR", dir, 1);
-  da_context *ctx;
-  da_context_create(&ctx);
+  da_context *ctx = context_in_temp_cache(dir);
   da_spec s = small_spec();
   s.has_scale = 1, s.scale = 0.4375; /* a kernel of its own */
   setenv("CC", "false", 1);
@@ -434,9 +443,7 @@ static void test_sigchld_ignored(void) {
   da_plan_destroy(p);
   unsetenv("CC");
   da_context_destroy(ctx);
-  char cmd[200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  TU_CHECK(system(cmd) == 0, "rm %s", dir);
+  rm_tree(dir);
   unsetenv("DILATTN_CACHE_DIR");
 }
 
@@ -478,9 +485,7 @@ static void test_tuning_batches(void) {
            best ? (long long)best->batch : -1LL, best ? best->median_ms : -1.0);
   free(recs);
   da_context_destroy(ctx);
-  char cmd[200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  TU_CHECK(system(cmd) == 0, "rm %s", dir);
+  rm_tree(dir);
 }
 
 /* The host backend's out and lse for spec at (B = 1, N) against the float64 reference. */
