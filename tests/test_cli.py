@@ -548,6 +548,14 @@ def test_gen_auto(tmp):
     # host target and bad values: refused as before
     rc, _, err = run("gen", paths[0], "--mma", "auto", "-o", d)
     check(rc == 2 and "cuda target" in err, f"gen --mma auto, host target: exit {rc}: {err}")
+    # lines in config order, then arch order: an arch after sm_90 prints after sm_90's kernels
+    d2 = os.path.join(tmp, "auto-order")
+    os.mkdir(d2)
+    rc, out, err = run("gen", paths[2], "--target", "cuda", "--mma", "auto", "--arch", "sm_80,sm_90,sm_86", "--compile",
+                       "-o", d2)
+    got = [x.rsplit(".", 2)[-2] for x in out.split()]
+    check(rc == 0 and got == ["sm_80", "sm_90a", "sm_86"], f"gen --mma auto --arch sm_80,sm_90,sm_86: exit {rc}, "
+          f"arches in the order {got}: {err[-300:]}")
     if not FAKE_CUDA:
         return
     rng = np.random.default_rng(7)
