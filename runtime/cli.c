@@ -265,6 +265,8 @@ typedef struct {
   int exit; /* EXIT_OK, or the failure's exit code with err */
   char err[DA_ERROR_MAX];
   int conf;              /* the config's index */
+  int ai;                /* CUDA: the arch's index in --arch (its lines print in that order) */
+  char *line;            /* CUDA: the line it prints, once every file is written */
   char carch[16];        /* the arch compiled for (wgmma: sm_90a) */
   da__nvrtc_result res;  /* CUDA */
   char *bytes;           /* the host's shared object */
@@ -479,7 +481,8 @@ static int cmd_gen(int argc, char **argv) {
     for (int u = 0, j = 0; u < nunit; u++)
       for (int a = 0; a < (cuda ? units[u].narch : 1); a++, j++)
         jobs[j].ctx = ctx, jobs[j].r = &rendered[u], jobs[j].conf = units[u].conf,
-        jobs[j].arch = cuda ? archs[units[u].arch[a]] : NULL, jobs[j].opts = opts, jobs[j].nopts = nopts;
+        jobs[j].ai = cuda ? units[u].arch[a] : 0, jobs[j].arch = cuda ? archs[units[u].arch[a]] : NULL,
+        jobs[j].opts = opts, jobs[j].nopts = nopts;
     da__parallel_for(njobs, da__compile_threads((int)threads), gen_compile, jobs);
     for (int j = 0; j < njobs && rc == EXIT_OK; j++) /* the first failure in order, as one thread would */
       if (jobs[j].exit != EXIT_OK) {
@@ -526,7 +529,7 @@ static int cmd_gen(int argc, char **argv) {
         printf("%s\n", out);
     } else {
       for (int a = 0; a < units[u].narch && rc == EXIT_OK; a++) {
-        const gen_job *J = &jobs[j++];
+        gen_job *J = &jobs[j++];
         const da__nvrtc_result *res = &J->res;
         char file[340], bin[4600], key[65];
         snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, J->carch);
@@ -536,22 +539,30 @@ static int cmd_gen(int argc, char **argv) {
           rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
         else if (compile)
           add_artifact(it, J->carch, key, file, res->cubin, res->cubin_size);
-        if (rc == EXIT_OK && report)
-          printf("{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
+        if (rc == EXIT_OK && report && asprintf(&J->line, "{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
                  "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
                  "\"strategy\":%s,\"path\":%s,\"mma\":\"%s\",\"threads\":%d,\"cache_key\":%s}\n",
                  jstr(r.kernel_name, 0), jstr(J->carch, 1), res->registers, res->spill_bytes,
                  r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes,
                  res->stack_bytes, res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3),
-                 da__cuda_mma_name(units[u].mma ? units[u].mma : 1), r.threads, jstr(r.key, 4));
-        else if (rc == EXIT_OK)
-          printf("%s\n", bin);
+                 da__cuda_mma_name(units[u].mma ? units[u].mma : 1), r.threads, jstr(r.key, 4)) < 0)
+          J->line = NULL;
+        else if (rc == EXIT_OK && !report && asprintf(&J->line, "%s\n", bin) < 0)
+          J->line = NULL;
       }
     }
+  }
+  /* a config's lines in --arch order (under --mma auto its kernels do not follow it) */
+  for (int s = 0, e; rc == EXIT_OK && cuda && s < njobs; s = e) {
+    for (e = s; e < njobs && jobs[e].conf == jobs[s].conf; e++) {}
+    for (int a = 0; a < narch; a++)
+      for (int j = s; j < e; j++)
+        if (jobs[j].ai == a && jobs[j].line) fputs(jobs[j].line, stdout);
   }
   for (int j = 0; j < njobs && jobs; j++) {
     da__nvrtc_result_free(&jobs[j].res);
     free(jobs[j].bytes);
+    free(jobs[j].line);
   }
   free(jobs);
   for (int u = 0; rendered && u < nunit; u++) da__rendered_free(&rendered[u]);
