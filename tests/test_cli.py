@@ -580,6 +580,17 @@ def test_gen_auto(tmp):
             paths_run = {"_wgmmat" if "_wgmmat" in k else "_wgmmaw" if "_wgmmaw" in k else "" for k in launches}
             check(rc == 0 and launches and paths_run == {want[name]},
                   f"run {name} with JIT off and the auto bundle, {extra}: exit {rc}: {launches} {err[-300:]}")
+    # --arch sm_90a (an H100 or H200 named so): a config the wgmma paths do not serve takes
+    # mma.sync there, compiled for the sm_90 device's arch, or the bundle does not serve it
+    d3 = os.path.join(tmp, "auto-90a")
+    os.mkdir(d3)
+    rc, _, err = run("gen", paths[1], "--target", "cuda", "--mma", "auto", "--arch", "sm_90a", "--bundle", "b90a", "-o", d3)
+    env = {"DILATTN_CUDA_LIB": FAKE_CUDA, "DILATTN_TUNING": "0", "DILATTN_DISABLE_JIT": "1",
+           "DILATTN_BUNDLES": os.path.join(d3, "manifest.json"), "DILATTN_CACHE_DIR": os.path.join(tmp, "auto-cache-empty")}
+    rc2, _, err2 = run("run", paths[1], *[a for t in "qkv" for a in (f"--{t}", os.path.join(d, f"f32_{t}.npy"))],
+                       "-o", os.path.join(d3, "o.npy"), "--backend", "cuda", env=env) if rc == 0 else (rc, "", err)
+    check(rc2 == 0, f"gen --mma auto --arch sm_90a: a float32 config's default plan on an sm_90 device with JIT off: "
+          f"exit {rc2}: {err2[-300:]}")
 
 
 def test_cache(tmp):
