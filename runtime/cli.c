@@ -337,9 +337,9 @@ static int gen_units(const da_spec *spec, int conf, int cuda, int auto_mma, int 
         memset(u, 0, sizeof *u);
         u->conf = conf, u->mma = want[w];
       }
-      int dup = 0; /* sm_90 and sm_90a: one wgmma cubin */
+      int dup = 0; /* sm_90 and sm_90a: one wgmma cubin; under auto one cubin of any kernel (one device) */
       for (int k = 0; k < u->narch; k++)
-        dup |= u->mma >= 2 && da__cuda_wgmma_arch(archs[u->arch[k]]);
+        dup |= (u->mma >= 2 || auto_mma) && da__cuda_wgmma_arch(archs[a]) && da__cuda_wgmma_arch(archs[u->arch[k]]);
       if (cuda && !dup && u->narch < 16) u->arch[u->narch++] = a;
     }
   }
@@ -483,6 +483,10 @@ static int cmd_gen(int argc, char **argv) {
         jobs[j].ctx = ctx, jobs[j].r = &rendered[u], jobs[j].conf = units[u].conf,
         jobs[j].ai = cuda ? units[u].arch[a] : 0, jobs[j].arch = cuda ? archs[units[u].arch[a]] : NULL,
         jobs[j].opts = opts, jobs[j].nopts = nopts;
+    /* under auto an sm_90a arch names an sm_90 device: its mma.sync kernels are compiled for
+     * sm_90, the arch such a device's plan looks them up for */
+    for (int j = 0; auto_mma && j < njobs; j++)
+      if (!strcmp(jobs[j].arch, "sm_90a") && strcmp(jobs[j].r->cuda_path, "wgmma")) jobs[j].arch = "sm_90";
     da__parallel_for(njobs, da__compile_threads((int)threads), gen_compile, jobs);
     for (int j = 0; j < njobs && rc == EXIT_OK; j++) /* the first failure in order, as one thread would */
       if (jobs[j].exit != EXIT_OK) {
