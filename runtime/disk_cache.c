@@ -390,6 +390,10 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
         bin = load_verified(dc, e->arch, e->key, &sz, &why, &json);
       }
       free(bin);
+      if (!bin && !why) { /* no .json now: removed meanwhile (evicted by another process), not corrupt */
+        da__disk_cache_unlock(fd);
+        continue;
+      }
       if (!bin) {
         sum->corrupt++;
         const int gone = remove_entry(dc, e->arch, e->key) == 0;

@@ -421,6 +421,20 @@ static void test_rebuild_race(void) {
   TU_CHECK(race_sum.entries == 1 && race_sum.corrupt == 0 && race_sum.removed == 0,
            "cache verify during a rewrite: %llu entries, %llu corrupt, %llu removed", (unsigned long long)race_sum.entries,
            (unsigned long long)race_sum.corrupt, (unsigned long long)race_sum.removed);
+  /* ... and one another process removes (evicts) meanwhile: gone, not corrupt (it counted
+   * "corrupt (unreadable); removed") */
+  fd = da__disk_cache_lock(kc.disk, "host", key);
+  TU_CHECK(da__write_file_atomic(bp, new_data, sizeof new_data, 0600) == 0, "new .bin");
+  pthread_create(&t, NULL, race_verify, kc.disk);
+  usleep(300 * 1000);
+  unlink(bp), unlink(jp);
+  da__disk_cache_unlock(fd);
+  pthread_join(t, NULL);
+  TU_CHECK(race_sum.entries == 0 && race_sum.corrupt == 0 && race_sum.removed == 0,
+           "cache verify of an entry removed meanwhile: %llu entries, %llu corrupt, %llu removed",
+           (unsigned long long)race_sum.entries, (unsigned long long)race_sum.corrupt,
+           (unsigned long long)race_sum.removed);
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, path, sizeof path) == 0, "put");
   /* a corrupt entry nobody is writing is still removed (under the lock) and rebuilt */
   int f2 = open(bp, O_WRONLY);
   TU_CHECK(f2 >= 0 && pwrite(f2, "\x55", 1, 10) == 1, "flip");
