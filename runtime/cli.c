@@ -194,7 +194,7 @@ int da__cli_load_config(const char *path, da_spec *spec) {
  * empty item (a leading, trailing or doubled comma), junk, more than cap items. Whether
  * NVRTC takes the arch is for the compile to say. */
 static int parse_archs(const char *list, char archs[][16], int cap, char *why, size_t why_cap) {
-  int n = 0;
+  int n = 0, item = 0; /* arches kept, items read (a repeated arch is kept once) */
   const char *p = list;
   if (!*p) {
     snprintf(why, why_cap, "empty");
@@ -207,12 +207,13 @@ static int parse_archs(const char *list, char archs[][16], int cap, char *why, s
     if (len >= 3 && !strncmp(p, "sm_", 3))
       while (3 + digits < len && p[3 + digits] >= '0' && p[3 + digits] <= '9') digits++;
     int ok = digits >= 2 && (3 + digits == len || (3 + digits + 1 == len && p[len - 1] == 'a'));
+    item++;
     if (!len) {
-      snprintf(why, why_cap, "item %d is empty (a stray comma)", n + 1);
+      snprintf(why, why_cap, "item %d is empty (a stray comma)", item);
       return -1;
     }
     if (!ok || len > 15) {
-      snprintf(why, why_cap, "item %d '%.*s' is not sm_NN or sm_NNa (sm_ and digits, e.g. sm_80, sm_90a)", n + 1,
+      snprintf(why, why_cap, "item %d '%.*s' is not sm_NN or sm_NNa (sm_ and digits, e.g. sm_80, sm_90a)", item,
                (int)(len > 40 ? 40 : len), p);
       return -1;
     }
@@ -221,7 +222,10 @@ static int parse_archs(const char *list, char archs[][16], int cap, char *why, s
       return -1;
     }
     memcpy(archs[n], p, len);
-    archs[n++][len] = '\0';
+    archs[n][len] = '\0';
+    int seen = 0; /* sm_80,sm_80: compiled twice, two artifacts of one key in a bundle */
+    for (int i = 0; i < n; i++) seen |= !strcmp(archs[i], archs[n]);
+    n += !seen;
     if (!e) break;
     p = e + 1;
   }

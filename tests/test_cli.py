@@ -556,6 +556,13 @@ def test_gen_auto(tmp):
     got = [x.rsplit(".", 2)[-2] for x in out.split()]
     check(rc == 0 and got == ["sm_80", "sm_90a", "sm_86"], f"gen --mma auto --arch sm_80,sm_90,sm_86: exit {rc}, "
           f"arches in the order {got}: {err[-300:]}")
+    # an arch named twice is compiled once (it was twice, with two artifacts of one key in a
+    # bundle); a bad item is still named by its place in the list
+    rc, out, err = run("gen", paths[1], "--target", "cuda", "--arch", "sm_80,sm_80", "--report", "-o", d2)
+    check(rc == 0 and len([x for x in out.splitlines() if x.startswith("{")]) == 1,
+          f"gen --arch sm_80,sm_80: exit {rc}, {len(out.splitlines())} lines: {err[-200:]}")
+    rc, _, err = run("gen", paths[1], "--target", "cuda", "--arch", "sm_80,sm_80,sm_8x", "-o", d2)
+    check(rc == 2 and "item 3 'sm_8x'" in err, f"gen --arch sm_80,sm_80,sm_8x: exit {rc}: {err}")
     if not FAKE_CUDA:
         return
     rng = np.random.default_rng(7)
