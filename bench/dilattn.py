@@ -67,17 +67,19 @@ class Dilattn:
     def error(self):
         return (self.lib.da_context_last_error(self.ctx) or b"").decode()
 
-    def plan(self, config, backend="auto", tile_q=0, tile_k=0, fused_min_queries=0, cuda_mma=0):
+    def plan(self, config, backend="auto", tile_q=0, tile_k=0, fused_min_queries=0, cuda_mma=0, seq_len_hint=0):
         """tile_q / tile_k / fused_min_queries / cuda_mma: da_plan_options (0: the planner's
         default, or the tuning database's entry when all are 0); cuda_mma 1 = mma.sync, 2 = wgmma,
-        4 = wgmma-ws, 6 = wgmma-ws-tma (sm_90; include/dilattn.h)."""
+        4 = wgmma-ws, 6 = wgmma-ws-tma (sm_90; include/dilattn.h). seq_len_hint: the sequence
+        length the plan will mostly run at, whose shape bucket of the tuning database it takes
+        (0: the bucket of 65536)."""
         text = json.dumps(config).encode()
         spec = ctypes.create_string_buffer(self.SPEC_BYTES)
         msg = ctypes.create_string_buffer(1024)
         if self.lib.da_spec_from_json(text, len(text), spec, msg, 1024) != 0:
             raise DilattnError(msg.value.decode())
         handle = ctypes.c_void_p()
-        opts = DaPlanOptions(tile_q, tile_k, fused_min_queries, 0, cuda_mma)
+        opts = DaPlanOptions(tile_q, tile_k, fused_min_queries, seq_len_hint, cuda_mma)
         if self.lib.da_plan_create_ex(self.ctx, spec, BACKENDS[backend], ctypes.byref(opts), ctypes.byref(handle)) != 0:
             raise DilattnError(self.error())
         return Plan(self, handle, config, spec)
@@ -88,6 +90,7 @@ class Plan:
         self.lib, self.handle, self.config, self._spec = lib, handle, config, spec
         L = lib.lib
         self.kernel = L.da_plan_kernel_name(handle).decode()
+        self.cache_key = L.da_plan_cache_key(handle).decode()  # differs with the tiles; the name does not
         self.strategy = L.da_plan_strategy(handle).decode()
         self.backend = {1: "host", 2: "cuda"}.get(L.da_plan_backend(handle), "?")
 

@@ -72,6 +72,35 @@ for ws_bytes in (0, least):
 check(np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1]),
       "the least workspace gave other results")
 
+# seq_len_hint picks the tuning database's shape bucket (the binding passed 0: always the
+# bucket of 65536). A database of two buckets whose best tiles differ, its header from a
+# real sweep by the CLI beside the library.
+cli = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "dilattn")
+if os.path.exists(cli):
+    import subprocess
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="dilattn-ctypes-")
+    tcfg, db = os.path.join(tmp, "t.json"), os.path.join(tmp, "db.jsonl")
+    small = {"segment_lengths": [32, 64], "dilation_rates": [1, 2], "num_heads": 2, "head_dim": 16}
+    json.dump(small, open(tcfg, "w"))
+    p = subprocess.run([cli, "tune", tcfg, "--seq-len", "256", "--reps", "1", "--backend", "host", "--db", db],
+                       capture_output=True, text=True)
+    lines = open(db).read().splitlines() if p.returncode == 0 else []
+    rec = next((json.loads(x) for x in lines[1:] if json.loads(x)["status"] == "ok"), None)
+    check(rec is not None, f"a tuning sweep for the seq_len_hint check: {p.returncode} {p.stderr[-300:]}")
+    if rec:
+        recs = [dict(rec, bucket=8, tile_q=8, tile_k=16, fused_min_queries=0, cuda_mma=0, median_ms=1.0),
+                dict(rec, bucket=16, tile_q=16, tile_k=32, fused_min_queries=0, cuda_mma=0, median_ms=1.0)]
+        open(db, "w").write("\n".join([lines[0]] + [json.dumps(r) for r in recs]) + "\n")
+        os.environ["DILATTN_TUNING_DB"] = db
+        tuned = Dilattn(os.path.abspath(sys.argv[1]))  # a context that reads this database
+        for hint, tq, tk in ((256, 8, 16), (0, 16, 32), (1 << 16, 16, 32)):
+            got, want = tuned.plan(small, backend="host", seq_len_hint=hint).cache_key, \
+                lib.plan(small, backend="host", tile_q=tq, tile_k=tk).cache_key
+            check(got == want, f"seq_len_hint {hint}: cache key {got}, want the {tq} x {tk} kernel's {want}")
+        del os.environ["DILATTN_TUNING_DB"]
+    subprocess.run(["rm", "-rf", tmp])
+
 try:
     lib.plan({"segment_lengths": [4], "dilation_rates": [8], "num_heads": 1, "head_dim": 8})
     check(False, "invalid config accepted")
