@@ -269,8 +269,7 @@ typedef struct {
   int exit; /* EXIT_OK, or the failure's exit code with err */
   char err[DA_ERROR_MAX];
   int conf;              /* the config's index */
-  int ai;                /* CUDA: the arch's index in --arch (its lines print in that order) */
-  char *line;            /* CUDA: the line it prints, once every file is written */
+  int unit;              /* the kernel's index in gen's units */
   char carch[16];        /* the arch compiled for (wgmma: sm_90a) */
   da__nvrtc_result res;  /* CUDA */
   char *bytes;           /* the host's shared object */
@@ -476,17 +475,21 @@ static int cmd_gen(int argc, char **argv) {
     if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", configs[units[u].conf], da_context_last_error(ctx));
   }
   /* compile every (kernel, arch) in parallel, then write: a compile that fails leaves
-   * nothing written, not the configs before it */
+   * nothing written, not the configs before it. The jobs in config order, then --arch
+   * order (under --mma auto a config's kernels do not follow it), and so its lines. */
   int njobs = 0;
   for (int u = 0; u < nunit && (compile || report); u++) njobs += cuda ? units[u].narch : 1;
   gen_job *jobs = njobs ? calloc((size_t)njobs, sizeof *jobs) : NULL;
   if (rc == EXIT_OK && njobs && !jobs) rc = fail(EXIT_RUNTIME, "out of memory");
   if (rc == EXIT_OK && njobs) {
-    for (int u = 0, j = 0; u < nunit; u++)
-      for (int a = 0; a < (cuda ? units[u].narch : 1); a++, j++)
-        jobs[j].ctx = ctx, jobs[j].r = &rendered[u], jobs[j].conf = units[u].conf,
-        jobs[j].ai = cuda ? units[u].arch[a] : 0, jobs[j].arch = cuda ? archs[units[u].arch[a]] : NULL,
-        jobs[j].opts = opts, jobs[j].nopts = nopts;
+    int j = 0;
+    for (int i = 0; i < nconf; i++)
+      for (int a = 0; a < (cuda ? narch : 1); a++)
+        for (int u = 0; u < nunit; u++)
+          for (int k = 0; units[u].conf == i && k < (cuda ? units[u].narch : 1); k++)
+            if (!cuda || units[u].arch[k] == a)
+              jobs[j++] = (gen_job){.ctx = ctx, .r = &rendered[u], .conf = i, .unit = u,
+                                    .arch = cuda ? archs[a] : NULL, .opts = opts, .nopts = nopts};
     /* under auto an sm_90a arch names an sm_90 device: its mma.sync kernels are compiled for
      * sm_90, the arch such a device's plan looks them up for */
     for (int j = 0; auto_mma && j < njobs; j++)
@@ -501,7 +504,7 @@ static int cmd_gen(int argc, char **argv) {
   /* a bundle item a kernel (a config's first also writes the config's typed entry points) */
   da__bundle_item *bitems = calloc((size_t)nunit + 1, sizeof *bitems);
   if (rc == EXIT_OK && !bitems) rc = fail(EXIT_RUNTIME, "out of memory");
-  for (int u = 0, j = 0; u < nunit && rc == EXIT_OK; u++) {
+  for (int u = 0; u < nunit && rc == EXIT_OK; u++) {
     da__bundle_item *it = &bitems[u];
     const da__rendered r = rendered[u];
     *it = items[units[u].conf];
@@ -516,14 +519,17 @@ static int cmd_gen(int argc, char **argv) {
     snprintf(it->source_file, sizeof it->source_file, "%s.%s", r.kernel_name, cuda ? "cu" : "c");
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", outdir, it->source_file);
-    if (write_atomic(path, r.source) != 0) {
-      rc = fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
-    } else if (!report && !compile) {
-      printf("%s\n", path);
-    } else if (!cuda) {
-      const gen_job *J = &jobs[j++];
-      char key[65], file[340], out[4500];
+    if (write_atomic(path, r.source) != 0) rc = fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
+    else if (!report && !compile) printf("%s\n", path);
+  }
+  for (int j = 0; j < njobs && rc == EXIT_OK; j++) { /* the compiled kernels, in config and arch order */
+    const gen_job *J = &jobs[j];
+    const da__rendered r = *J->r;
+    da__bundle_item *it = &bitems[J->unit];
+    if (!cuda) {
+      char key[65], file[340], out[4500], src[4600];
       da__host_artifact_key(r.key, key);
+      snprintf(src, sizeof src, "%s/%s", outdir, it->source_file);
       snprintf(file, sizeof file, "%s.host.so", r.kernel_name);
       snprintf(out, sizeof out, "%s/%s", outdir, file);
       if (compile && write_atomic_bytes(out, J->bytes, J->size) != 0)
@@ -532,45 +538,34 @@ static int cmd_gen(int argc, char **argv) {
       if (rc == EXIT_OK && report)
         printf("{\"kernel\":%s,\"arch\":\"host\",\"cc\":%s,\"strategy\":%s,"
                "\"cache_key\":%s,\"source\":%s,\"compile_ms\":%.1f}\n",
-               jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(path, 4), J->ms);
+               jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(src, 4), J->ms);
       else if (rc == EXIT_OK)
         printf("%s\n", out);
-    } else {
-      for (int a = 0; a < units[u].narch && rc == EXIT_OK; a++) {
-        gen_job *J = &jobs[j++];
-        const da__nvrtc_result *res = &J->res;
-        char file[340], bin[4600], key[65];
-        snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, J->carch);
-        snprintf(bin, sizeof bin, "%s/%s", outdir, file);
-        da__cuda_artifact_key(r.key, J->carch, maj, min, key);
-        if (compile && write_atomic_bytes(bin, res->cubin, res->cubin_size) != 0)
-          rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
-        else if (compile)
-          add_artifact(it, J->carch, key, file, res->cubin, res->cubin_size);
-        if (rc == EXIT_OK && report && asprintf(&J->line, "{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
-                 "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
-                 "\"strategy\":%s,\"path\":%s,\"mma\":\"%s\",\"threads\":%d,\"cache_key\":%s}\n",
-                 jstr(r.kernel_name, 0), jstr(J->carch, 1), res->registers, res->spill_bytes,
-                 r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes,
-                 res->stack_bytes, res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3),
-                 da__cuda_mma_name(units[u].mma ? units[u].mma : 1), r.threads, jstr(r.key, 4)) < 0)
-          J->line = NULL;
-        else if (rc == EXIT_OK && !report && asprintf(&J->line, "%s\n", bin) < 0)
-          J->line = NULL;
-      }
+      continue;
     }
-  }
-  /* a config's lines in --arch order (under --mma auto its kernels do not follow it) */
-  for (int s = 0, e; rc == EXIT_OK && cuda && s < njobs; s = e) {
-    for (e = s; e < njobs && jobs[e].conf == jobs[s].conf; e++) {}
-    for (int a = 0; a < narch; a++)
-      for (int j = s; j < e; j++)
-        if (jobs[j].ai == a && jobs[j].line) fputs(jobs[j].line, stdout);
+    const da__nvrtc_result *res = &J->res;
+    char file[340], bin[4600], key[65];
+    snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, J->carch);
+    snprintf(bin, sizeof bin, "%s/%s", outdir, file);
+    da__cuda_artifact_key(r.key, J->carch, maj, min, key);
+    if (compile && write_atomic_bytes(bin, res->cubin, res->cubin_size) != 0)
+      rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
+    else if (compile)
+      add_artifact(it, J->carch, key, file, res->cubin, res->cubin_size);
+    if (rc == EXIT_OK && report)
+      printf("{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
+             "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
+             "\"strategy\":%s,\"path\":%s,\"mma\":\"%s\",\"threads\":%d,\"cache_key\":%s}\n",
+             jstr(r.kernel_name, 0), jstr(J->carch, 1), res->registers, res->spill_bytes,
+             r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes, res->stack_bytes,
+             res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3),
+             da__cuda_mma_name(units[J->unit].mma ? units[J->unit].mma : 1), r.threads, jstr(r.key, 4));
+    else if (rc == EXIT_OK)
+      printf("%s\n", bin);
   }
   for (int j = 0; j < njobs && jobs; j++) {
     da__nvrtc_result_free(&jobs[j].res);
     free(jobs[j].bytes);
-    free(jobs[j].line);
   }
   free(jobs);
   for (int u = 0; rendered && u < nunit; u++) da__rendered_free(&rendered[u]);
