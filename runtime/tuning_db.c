@@ -96,11 +96,20 @@ const char *da__tuning_env_for(const da_context *ctx) {
 
 const char *da__tuning_env(void) { return da__tuning_env_for(NULL); }
 
+/* The "env" objects of a database's header line (*there, NULL where it has none) and of
+ * ctx's environment (*here); the caller decrefs *a and *b, their documents. */
+static void env_pair(const da_context *ctx, const char *header, json_t **a, json_t **b, json_t **there, json_t **here) {
+  *a = header ? json_loads(header, 0, NULL) : NULL;
+  *b = json_loads(da__tuning_env_for(ctx), 0, NULL);
+  *there = *a ? json_object_get(*a, "env") : NULL;
+  *here = *b ? json_object_get(*b, "env") : NULL;
+}
+
 /* 1: header is this environment's; 0: another environment's; -1: not a header at all */
 static int same_env(const da_context *ctx, const char *header) {
-  json_t *a = json_loads(header, 0, NULL), *b = json_loads(da__tuning_env_for(ctx), 0, NULL);
-  json_t *env = a ? json_object_get(a, "env") : NULL;
-  int same = !json_is_object(env) ? -1 : b && json_equal(env, json_object_get(b, "env"));
+  json_t *a, *b, *there, *here;
+  env_pair(ctx, header, &a, &b, &there, &here);
+  int same = !json_is_object(there) ? -1 : here && json_equal(there, here);
   json_decref(a);
   json_decref(b);
   return same;
@@ -113,9 +122,9 @@ void da__tuning_db_env_diff(const da_context *ctx, const char *path, char *out, 
   size_t lcap = 0;
   const ssize_t len = f ? getline(&line, &lcap, f) : -1;
   if (f) fclose(f);
-  json_t *a = len > 0 ? json_loads(line, 0, NULL) : NULL, *b = json_loads(da__tuning_env_for(ctx), 0, NULL);
+  json_t *a, *b, *there, *here;
+  env_pair(ctx, len > 0 ? line : NULL, &a, &b, &there, &here);
   free(line);
-  json_t *there = a ? json_object_get(a, "env") : NULL, *here = b ? json_object_get(b, "env") : NULL;
   const char *key;
   json_t *v;
   size_t n = 0;
