@@ -359,6 +359,10 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
 #define DEFAULT_WGMMA 6
 #define DEFAULT_WGMMA_OLD 4 /* drivers or NVRTC before CUDA 12.1; sparse layouts */
 
+/* The variant a plan takes for mma under a sparse layout or not: wgmma-ws-p2 and -tma
+ * have no sparse form (planner.lua), wgmma-ws does */
+static int sparse_form(int mma, int sparse) { return (mma == 5 || mma == 6) && sparse ? DEFAULT_WGMMA_OLD : mma; }
+
 const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma, int serves, int sparse,
                                        da_plan_options *eff, int *fallbacks) {
   *fallbacks = 0;
@@ -368,7 +372,7 @@ const da_plan_options *da__default_mma(const da_plan_options *opts, int env_mma,
   if (m < 2 || !serves) return opts;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  eff->cuda_mma = (m == 5 || m == 6) && sparse ? DEFAULT_WGMMA_OLD : m; /* wgmma-ws-p2 and -tma have no sparse form */
+  eff->cuda_mma = sparse_form(m, sparse);
   *fallbacks = (!env_mma && eff->cuda_mma == DEFAULT_WGMMA ? DA__FALLBACK_WS : 0) |
                (eff->tile_q || eff->tile_k || eff->fused_min_queries ? DA__FALLBACK_SYNC : 0);
   return eff;
@@ -399,8 +403,7 @@ static da_status env_cuda_mma(const da_context *ctx, da_backend be, const da_spe
   if (!da__cuda_wgmma_device_serves(ctx, spec)) return DA_OK;
   if (opts) *eff = *opts;
   else memset(eff, 0, sizeof *eff);
-  /* wgmma-ws-p2 and -tma have no sparse form (planner.lua): those plans take wgmma-ws */
-  eff->cuda_mma = (mma == 5 || mma == 6) && da__spec_sparse(spec) ? 4 : mma;
+  eff->cuda_mma = sparse_form(mma, da__spec_sparse(spec));
   *res = eff;
   return DA_OK;
 }
