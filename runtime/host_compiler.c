@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,7 +115,23 @@ static const char *const build_files[] = {"kernel.c", "kernel.so", "compile.log"
  * 16K tokens). test_api test_unit_tiles. */
 #define HOST_CFLAGS "-O2", "-std=c11", "-fPIC", "-shared", "-fno-math-errno", "-fno-strict-aliasing", "-w"
 
-const char *da__host_flags(void) { return "-O2 -std=c11 -fPIC -shared -fno-math-errno -fno-strict-aliasing -w -lm"; }
+/* -fno-math-errno lets expf/logf inline; no -ffast-math: infinities carry meaning. */
+static const char *const host_cflags[] = {HOST_CFLAGS};
+#define NHOST_CFLAGS ((int)(sizeof host_cflags / sizeof *host_cflags))
+
+/* The flags as one string, with the -lm the command line ends in (the host artifact key) */
+static char host_flags_text[256];
+static pthread_once_t host_flags_once = PTHREAD_ONCE_INIT;
+static void join_host_flags(void) {
+  size_t n = 0;
+  for (int i = 0; i < NHOST_CFLAGS; i++)
+    n += (size_t)snprintf(host_flags_text + n, sizeof host_flags_text - n, "%s ", host_cflags[i]);
+  snprintf(host_flags_text + n, sizeof host_flags_text - n, "-lm");
+}
+const char *da__host_flags(void) {
+  pthread_once(&host_flags_once, join_host_flags);
+  return host_flags_text;
+}
 
 da_status da__host_build(const da_context *ctx, const char *source, char *dir, size_t dcap, char *so, size_t scap,
                          double *ms) {
@@ -155,13 +172,10 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
     remove_dir(dir, build_files);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED, "host compile: CC='%.200s' names no C compiler (set CC to one)", cc);
   }
-  /* -fno-math-errno lets expf/logf inline; no -ffast-math: infinities carry meaning. */
-  static const char *const flags[] = {HOST_CFLAGS};
-  const int nflags = (int)(sizeof flags / sizeof *flags);
-  char *argv[64 + 8 + 5];
+  char *argv[64 + NHOST_CFLAGS + 5];
   int na = 0;
   for (int i = 0; i < ncmd; i++) argv[na++] = w[i];
-  for (int i = 0; i < nflags; i++) argv[na++] = (char *)flags[i];
+  for (int i = 0; i < NHOST_CFLAGS; i++) argv[na++] = (char *)host_cflags[i];
   for (int i = ncmd; i < nw; i++) argv[na++] = w[i];
   argv[na++] = "-o", argv[na++] = so, argv[na++] = src, argv[na++] = "-lm", argv[na] = NULL;
   posix_spawn_file_actions_t fa;
