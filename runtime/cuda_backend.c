@@ -54,6 +54,10 @@ void da__cuda_artifact_key(const char *source_key, const char *arch, int maj, in
 }
 
 da_status da__cuda_check_regs(const da_context *ctx, const char *kernel, int launch_regs, int registers) {
+  DA_RETURN_IF(launch_regs > 0 && registers < 0, DA_ERR_COMPILE,
+               "%s: NVRTC's log has no ptxas report of its registers, and the warp-specialized kernel must have "
+               "exactly %d (its setmaxnreg split of the register file); not loading it unchecked",
+               kernel, launch_regs);
   DA_RETURN_IF(launch_regs > 0 && registers != launch_regs, DA_ERR_COMPILE,
                "%s: ptxas gave %d registers per thread, the warp-specialized kernel needs %d (its setmaxnreg split of "
                "the register file would make the consumers wait forever)",

@@ -372,14 +372,20 @@ da_status da__nvrtc_compile(const da_context *ctx, const char *source, const cha
 
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
-  int n_opts = 4 + n_extra;
+  /* NVRTC 12.9 and later keep their own cache of compiled code (in the driver's compute
+   * cache, so only where a driver is installed) and on a hit run no ptxas, so the log has no
+   * ptxas report: no registers, no spills, and a warp-specialized kernel's register check
+   * fails. Our own caches already keep every cubin; --no-cache makes each compile report. */
+  int no_cache = g.major > 12 || (g.major == 12 && g.minor >= 9);
+  int n_base = 4 + no_cache, n_opts = n_base + n_extra;
   const char **opts = malloc(sizeof *opts * (size_t)n_opts);
   DA_RETURN_IF(!opts, DA_ERR_NO_MEMORY, "nvrtc: out of memory");
   opts[0] = arch_opt;
   opts[1] = "-std=c++17";
   opts[2] = "-default-device";
   opts[3] = "--ptxas-options=-v";
-  for (int i = 0; i < n_extra; i++) opts[4 + i] = extra_opts[i];
+  if (no_cache) opts[4] = "--no-cache";
+  for (int i = 0; i < n_extra; i++) opts[n_base + i] = extra_opts[i];
 
   nvrtcProgram prog = NULL;
   nvrtcResult rc = g.CreateProgram(&prog, source, name, 0, NULL, NULL);

@@ -154,6 +154,19 @@ static void test_compile(void) {
     CHECK(!r.cubin && !r.log, "free leaves pointers");
   }
 
+  /* The same source again: a compile NVRTC could serve from its own cache (12.9 and later,
+   * where a driver is installed) must still carry ptxas's report, which the register check of
+   * the warp-specialized kernels and gen --report read (on a GPU machine, without --no-cache,
+   * this one had no report: registers -1). */
+  for (int again = 0; again < 2; again++) {
+    da__nvrtc_result r;
+    da_status st = da__nvrtc_compile(NULL, k_tiny, "tiny.cu", "sm_90a", NULL, 0, &r);
+    CHECK(st == DA_OK, "tiny for sm_90a again: %s", last());
+    if (st != DA_OK) continue;
+    check_cubin(&r, "sm_90a");
+    da__nvrtc_result_free(&r);
+  }
+
   /* Local array: a stack frame; under --maxrregcount=16 it also spills. */
   da__nvrtc_result r;
   da_status st = da__nvrtc_compile(NULL, k_hungry, "hungry.cu", "sm_80", NULL, 0, &r);
