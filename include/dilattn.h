@@ -159,7 +159,9 @@ typedef enum { DA_BACKEND_AUTO = 0, DA_BACKEND_HOST = 1, DA_BACKEND_CUDA = 2 } d
  * context current on the thread that first uses it for CUDA (a plan creation, say; in a
  * PyTorch program the current device, torch.cuda.set_device), else device 0. It keeps that
  * device; a program driving several devices from one process makes one context per device,
- * each first used with its device current. */
+ * each first used with its device current. Its kernels and memory live in that device's
+ * primary context (the CUDA runtime's and PyTorch's): tensors must be usable there, and a
+ * stream of another CUDA context (cuCtxCreate's) is refused with DA_ERR_INVALID_ARGUMENT. */
 DA_API da_status da_context_create(da_context **out);
 DA_API void da_context_destroy(da_context *ctx);
 

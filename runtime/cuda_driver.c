@@ -340,6 +340,12 @@ da_status da__cuda_check_stream(const da_context *ctx, da__cuda *c, void *stream
                "current on the thread that first used the context for CUDA): use one context per device, created "
                "and first used with that device current",
                d, c->device);
+  /* the plans' modules, workspace and pool live in the device's primary context */
+  DA_RETURN_IF(r == CUDA_SUCCESS, DA_ERR_INVALID_ARGUMENT,
+               "CUDA: the stream belongs to a CUDA context of device %d other than its primary context (one made "
+               "by cuCtxCreate, say); dilattn's kernels and memory live in the primary context, the one the CUDA "
+               "runtime and PyTorch use: pass a stream of that context (cuDevicePrimaryCtxRetain) or NULL",
+               d);
   return DA_OK;
 }
 

@@ -11,7 +11,8 @@
  * driver's, cuDriverGetVersion: 13000), FAKE_CUDA_SMS (132), FAKE_CUDA_DEVICES (how many
  * devices, alike, each with its primary context: 1, at most 8; fake_cuda_retains(d) counts
  * cuDevicePrimaryCtxRetain calls for device d; fake_cuda_stream(d) gives
- * a stream handle of device d, which a launch takes only with d's context current),
+ * a stream handle of device d, which a launch takes only with d's context current, and
+ * fake_cuda_foreign_stream(d) one of a second, non-primary context of device d),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
  * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
  * tma T ADDR dev D", T the arguments' tma flag and, where it is set, the first tensor map's
@@ -67,6 +68,8 @@ static void log_line(const char *fmt, ...) {
 #define FAKE_MAX_DEVICES 8
 static int context_tokens[FAKE_MAX_DEVICES]; /* device d's primary context: &context_tokens[d] */
 static char stream_tokens[FAKE_MAX_DEVICES]; /* a stream of device d: &stream_tokens[d] */
+static int foreign_tokens[FAKE_MAX_DEVICES];  /* a second context of device d (cuCtxCreate's) */
+static char foreign_streams[FAKE_MAX_DEVICES]; /* a stream of that context */
 static __thread void *current, *below; /* the thread's current context, and one pushed under it */
 
 static int ndevices(void) {
@@ -76,10 +79,11 @@ static int ndevices(void) {
 /* the device of a context, -1 for one not the fake's (a test's own) */
 static int device_of(const void *ctx) {
   for (int d = 0; d < FAKE_MAX_DEVICES; d++)
-    if (ctx == &context_tokens[d]) return d;
+    if (ctx == &context_tokens[d] || ctx == &foreign_tokens[d]) return d;
   return -1;
 }
 void *fake_cuda_stream(int dev) { return dev >= 0 && dev < FAKE_MAX_DEVICES ? &stream_tokens[dev] : NULL; }
+void *fake_cuda_foreign_stream(int dev) { return dev >= 0 && dev < FAKE_MAX_DEVICES ? &foreign_streams[dev] : NULL; }
 
 CUresult cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
 CUresult cuDriverGetVersion(int *v) {
@@ -140,8 +144,8 @@ CUresult cuCtxGetDevice(int *dev) {
 }
 CUresult cuStreamGetCtx(void *stream, void **ctx) {
   for (int d = 0; d < FAKE_MAX_DEVICES; d++)
-    if (stream == &stream_tokens[d]) {
-      *ctx = &context_tokens[d];
+    if (stream == &stream_tokens[d] || stream == &foreign_streams[d]) {
+      *ctx = stream == &stream_tokens[d] ? (void *)&context_tokens[d] : (void *)&foreign_tokens[d];
       return OK;
     }
   return 400; /* INVALID_HANDLE: a stream the fake did not make */

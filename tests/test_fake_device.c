@@ -578,6 +578,13 @@ static void test_devices(const char *fake) {
                strstr(da_context_last_error(c1), "on device 1"),
            "a stream of device 0 for a plan of device 1: refused by name before any launch (%s, %d launches: %s)",
            da_status_name(st), n, da_context_last_error(c1));
+  /* a stream of another context of the plan's own device: refused by name, before any launch */
+  void *(*foreign_of)(int) = (void *(*)(int))dlsym(lib, "fake_cuda_foreign_stream");
+  if (p1 && foreign_of) run_on(p1, &s, 4096, foreign_of(1), &st);
+  n = read_launches(L, 64);
+  TU_CHECK(foreign_of && st == DA_ERR_INVALID_ARGUMENT && n == 0 && strstr(da_context_last_error(c1), "primary context"),
+           "a stream of a non-primary context of device 1: refused by name before any launch (%s, %d launches: %s)",
+           da_status_name(st), n, da_context_last_error(c1));
   get(&cur);
   TU_CHECK(cur == dev1, "the caller's context is current again");
   /* no context current: device 0, kept when device 1 is current later */
@@ -870,6 +877,7 @@ int main(int argc, char **argv) {
     fflush(NULL);
     const pid_t child = fork();
     if (child == 0) {
+      tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
       test_driver_version(version, cache);
       const int rc = tu_report();
       fflush(NULL);
@@ -884,6 +892,7 @@ int main(int argc, char **argv) {
     fflush(NULL);
     const pid_t child = fork();
     if (child == 0) {
+      tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
       test_devices(argv[1]);
       const int rc = tu_report();
       fflush(NULL);
@@ -899,6 +908,7 @@ int main(int argc, char **argv) {
     for (int which = 0; which < 2; which++) {
       fflush(NULL);
       if ((child[which] = fork()) == 0) {
+        tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
         if (which == 0) test_devices_worker(argv[1], cache);
         else test_host_only(argv[1]);
         const int rc = tu_report();

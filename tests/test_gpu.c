@@ -11,6 +11,7 @@
  *   unaligned: random specs with q, k, v 2 bytes past 16-byte alignment (plain loads
  *            instead of cp.async); an odd pointer refused
  *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
+ *   foreign: a stream of a non-primary CUDA context on the device: refused, by name
  *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
  *            path (cuda_mma = 2) wherever it applies, tile shapes, N = 1M
  *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
@@ -20,9 +21,10 @@
  *   wgmma-ws-tma: the same with cuda_mma = 6 (K / V by TMA; sparse specs on 4), 192-row
  *             tiles, fused plans, unaligned tensors (its fallback: wgmma-ws's copies), N = 1M, and
  *             programmatic launches of its split plans (not in small)
- * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
+ * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -529,6 +531,77 @@ static void test_pdl(da_context *ctx, int mma) {
   da_plan_destroy(on), da_plan_destroy(off), da_plan_destroy(limited);
 }
 
+/* foreign: a stream of a CUDA context other than the device's primary one (a C engine on
+ * the driver API makes its own with cuCtxCreate). The plans' modules and memory live in the
+ * primary context, so such a stream must be refused with a clear error, never launched
+ * into; and the primary context must stay usable after. */
+typedef int (*ctx_create_v2_fn)(void **, unsigned, int);
+typedef int (*ctx_create_v4_fn)(void **, void *, unsigned, int);
+typedef int (*ctx_fn)(void *);
+typedef int (*ctx_out_fn)(void **);
+typedef int (*stream_create_fn)(void **, unsigned);
+static void test_foreign_stream(da_context *ctx) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ctx_create_v2_fn create2 = h ? (ctx_create_v2_fn)dlsym(h, "cuCtxCreate_v2") : NULL;
+  ctx_create_v4_fn create4 = h ? (ctx_create_v4_fn)dlsym(h, "cuCtxCreate_v4") : NULL;
+  ctx_out_fn pop = h ? (ctx_out_fn)dlsym(h, "cuCtxPopCurrent_v2") : NULL;
+  ctx_fn push = h ? (ctx_fn)dlsym(h, "cuCtxPushCurrent_v2") : NULL, destroy = h ? (ctx_fn)dlsym(h, "cuCtxDestroy_v2") : NULL;
+  stream_create_fn screate = h ? (stream_create_fn)dlsym(h, "cuStreamCreate") : NULL;
+  ctx_fn sdestroy = h ? (ctx_fn)dlsym(h, "cuStreamDestroy_v2") : NULL;
+  if ((!create2 && !create4) || !pop || !push || !destroy || !screate || !sdestroy) {
+    printf("foreign stream: skipped, the driver lacks cuCtxCreate\n");
+    return;
+  }
+  void *fctx = NULL, *fstream = NULL, *popped = NULL;
+  int rc = create4 ? create4(&fctx, NULL, 0, da__cuda_device_ordinal(dev)) : create2(&fctx, 0, da__cuda_device_ordinal(dev));
+  TU_CHECK(rc == 0 && fctx, "cuCtxCreate: %d", rc);
+  if (rc) return;
+  rc = screate(&fstream, 1 /* non-blocking */);
+  TU_CHECK(rc == 0, "cuStreamCreate in the new context: %d", rc);
+  pop(&popped); /* the new context is current after cuCtxCreate */
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = 1, s.segment_lengths[0] = 256, s.dilation_rates[0] = 1;
+  s.num_heads = s.num_kv_heads = 2, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16;
+  const int64_t N = 512;
+  const size_t bytes = (size_t)N * 2 * 64 * 2;
+  da_plan *plan = NULL;
+  void *q = NULL, *o = NULL, *lse = NULL;
+  da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &plan);
+  if (st == DA_OK) st = da__cuda_malloc(ctx, dev, bytes, &q);
+  if (st == DA_OK) st = da__cuda_malloc(ctx, dev, bytes, &o);
+  if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)N * 2 * 4, &lse);
+  TU_CHECK(st == DA_OK, "plan and buffers: %s", da_context_last_error(ctx));
+  if (st == DA_OK) {
+    da_args a;
+    da_args_init(&a, &s, 1, N, q, q, q, o, lse);
+    a.stream = fstream;
+    st = da_plan_execute(plan, &a);
+    printf("foreign stream: da_plan_execute -> %s: %s\n", da_status_name(st), st ? da_context_last_error(ctx) : "");
+    if (st == DA_OK) { /* launched: what the driver made of it */
+      push(fctx);
+      typedef int (*sync_fn)(void *);
+      sync_fn ssync = (sync_fn)dlsym(h, "cuStreamSynchronize");
+      rc = ssync ? ssync(fstream) : -1;
+      pop(&popped);
+      printf("foreign stream: cuStreamSynchronize -> %d\n", rc);
+    }
+    TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && strstr(da_context_last_error(ctx), "context"),
+             "a stream of another CUDA context on this device: %s (%s)", da_status_name(st),
+             da_context_last_error(ctx));
+    a.stream = NULL; /* the primary context is still usable */
+    st = da_plan_execute(plan, &a);
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+    TU_CHECK(st == DA_OK, "after the foreign stream, the default stream: %s", da_context_last_error(ctx));
+  }
+  da__cuda_free(dev, q), da__cuda_free(dev, o), da__cuda_free(dev, lse);
+  da_plan_destroy(plan);
+  push(fctx);
+  sdestroy(fstream);
+  pop(&popped);
+  destroy(fctx);
+}
+
 int main(int argc, char **argv) {
   const char *golden = argc > 1 ? argv[1] : "../shared/golden";
   const char *which = argc > 2 ? argv[2] : "all";
@@ -572,6 +645,7 @@ int main(int argc, char **argv) {
     if (mma == 2) test_wgmma_probe(ctx);
     test_wgmma_suite(ctx, golden, mma, small);
   }
+  if (all || small || !strcmp(which, "foreign")) test_foreign_stream(ctx);
   if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, 0, "N=1048576 H=8 D=64");
   if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, 0, "q > 2^31 elements");
   da_context_destroy(ctx);
