@@ -71,7 +71,7 @@ int main(void) {
   if (!have_nvrtc) printf("NVRTC not available (%s): rendering only\n", da_context_last_error(ctx));
   /* the bench configs (LongNet 2- and 5-branch, causal or not) at D = 64 and 128, a dense
    * spec, and dilated-sparse ones at D = 64 and 128 */
-  da_spec specs[10];
+  da_spec specs[12];
   int ns = 0;
   for (int d = 0; d < 2; d++) {
     longnet(&specs[ns++], 2, 64 << d, 1);
@@ -79,6 +79,7 @@ int main(void) {
     longnet(&specs[ns++], 5, 64 << d, 1);
   }
   longnet(&specs[ns++], 1, 64, 0);
+  longnet(&specs[ns++], 1, 64, 1); /* dense causal: the 64-row TMA candidate's case */
   for (int d = 0; d < 2; d++) {
     longnet(&specs[ns], 2, 64 << d, 1);
     specs[ns].sparsity.layout = DA_LAYOUT_DILATED_SPARSE;
@@ -98,8 +99,9 @@ int main(void) {
     int nh = da__tune_candidates(&specs[i], 0, 0, host, CAP);
     for (int k = 0; k < nh; k++) TU_CHECK(host[k].cuda_mma == 0, "spec %d: host candidate %d names cuda_mma", i, k);
     /* where the default is wgmma-ws-tma (2: a CUDA 12.1 driver), no candidate repeats c[0]'s
-     * kernel: a spec of one strategy drops its one TMA candidate (the planner's tiles), a
-     * multi-branch spec keeps both, each forcing a strategy */
+     * kernel: a spec of one strategy drops its one TMA candidate of the planner's tiles, a
+     * multi-branch spec keeps both, each forcing a strategy; the 64-row TMA candidate (one
+     * consumer warpgroup, fused or single) stays either way */
     da_plan_options o2[CAP];
     const int n2 = da__tune_candidates(&specs[i], 1, 2, o2, CAP);
     const int multi = specs[i].mode == DA_MODE_LONGNET && specs[i].num_branches > 1;
@@ -110,7 +112,10 @@ int main(void) {
                "spec %d: candidate %d times the default kernel (wgmma-ws-tma, the planner's choices) again", i, k);
     }
     const int sparse2 = specs[i].sparsity.layout == DA_LAYOUT_DILATED_SPARSE;
-    TU_CHECK(tma2 == (sparse2 ? 0 : multi ? 2 : 0), "spec %d: %d TMA candidates where the default is TMA", i, tma2);
+    TU_CHECK(tma2 == (sparse2 ? 0 : multi ? 3 : 1), "spec %d: %d TMA candidates where the default is TMA", i, tma2);
+    int tma64 = 0;
+    for (int k = 1; k < n2; k++) tma64 += o2[k].cuda_mma == 6 && o2[k].tile_q == 64 && o2[k].fused_min_queries <= 1;
+    TU_CHECK(tma64 == !sparse2, "spec %d: %d 64-row TMA candidates (fused or single)", i, tma64);
     int ws_k[2] = {0, 0}, dup = 0, tma = 0;
     for (int k = 0; k < n; k++) {
       if (o[k].cuda_mma == 4 && o[k].tile_k) ws_k[o[k].tile_k == 128]++;
