@@ -2,7 +2,8 @@
  * (query and key tile sizes, fused versus per-branch tiling), prune statically (tile
  * buffer size; on CUDA shared memory and ptxas spills), compile the candidates in
  * parallel threads, check each against the float64 reference on a small input, time the
- * survivors (warm-up, median of --reps runs), label every failure (compile, runtime,
+ * survivors (warm-up, median of --reps runs) and check each against the first one's (the
+ * default's) result at the tuning length, label every failure (compile, runtime,
  * correctness, constraints) instead of stopping, and record everything in the tuning
  * database (plan creation then uses the best entry) plus a CSV and, with --plot, a PNG
  * (one bar per candidate: grey ok, blue the default, green the best, red failed). */
@@ -187,6 +188,26 @@ static int run_plan(da_context *ctx, da_plan *plan, const da_spec *s, inputs_t *
   return rc ? -1 : 0;
 }
 
+/* 1 (with label) when in's out and lse (a candidate's, at the tuning length) differ from
+ * ref_out / ref_lse (candidate ref's) by more than tol / tol_lse; -inf lse only where both are. */
+static int disagrees(const da_spec *s, const inputs_t *in, const void *ref_out, const float *ref_lse, double tol,
+                     double tol_lse, char *label, size_t cap, int ref) {
+  double err = 0, lerr = 0;
+  for (int64_t x = 0; x < in->nq; x++) {
+    const double d = fabs(elem(s, in->out, x) - elem(s, ref_out, x));
+    if (!(d <= err) && !isnan(err)) err = d; /* a NaN stays */
+  }
+  for (int64_t x = 0; x < in->B * s->num_heads * in->N; x++) {
+    const float a = in->lse[x], b = ref_lse[x];
+    const double d = a == b ? 0 : fabs((double)a - b); /* (-inf against -inf: 0) */
+    if (!(d <= lerr) && !isnan(lerr)) lerr = d;
+  }
+  if (err <= tol && lerr <= tol_lse) return 0;
+  snprintf(label, cap, "correctness: at seq_len %lld differs from candidate %d%s by %.3g (out, > %.3g) or %.3g (lse, > %.3g)",
+           (long long)in->N, ref, ref == 0 ? " (the default)" : "", err, tol, lerr, tol_lse);
+  return 1;
+}
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -308,6 +329,15 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   const double tol_lse = s.dtype == DA_DTYPE_FLOAT32 ? 1e-4 : 1e-2; /* as the tests take it (tu_compare) */
   int best = -1;
   double *times = malloc(sizeof(double) * (size_t)(reps > 0 ? reps : 1));
+  /* the first candidate's result at the tuning length (the default's, where it ran): every
+   * later one must agree with it there, where the float64 check above sees at most 384
+   * positions, less than one segment of a long branch. A candidate that disagrees is not
+   * chosen, so tuning never trades the untuned plan's answer for another. */
+  const size_t out_bytes = (size_t)big.nq * (s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2);
+  const size_t lse_count = (size_t)(B * s.num_heads * N);
+  void *first_out = malloc(out_bytes ? out_bytes : 1);
+  float *first_lse = malloc(sizeof(float) * (lse_count ? lse_count : 1));
+  int first = -1;
   for (int i = 0; i < n; i++) {
     da__tune_record *r = &c[i].rec;
     /* a candidate whose options render the kernel another one already ran (the same cache
@@ -337,19 +367,27 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
                    tol, lerr, tol_lse);
         } else if (run_plan(ctx, c[i].plan, &s, &big, reps, times, r->label, sizeof r->label) != 0) {
           snprintf(r->status, sizeof r->status, "runtime");
+        } else if (first >= 0 && disagrees(&s, &big, first_out, first_lse, 2 * tol, 2 * tol_lse, r->label,
+                                           sizeof r->label, first)) {
+          snprintf(r->status, sizeof r->status, "correctness");
         } else {
           qsort(times, (size_t)reps, sizeof *times, cmp_d);
           r->median_ms = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
           r->min_ms = times[0], r->max_ms = times[reps - 1], r->reps = reps;
           snprintf(c[i].plan_key, sizeof c[i].plan_key, "%s", da_plan_cache_key(c[i].plan));
           if (best < 0 || r->median_ms < c[best].rec.median_ms) best = i;
+          if (first < 0 && first_out && first_lse) {
+            memcpy(first_out, big.out, out_bytes);
+            memcpy(first_lse, big.lse, sizeof(float) * lse_count);
+            first = i;
+          }
         }
       }
     }
     progress("timing", i + 1, n);
     da_plan_destroy(c[i].plan);
   }
-  free(times), free(ro), free(rl);
+  free(times), free(ro), free(rl), free(first_out), free(first_lse);
   free_inputs(&small), free_inputs(&big);
   unsetenv("DILATTN_TUNING");
   /* results */

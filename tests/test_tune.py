@@ -282,6 +282,27 @@ try:
           f"kernels with a wrong lse: exit {p.returncode}, {[(r['status'], r['label']) for r in rows_l][:3]} "
           f"{p.stderr[-300:]}")
 
+    # 15. every candidate agrees with the default at the tuning length, not only on the 384
+    # positions the float64 check sees: kernels (a planted template) with 8-query tiles that
+    # go wrong past position 512 are not ok there, and the default (32 queries) is chosen
+    tdir2 = os.path.join(tmp, "templates-far")
+    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir2)
+    kt2 = os.path.join(tdir2, "host", "kernel.c.tpl")
+    text = open(kt2).read()
+    open(kt2, "w").write(text.replace("*lse = T->m[j] + logf(T->l[j]);",
+                                      "*lse = T->m[j] + logf(T->l[j]) + (TQ == 8 && T->pos[j] >= 512 ? 0.5f : 0.0f);"))
+    fcsv, fdb = os.path.join(tmp, "far.csv"), os.path.join(tmp, "far.jsonl")
+    p = run("tune", cfg_b, "--seq-len", "1024", "--reps", "1", "-o", fcsv, "--db", fdb, env={"DILATTN_TEMPLATE_DIR": tdir2})
+    rows_f = list(csv.DictReader(open(fcsv))) if os.path.exists(fcsv) else []
+    bad = [r for r in rows_f if r["tile_q"] == "8"]
+    good = [r for r in rows_f if r["tile_q"] != "8" and r["status"] == "ok"]
+    best = [r for r in rows_f if r["best"] == "best"]
+    check(p.returncode == 0 and bad and all(r["status"] == "correctness" and "seq_len 1024" in r["label"] and
+                                            "(the default)" in r["label"] for r in bad) and good and
+          best and best[0]["tile_q"] != "8",
+          f"8-query kernels wrong past 512: exit {p.returncode}, {[(r['tile_q'], r['status'], r['label']) for r in rows_f][:6]} "
+          f"{p.stderr[-300:]}")
+
     # 14. a merge keeps the database's mode (a team's shared 0644 file became 0600, which
     # the others could then not read)
     mdb = os.path.join(tmp, "mode.jsonl")
