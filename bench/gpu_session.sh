@@ -110,37 +110,21 @@ if [ "$phase" = first ]; then
   step 170 $B/tests/test_gpu "$golden" small
   # 1a. an AOT bundle of `gen --mma auto` with JIT off: the default (TMA) kernel from it
   step 30 bash bench/aot_auto_check.sh $B "$golden"
-  # 1b. wgmma-ws-tma (cuda_mma 6, K and V by TMA: passed and timed at 1f78309 / 2d7097e,
-  #    bench/results/gpu-h200-1f78309.md; the sm_90 default since, its host-side maps changed
-  #    after 2d7097e untimed on a GPU): its suite, then (only where that passed: a TMA fault
-  #    would take the bench process's other rows with it) against wgmma-ws, the old default
+  # 1b. `dilattn tune` on the GPU (untimed since 30da0bd, untimed-since-30da0bd.md): the
+  #    64-row TMA candidate (1.02x to 1.05x the default for causal plans at D = 64 on an
+  #    H200, a bucket's choice) and every candidate checked against the default's result at
+  #    the tuning length: no candidate of a healthy library may fail that check
+  step 120 $B/dilattn tune bench/configs/longnet2_causal.json --seq-len 65536 --backend cuda --reps 10 \
+    -o "$out/first_tune_longnet2_causal.csv" --db "$out/first_tuning.jsonl"
+  # 2. the TMA default's own suite (passed at 1f78309, 2d7097e and 30da0bd), then the
+  #    defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh,
+  #    30da0bd), causal and not (gpu-h200-30da0bd.md: 1.01x to 1.13x 2d7097e's)
   step 200 $B/tests/test_gpu "$golden" wgmma-ws-tma # (116 s on an H200 with an empty kernel cache)
-  if [ "$last_rc" = 0 ]; then
-    step 60 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
-      --tiles 0x0:wgmma-ws,0x0:wgmma-ws-tma,0x0:wgmma-ws-tma/fused --reps 10 --out "$out/first_tma_full.json"
-    step 50 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
-      --causal --tiles 0x0:wgmma-ws,0x0:wgmma-ws-tma --reps 10 --out "$out/first_tma_causal.json"
-  fi
-  # 2. the defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh),
-  #    and the default kernel (wgmma-ws-tma) fused and split (the planner's choice between
-  #    them, planner.lua plan_cuda, last timed with wgmma-ws at 58e46dd)
-  step 90 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 \
-    --tiles 0x0@lib,0x0:wgmma-ws-tma/fused,0x0:wgmma-ws-tma/split --reps 10 --out "$out/first_full.json"
-  step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2 --causal \
-    --tiles 0x0@lib,0x0:wgmma-ws-tma/fused,0x0:wgmma-ws-tma/split --reps 10 --out "$out/first_causal.json"
-  # 3. plans that leave rows uncovered (a _clear launch, then the branches), never timed
-  #    alone: one dilated branch (where_time_goes.py found such plans 0.10 to 0.15 ms slower
-  #    at 64K than their share of the work, gpu-h200-58e46dd.md) and LongNet 5-branch in
-  #    grouped mode, never benchmarked; --profile: each kernel's device time. (The grouped
-  #    rows' PyTorch reference is new after 8564322: a row invalid there is to be checked
-  #    against the golden cases, which cover grouped mode, before the library.)
-  #    (from 32K: at 16K the 32768-token branch drops out and the grouped config has 4 groups)
-  step 70 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 32768,65536 --configs dilated2,longnet5_grouped \
-    --tiles 0x0@lib --profile --reps 10 --out "$out/first_uncovered.json"
-  # 4. where the causal LongNet 5-branch time goes: each branch alone, SDPA per backend
-  where "longnet5 --causal"
-  step 90 "${WHERE[@]}"
-  # 5. the default kernels on the hardware's own checks (wgmma-ws: sparse layouts' default;
+  step 90 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+    --tiles 0x0@lib --reps 10 --out "$out/first_full.json"
+  step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+    --causal --tiles 0x0@lib,64x0:wgmma-ws-tma --reps 10 --out "$out/first_causal.json"
+  # 3. the default kernels on the hardware's own checks (wgmma-ws: sparse layouts' default;
   #    the golden cases are mostly float32, so the TMA default's own part too), then sizes
   step 120 $B/tests/test_gpu "$golden" wgmma-ws
   step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" golden
@@ -157,7 +141,8 @@ if [ "$phase" = second ]; then
   # where the plain causal kernel's instructions go (gpu-h200-58e46dd.md: dense 2048 causal
   # at 0.79 of cuDNN with 1.3x its instructions per FLOP): executed instructions and stall
   # samples per SASS instruction of ours and of cuDNN's kernel on the same 2048-token
-  # causal segments, to sum by opcode and by part (key loop, prologue, epilogue) here
+  # causal segments, summed by opcode and by stretch here (bench/ncu_source_summary.py; read at
+  # 30da0bd: the gap is outside the key loop, gpu-h200-30da0bd.md)
   step 150 "${NCU_SRC[@]}"
   if [ -f /tmp/dilattn-causal-src.ncu-rep ]; then
     step 120 ncu -i /tmp/dilattn-causal-src.ncu-rep --page source --csv --print-source sass \
