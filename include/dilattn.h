@@ -161,7 +161,9 @@ typedef enum { DA_BACKEND_AUTO = 0, DA_BACKEND_HOST = 1, DA_BACKEND_CUDA = 2 } d
  * device; a program driving several devices from one process makes one context per device,
  * each first used with its device current. Its kernels and memory live in that device's
  * primary context (the CUDA runtime's and PyTorch's): tensors must be usable there, and a
- * stream of another CUDA context (cuCtxCreate's) is refused with DA_ERR_INVALID_ARGUMENT. */
+ * stream of another CUDA context (cuCtxCreate's) is refused with DA_ERR_INVALID_ARGUMENT;
+ * a green context's stream (cuGreenCtxStreamCreate's) runs in the primary context and is
+ * taken. */
 DA_API da_status da_context_create(da_context **out);
 DA_API void da_context_destroy(da_context *ctx);
 

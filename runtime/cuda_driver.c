@@ -66,6 +66,13 @@ struct da__cuda {
   CUresult (*CtxGetDevice)(CUdevice *);
   CUresult (*DeviceGetCount)(int *);
   CUresult (*StreamGetCtx)(CUstream, CUcontext *); /* (CUDA 9.2+; optional) */
+  /* a green context's stream (CUDA 12.4+): cuStreamGetCtx gives its cuCtxFromGreenCtx handle,
+   * "a normal primary context but with the resources of the green context" (cuda.h), whose
+   * modules and memory are the primary context's; cuStreamGetCtx_v2 (12.5+) gives the primary
+   * context itself and the green one beside it, cuStreamGetGreenCtx (12.4+) the green one
+   * alone (both optional) */
+  CUresult (*StreamGetCtx2)(CUstream, CUcontext *, void **);
+  CUresult (*StreamGetGreenCtx)(CUstream, void **);
   CUresult (*CtxSetCurrent)(CUcontext);
   CUresult (*CtxPushCurrent)(CUcontext);  /* cuCtxPushCurrent_v2 */
   CUresult (*CtxPopCurrent)(CUcontext *); /* cuCtxPopCurrent_v2 */
@@ -221,6 +228,8 @@ static void cuda_init(void) {
     load_sym(c->dl, "cuLaunchKernelEx", &c->LaunchKernelEx, unused, sizeof unused);
     load_sym(c->dl, "cuTensorMapEncodeTiled", &c->TensorMapEncodeTiled, unused, sizeof unused);
     load_sym(c->dl, "cuStreamGetCtx", &c->StreamGetCtx, unused, sizeof unused);
+    load_sym(c->dl, "cuStreamGetCtx_v2", &c->StreamGetCtx2, unused, sizeof unused);
+    load_sym(c->dl, "cuStreamGetGreenCtx", &c->StreamGetGreenCtx, unused, sizeof unused);
   }
   if (!ok) {
     g_status = DA_ERR_UNSUPPORTED;
@@ -327,10 +336,15 @@ int da__cuda_device_ordinal(const da__cuda *c) { return c->device; }
 da_status da__cuda_check_stream(const da_context *ctx, da__cuda *c, void *stream) {
   /* NULL and the legacy and per-thread handles (CU_STREAM_LEGACY 0x1, CU_STREAM_PER_THREAD
    * 0x2) name the stream of whatever context is current at the launch: this device's */
-  if ((uintptr_t)stream <= 2 || !c->StreamGetCtx) return DA_OK;
+  if ((uintptr_t)stream <= 2 || (!c->StreamGetCtx && !c->StreamGetCtx2)) return DA_OK;
   CUcontext sctx = NULL, popped;
-  if (c->StreamGetCtx((CUstream)stream, &sctx) != CUDA_SUCCESS || !sctx || sctx == c->primary)
-    return DA_OK; /* a handle the driver does not know: the launch says so */
+  void *green = NULL; /* the stream's green context, if it has one: it runs in the primary context */
+  if (!c->StreamGetCtx2 || c->StreamGetCtx2((CUstream)stream, &sctx, &green) != CUDA_SUCCESS) {
+    sctx = NULL, green = NULL;
+    if (!c->StreamGetCtx || c->StreamGetCtx((CUstream)stream, &sctx) != CUDA_SUCCESS) return DA_OK;
+    if (!c->StreamGetGreenCtx || c->StreamGetGreenCtx((CUstream)stream, &green) != CUDA_SUCCESS) green = NULL;
+  }
+  if (!sctx || sctx == c->primary) return DA_OK; /* a handle the driver does not know: the launch says so */
   CUdevice d = -1;
   if (c->CtxPushCurrent(sctx) != CUDA_SUCCESS) return DA_OK;
   const CUresult r = c->CtxGetDevice(&d);
@@ -340,8 +354,9 @@ da_status da__cuda_check_stream(const da_context *ctx, da__cuda *c, void *stream
                "current on the thread that first used the context for CUDA): use one context per device, created "
                "and first used with that device current",
                d, c->device);
-  /* the plans' modules, workspace and pool live in the device's primary context */
-  DA_RETURN_IF(r == CUDA_SUCCESS, DA_ERR_INVALID_ARGUMENT,
+  /* the plans' modules, workspace and pool live in the device's primary context, which a
+   * green context's stream runs in too (its own SMs; cuda.h's cuCtxFromGreenCtx) */
+  DA_RETURN_IF(r == CUDA_SUCCESS && !green, DA_ERR_INVALID_ARGUMENT,
                "CUDA: the stream belongs to a CUDA context of device %d other than its primary context (one made "
                "by cuCtxCreate, say); dilattn's kernels and memory live in the primary context, the one the CUDA "
                "runtime and PyTorch use: pass a stream of that context (cuDevicePrimaryCtxRetain) or NULL",

@@ -11,8 +11,14 @@
  * driver's, cuDriverGetVersion: 13000), FAKE_CUDA_SMS (132), FAKE_CUDA_DEVICES (how many
  * devices, alike, each with its primary context: 1, at most 8; fake_cuda_retains(d) counts
  * cuDevicePrimaryCtxRetain calls for device d; fake_cuda_stream(d) gives
- * a stream handle of device d, which a launch takes only with d's context current, and
- * fake_cuda_foreign_stream(d) one of a second, non-primary context of device d),
+ * a stream handle of device d, which a launch takes only with d's context current,
+ * fake_cuda_foreign_stream(d) one of a second, non-primary context of device d, which no
+ * launch takes (the primary context's modules are not that context's: INVALID_HANDLE, as on
+ * an H200), and fake_cuda_green_stream(d) one of a green context of device d, which a launch
+ * with d's primary context current takes: cuStreamGetCtx gives its cuCtxFromGreenCtx handle,
+ * cuStreamGetCtx_v2 the primary context and the green one (NOT_SUPPORTED below
+ * FAKE_CUDA_VERSION 12050, as a driver without the entry point), cuStreamGetGreenCtx the
+ * green one (below 12040, NOT_SUPPORTED)),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
  * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
  * tma T ADDR dev D", T the arguments' tma flag and, where it is set, the first tensor map's
@@ -70,6 +76,9 @@ static int context_tokens[FAKE_MAX_DEVICES]; /* device d's primary context: &con
 static char stream_tokens[FAKE_MAX_DEVICES]; /* a stream of device d: &stream_tokens[d] */
 static int foreign_tokens[FAKE_MAX_DEVICES];  /* a second context of device d (cuCtxCreate's) */
 static char foreign_streams[FAKE_MAX_DEVICES]; /* a stream of that context */
+static int green_ctxs[FAKE_MAX_DEVICES];      /* a green context of device d (a CUgreenCtx) */
+static int green_tokens[FAKE_MAX_DEVICES];    /* its cuCtxFromGreenCtx handle */
+static char green_streams[FAKE_MAX_DEVICES];  /* a stream of it (cuGreenCtxStreamCreate's) */
 static __thread void *current, *below; /* the thread's current context, and one pushed under it */
 
 static int ndevices(void) {
@@ -79,11 +88,12 @@ static int ndevices(void) {
 /* the device of a context, -1 for one not the fake's (a test's own) */
 static int device_of(const void *ctx) {
   for (int d = 0; d < FAKE_MAX_DEVICES; d++)
-    if (ctx == &context_tokens[d] || ctx == &foreign_tokens[d]) return d;
+    if (ctx == &context_tokens[d] || ctx == &foreign_tokens[d] || ctx == &green_tokens[d]) return d;
   return -1;
 }
 void *fake_cuda_stream(int dev) { return dev >= 0 && dev < FAKE_MAX_DEVICES ? &stream_tokens[dev] : NULL; }
 void *fake_cuda_foreign_stream(int dev) { return dev >= 0 && dev < FAKE_MAX_DEVICES ? &foreign_streams[dev] : NULL; }
+void *fake_cuda_green_stream(int dev) { return dev >= 0 && dev < FAKE_MAX_DEVICES ? &green_streams[dev] : NULL; }
 
 CUresult cuInit(unsigned flags) { return flags ? INVALID_VALUE : OK; }
 CUresult cuDriverGetVersion(int *v) {
@@ -144,11 +154,29 @@ CUresult cuCtxGetDevice(int *dev) {
 }
 CUresult cuStreamGetCtx(void *stream, void **ctx) {
   for (int d = 0; d < FAKE_MAX_DEVICES; d++)
-    if (stream == &stream_tokens[d] || stream == &foreign_streams[d]) {
-      *ctx = stream == &stream_tokens[d] ? (void *)&context_tokens[d] : (void *)&foreign_tokens[d];
+    if (stream == &stream_tokens[d] || stream == &foreign_streams[d] || stream == &green_streams[d]) {
+      *ctx = stream == &stream_tokens[d] ? (void *)&context_tokens[d]
+           : stream == &foreign_streams[d] ? (void *)&foreign_tokens[d] : (void *)&green_tokens[d];
       return OK;
     }
   return 400; /* INVALID_HANDLE: a stream the fake did not make */
+}
+CUresult cuStreamGetCtx_v2(void *stream, void **ctx, void **green) {
+  if (env_int("FAKE_CUDA_VERSION", 13000) < 12050) return 801; /* NOT_SUPPORTED: no such entry point yet */
+  const CUresult r = cuStreamGetCtx(stream, ctx);
+  *green = NULL;
+  for (int d = 0; r == OK && d < FAKE_MAX_DEVICES; d++)
+    if (stream == &green_streams[d]) *ctx = &context_tokens[d], *green = &green_ctxs[d];
+  return r;
+}
+CUresult cuStreamGetGreenCtx(void *stream, void **green) {
+  if (env_int("FAKE_CUDA_VERSION", 13000) < 12040) return 801;
+  void *ctx;
+  const CUresult r = cuStreamGetCtx(stream, &ctx);
+  *green = NULL;
+  for (int d = 0; r == OK && d < FAKE_MAX_DEVICES; d++)
+    if (stream == &green_streams[d]) *green = &green_ctxs[d];
+  return r;
 }
 CUresult cuCtxSetCurrent(void *ctx) {
   current = ctx;
@@ -228,8 +256,10 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
                        unsigned smem, void *stream, void **params, int dependent) {
   if (need_context()) return need_context();
   const int dev = device_of(current);
-  for (int d = 0; d < FAKE_MAX_DEVICES; d++) /* a stream of another device than the current context's */
-    if (stream == &stream_tokens[d] && d != dev) return 400; /* INVALID_HANDLE */
+  for (int d = 0; d < FAKE_MAX_DEVICES; d++) { /* a stream of another device than the current context's */
+    if ((stream == &stream_tokens[d] || stream == &green_streams[d]) && d != dev) return 400; /* INVALID_HANDLE */
+    if (stream == &foreign_streams[d]) return 400; /* another context's: not this module's */
+  }
   fake_func *f = fn;
   if (!f || !params || !gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
       (unsigned long long)bx * by * bz > 1024 || smem > (unsigned)f->max_dyn_smem)

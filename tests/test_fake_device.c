@@ -585,6 +585,32 @@ static void test_devices(const char *fake) {
   TU_CHECK(foreign_of && st == DA_ERR_INVALID_ARGUMENT && n == 0 && strstr(da_context_last_error(c1), "primary context"),
            "a stream of a non-primary context of device 1: refused by name before any launch (%s, %d launches: %s)",
            da_status_name(st), n, da_context_last_error(c1));
+  /* a stream of a green context of the plan's device (cuGreenCtxStreamCreate's; flashinfer's
+   * split_device_green_ctx hands PyTorch such streams): it runs in the primary context, on the
+   * green context's SMs, so it is taken, asked by cuStreamGetCtx_v2 (CUDA 12.5+: the primary
+   * context) or by cuStreamGetCtx and cuStreamGetGreenCtx (12.4: the cuCtxFromGreenCtx handle,
+   * and the green context); a green context of another device is refused like its stream */
+  void *(*green_of)(int) = (void *(*)(int))dlsym(lib, "fake_cuda_green_stream");
+  const char *version = getenv("FAKE_CUDA_VERSION");
+  char saved[32];
+  snprintf(saved, sizeof saved, "%s", version ? version : "");
+  for (int v = 0; v < 2; v++) {
+    setenv("FAKE_CUDA_VERSION", v ? "12040" : "13000", 1);
+    st = DA_ERR_INTERNAL;
+    if (p1 && green_of) run_on(p1, &s, 4096, green_of(1), &st);
+    n = read_launches(L, 64), on1 = n > 0;
+    for (int i = 0; i < n; i++) on1 &= L[i].dev == 1;
+    TU_CHECK(green_of && st == DA_OK && on1,
+             "driver %s: a stream of a green context of device 1 for a plan of device 1: taken (%s, %d launches): %s",
+             v ? "12.4" : "13.0", da_status_name(st), n, st ? da_context_last_error(c1) : "");
+    if (p1 && green_of) run_on(p1, &s, 4096, green_of(0), &st);
+    n = read_launches(L, 64);
+    TU_CHECK(green_of && st == DA_ERR_INVALID_ARGUMENT && n == 0 && strstr(da_context_last_error(c1), "belongs to device 0"),
+             "driver %s: a stream of a green context of device 0 for a plan of device 1: refused (%s, %d launches: %s)",
+             v ? "12.4" : "13.0", da_status_name(st), n, da_context_last_error(c1));
+  }
+  if (saved[0]) setenv("FAKE_CUDA_VERSION", saved, 1);
+  else unsetenv("FAKE_CUDA_VERSION");
   get(&cur);
   TU_CHECK(cur == dev1, "the caller's context is current again");
   /* no context current: device 0, kept when device 1 is current later */
