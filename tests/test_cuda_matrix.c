@@ -326,6 +326,11 @@ int main(int argc, char **argv) {
                da__cuda_check_regs(ctx, "k", 168, 160) == DA_ERR_COMPILE &&
                strstr(da_context_last_error(ctx), "160 registers") != NULL,
            "register-pool check: %s", da_context_last_error(ctx));
+  /* no ptxas report in NVRTC's log (registers -1: NVRTC 12.9's own cache served the compile
+   * before --no-cache): refused, and the message says so, not "ptxas gave -1 registers" */
+  TU_CHECK(da__cuda_check_regs(ctx, "k", 168, -1) == DA_ERR_COMPILE &&
+               strstr(da_context_last_error(ctx), "no ptxas report") != NULL,
+           "register-pool check without a ptxas report: %s", da_context_last_error(ctx));
   char arch[16];
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_80", "wgmma", arch) == DA_ERR_UNSUPPORTED, "wgmma accepted for sm_80");
   TU_CHECK(da__cuda_compile_arch(ctx, "sm_90", "wgmma", arch) == DA_OK && !strcmp(arch, "sm_90a"), "wgmma on sm_90: %s", arch);
