@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CAND 48
+#define MAX_CAND DA_TUNE_MAX_CANDIDATES
 #define MAX_CONFIGS 64 /* configs in one tune run */
 
 typedef struct {

@@ -60,6 +60,9 @@ DA_HIDDEN const da__tune_record *da__tuning_best(const da__tune_record *recs, in
 
 DA_HIDDEN int da__tuning_bucket(int64_t seq_len);
 
+/* the most candidates `dilattn tune` takes for one config: da__tune_candidates(.., cap) */
+#define DA_TUNE_MAX_CANDIDATES 48
+
 /* The plan options `dilattn tune` sweeps for a spec, the defaults (all zero) first: on
  * the host or CUDA backend (cuda), on a device that serves the wgmma paths (wgmma: 0 no,
  * 1 sm_90, 2 sm_90 whose default is wgmma-ws-tma, plan.c da__default_mma's serves).

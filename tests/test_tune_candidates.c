@@ -91,7 +91,8 @@ int main(void) {
   for (int i = 0; i < ns; i++) {
     da_plan_options o[CAP], host[CAP], nogpu[CAP];
     int n = da__tune_candidates(&specs[i], 1, 1, o, CAP);
-    TU_CHECK(n > 1 && n < CAP, "spec %d: %d candidates", i, n);
+    TU_CHECK(n > 1 && n <= DA_TUNE_MAX_CANDIDATES, "spec %d: %d candidates, the tuner takes at most %d (the rest would be "
+             "dropped unseen)", i, n, DA_TUNE_MAX_CANDIDATES);
     TU_CHECK(!memcmp(&o[0], &(da_plan_options){0}, sizeof o[0]), "spec %d: the first candidate is not the default", i);
     /* without wgmma (sm_80) a prefix of the same list; the host sweeps its own tiles */
     int n80 = da__tune_candidates(&specs[i], 1, 0, nogpu, CAP);
