@@ -460,7 +460,9 @@ int da__tune_candidates(const da_spec *sp, int cuda, int wgmma, da_plan_options 
    * for causal plans at D = 64 from 16K to 256K, 0.95x at 1M, 0.88x at D = 128, 0.90x to
    * 0.96x without a causal mask (bench/results/gpu-h200-30da0bd.md): a bucket's choice.
    * Fused (or single) only: split, 0.99x to 1.01x there, and its causal merge epilogue at
-   * D = 64 spills 8 bytes with 128 registers (test_tune_candidates) */
+   * D = 64 spills 8 bytes with 128 registers (test_tune_candidates). (A spec whose rates'
+   * lcm passes its segments' gcd cannot fuse: there this candidate plans split, and is
+   * timed as such.) */
   if (cuda && wgmma && !sparse && n < cap) {
     c[n].tile_q = 64;
     c[n].fused_min_queries = multi ? fmins[0] : 0;
