@@ -11,7 +11,8 @@
  *   unaligned: random specs with q, k, v 2 bytes past 16-byte alignment (plain loads
  *            instead of cp.async); an odd pointer refused
  *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
- *   foreign: a stream of a non-primary CUDA context on the device: refused, by name
+ *   foreign: a stream of a non-primary CUDA context on the device: refused, by name; a
+ *            green context's stream: taken, out as the default stream's
  *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
  *            path (cuda_mma = 2) wherever it applies, tile shapes, N = 1M
  *   wgmma-overlap: the same with cuda_mma = 3 (overlapped)
@@ -540,6 +541,58 @@ typedef int (*ctx_create_v4_fn)(void **, void *, unsigned, int);
 typedef int (*ctx_fn)(void *);
 typedef int (*ctx_out_fn)(void **);
 typedef int (*stream_create_fn)(void **, unsigned);
+/* A green context's stream (CUDA 12.4+, cuGreenCtxStreamCreate; flashinfer's
+ * split_device_green_ctx hands PyTorch such streams): its context is the primary one with
+ * the green context's SMs (cuda.h, cuCtxFromGreenCtx), so it is taken, and out is the
+ * default stream's, bit for bit. */
+typedef int (*get_res_fn)(int, void *, int);
+typedef int (*gen_desc_fn)(void **, void *, unsigned);
+typedef int (*green_create_fn)(void **, void *, int, unsigned);
+typedef int (*green_stream_fn)(void **, void *, unsigned, int);
+static void test_green_stream(da_context *ctx, void *h, da_plan *plan, da_args a, void *q, void *o, size_t bytes) {
+  get_res_fn get_res = (get_res_fn)dlsym(h, "cuDeviceGetDevResource");
+  gen_desc_fn gen_desc = (gen_desc_fn)dlsym(h, "cuDevResourceGenerateDesc");
+  green_create_fn gcreate = (green_create_fn)dlsym(h, "cuGreenCtxCreate");
+  green_stream_fn gstream = (green_stream_fn)dlsym(h, "cuGreenCtxStreamCreate");
+  ctx_fn gdestroy = (ctx_fn)dlsym(h, "cuGreenCtxDestroy"), sdestroy = (ctx_fn)dlsym(h, "cuStreamDestroy_v2");
+  if (!get_res || !gen_desc || !gcreate || !gstream || !gdestroy || !sdestroy) {
+    printf("green stream: skipped, the driver predates green contexts (CUDA 12.4)\n");
+    return;
+  }
+  _Alignas(16) unsigned char res[1024]; /* a CUdevResource (144 bytes in CUDA 13's ABI) */
+  memset(res, 0, sizeof res);
+  void *desc = NULL, *green = NULL, *gs = NULL;
+  const int ord = da__cuda_device_ordinal(dev);
+  int rc = get_res(ord, res, 1 /* CU_DEV_RESOURCE_TYPE_SM */);
+  if (rc == 0) rc = gen_desc(&desc, res, 1);
+  if (rc == 0) rc = gcreate(&green, desc, ord, 1 /* CU_GREEN_CTX_DEFAULT_STREAM */);
+  if (rc == 0) rc = gstream(&gs, green, 1 /* CU_STREAM_NON_BLOCKING */, 0);
+  TU_CHECK(rc == 0, "a green context of the whole device and its stream: CUresult %d", rc);
+  const size_t n = bytes / 2;
+  uint16_t *hq = malloc(bytes), *want = malloc(bytes), *got = malloc(bytes);
+  da_status st = rc == 0 && hq && want && got ? DA_OK : DA_ERR_NO_MEMORY;
+  for (size_t i = 0; st == DA_OK && i < n; i++) hq[i] = (uint16_t)(0x3800u | (i * 37u % 1024u)); /* [0.5, 1) */
+  if (st == DA_OK) st = da__cuda_memcpy_htod(ctx, dev, q, hq, bytes);
+  a.stream = NULL;
+  if (st == DA_OK) st = da_plan_execute(plan, &a);
+  if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+  if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, want, o, bytes);
+  if (st == DA_OK) memset(got, 0, bytes), st = da__cuda_memcpy_htod(ctx, dev, o, got, bytes);
+  TU_CHECK(rc != 0 || st == DA_OK, "green stream: the default stream's run: %s", da_context_last_error(ctx));
+  if (st == DA_OK) {
+    a.stream = gs;
+    st = da_plan_execute(plan, &a);
+    printf("green stream: da_plan_execute -> %s%s%s\n", da_status_name(st), st ? ": " : "", st ? da_context_last_error(ctx) : "");
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, gs);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, got, o, bytes);
+    TU_CHECK(st == DA_OK && !memcmp(want, got, bytes), "a green context's stream: taken, and out as the default "
+             "stream's (%s: %s)", da_status_name(st), st ? da_context_last_error(ctx) : "out differs");
+  }
+  free(hq), free(want), free(got);
+  if (gs) sdestroy(gs);
+  if (green) gdestroy(green);
+}
+
 static void test_foreign_stream(da_context *ctx) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   ctx_create_v2_fn create2 = h ? (ctx_create_v2_fn)dlsym(h, "cuCtxCreate_v2") : NULL;
@@ -593,6 +646,7 @@ static void test_foreign_stream(da_context *ctx) {
     st = da_plan_execute(plan, &a);
     if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
     TU_CHECK(st == DA_OK, "after the foreign stream, the default stream: %s", da_context_last_error(ctx));
+    test_green_stream(ctx, h, plan, a, q, o, bytes);
   }
   da__cuda_free(dev, q), da__cuda_free(dev, o), da__cuda_free(dev, lse);
   da_plan_destroy(plan);
