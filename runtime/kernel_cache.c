@@ -145,10 +145,15 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   }
   if (jit_off) {
     da__disk_cache_unlock(fd);
+    /* an entry that looked corrupt, and could not be looked at again under its lock (a
+     * read-only cache folder, say): say so, not only "not in the disk cache" */
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
                          "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
-                         "(%zu artifacts) and not in the disk cache",
-                         kernel, arch, key, da__bundles_count(c->bundles));
+                         "(%zu artifacts) and not in the disk cache%s",
+                         kernel, arch, key, da__bundles_count(c->bundles),
+                         seen < 0 && fd < 0 ? " (its entry there is unreadable or corrupt, and its lock file could not be "
+                                              "opened to look again: is the cache folder read-only?)"
+                                            : "");
   }
   da_status st = build(ctx, arg, bytes, n);
   if (st == DA_OK) {

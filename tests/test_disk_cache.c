@@ -443,6 +443,29 @@ static void test_rebuild_race(void) {
   race_read(&r);
   TU_CHECK(r.st == DA_OK && race_builds == 1 && r.n == 16, "a corrupt entry was not rebuilt (builds %d)", race_builds);
   free(r.bytes);
+  /* JIT off, a corrupt entry, and its lock file cannot be opened (a folder in its place
+   * here; a read-only cache folder for a user): the error says the entry is corrupt, not
+   * only that the kernel is not in the disk cache */
+  f2 = open(bp, O_WRONLY);
+  TU_CHECK(f2 >= 0 && pwrite(f2, "\x55", 1, 10) == 1, "flip again");
+  if (f2 >= 0) close(f2);
+  char lp[4400];
+  snprintf(lp, sizeof lp, "%.*s.lock", (int)(strlen(bp) - 4), bp);
+  unlink(lp);
+  TU_CHECK(mkdir(lp, 0700) == 0, "a folder where the lock file goes");
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  da_context *ectx;
+  da_context_create(&ectx);
+  r.bytes = NULL;
+  r.st = da__kernel_cache_find_or_build(ectx, &kc, "host", key, key, "k", race_build, NULL, NULL, &r.bytes, &r.n, path,
+                                        sizeof path);
+  TU_CHECK(r.st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(ectx), "corrupt") &&
+               strstr(da_context_last_error(ectx), "read-only"),
+           "JIT off, a corrupt entry that cannot be locked: %s (%s)", da_status_name(r.st), da_context_last_error(ectx));
+  free(r.bytes);
+  da_context_destroy(ectx);
+  unsetenv("DILATTN_DISABLE_JIT");
+  rmdir(lp);
   da__kernel_cache_destroy(&kc);
 }
 
