@@ -40,7 +40,11 @@ def read_kernels(path):
                 continue
             if row[0] == "Kernel Name":
                 name, header = row[1], None
-                kernels.setdefault(name, [])
+                launch = 1
+                while name in kernels:  # a second launch of the same kernel: its own entry
+                    launch += 1
+                    name = f"{row[1]} #{launch}"
+                kernels[name] = []
             elif row[0] == "Address":
                 header = row
             elif name is not None and header is not None:
