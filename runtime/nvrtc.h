@@ -36,8 +36,9 @@ DA_HIDDEN da_status da__nvrtc_check_arch(const da_context *ctx, const char *arch
 /* Compile one self-contained source to a cubin for arch ("sm_80", "sm_90a", ...).
  * name is the file name used in messages and dumps ("<kernel>.cu"). Options:
  * --gpu-architecture=<arch> -std=c++17 -default-device --ptxas-options=-v (and --no-cache
- * from NVRTC 12.9, whose own cache skips ptxas and its report), then the n_extra extra_opts. Returns DA_OK; DA_ERR_COMPILE with the NVRTC log and the path of
- * the dumped source ($DILATTN_DUMP_DIR, else a fresh folder under $TMPDIR or /tmp);
+ * from NVRTC 12.9, whose own cache skips ptxas and its report), then the n_extra
+ * extra_opts. Returns DA_OK; DA_ERR_COMPILE with the NVRTC log and the path of the dumped
+ * source ($DILATTN_DUMP_DIR, else a fresh folder under $TMPDIR or /tmp);
  * DA_ERR_UNSUPPORTED when NVRTC is absent or cannot target arch;
  * DA_ERR_INVALID_ARGUMENT for a bad argument; DA_ERR_NO_MEMORY. With $DILATTN_DUMP_DIR
  * set the source is written there on success too. Thread-safe. *out is written only on
