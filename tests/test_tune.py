@@ -283,16 +283,20 @@ try:
           f"{p.stderr[-300:]}")
 
     # 15. every candidate agrees with the default at the tuning length, not only on the 384
-    # positions the float64 check sees: kernels (a planted template) with 8-query tiles that
-    # go wrong past position 512 are not ok there, and the default (32 queries) is chosen
+    # positions the float64 check sees: float16 kernels (a planted template) with 8-query
+    # tiles whose out goes wrong past position 512 are not ok there, and one of the others is chosen
     tdir2 = os.path.join(tmp, "templates-far")
     shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir2)
     kt2 = os.path.join(tdir2, "host", "kernel.c.tpl")
     text = open(kt2).read()
-    open(kt2, "w").write(text.replace("*lse = T->m[j] + logf(T->l[j]);",
-                                      "*lse = T->m[j] + logf(T->l[j]) + (TQ == 8 && T->pos[j] >= 512 ? 0.5f : 0.0f);"))
+    planted = "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv;"
+    check(planted in text, "the host template's out line (test 15 plants a change in it)")
+    open(kt2, "w").write(text.replace(planted, "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv + "
+                                               "(TQ == 8 && T->pos[j] >= 512 ? 0.5f : 0.0f);"))
+    cfg_h = os.path.join(tmp, "b16.json")  # float16: out through its own decode in the check
+    json.dump(dict(json.load(open(cfg_b)), dtype="float16"), open(cfg_h, "w"))
     fcsv, fdb = os.path.join(tmp, "far.csv"), os.path.join(tmp, "far.jsonl")
-    p = run("tune", cfg_b, "--seq-len", "1024", "--reps", "1", "-o", fcsv, "--db", fdb, env={"DILATTN_TEMPLATE_DIR": tdir2})
+    p = run("tune", cfg_h, "--seq-len", "1024", "--reps", "1", "-o", fcsv, "--db", fdb, env={"DILATTN_TEMPLATE_DIR": tdir2})
     rows_f = list(csv.DictReader(open(fcsv))) if os.path.exists(fcsv) else []
     bad = [r for r in rows_f if r["tile_q"] == "8"]
     good = [r for r in rows_f if r["tile_q"] != "8" and r["status"] == "ok"]
