@@ -885,6 +885,43 @@ def test_user_errors(tmp):
     check(rc == 2 and f"batch = 2, seq_len = {q.shape[1]}" in err, f"run with k's batch short: exit {rc}: {err}")
 
 
+def test_next_key_tile_overflow(tmp):
+    """A sparse layout whose stride x block passes 2^63 (both may be up to 2^40): past the
+    query's own block, the next key tile (da_next_key_tile, control.inc.tpl) computed
+    nk * BLOCK in 64 bits, wrapped to 0, and sent the key loop back to the segment's start
+    for ever. It must say "no more tiles" (2^62) instead. Called directly, from the
+    generated host source, since a real run would need 2^30 keys a block."""
+    cfg = os.path.join(tmp, "stride.json")
+    json.dump({"segment_lengths": [1 << 32], "dilation_rates": [1], "num_heads": 1, "head_dim": 8,
+               "sparsity": {"layout": "dilated_sparse", "block": 1 << 30, "strides": [1 << 40]}}, open(cfg, "w"))
+    out = os.path.join(tmp, "stride")
+    os.makedirs(out, exist_ok=True)
+    rc, stdout, err = run("gen", cfg, "-o", out)
+    src = stdout.strip().splitlines()[-1] if rc == 0 and stdout.strip() else ""
+    check(rc == 0 and src.endswith(".c"), f"gen of the wide-stride config: exit {rc}: {err}")
+    if not src:
+        return
+    harness = os.path.join(tmp, "stride_main.c")
+    with open(harness, "w") as f:
+        f.write(f'#include "{src}"\n#include <stdio.h>\n'
+                "int main(void) {\n"
+                "  /* key 2^31 (block 2): past query block 0, whose only other block is 2^40 away */\n"
+                "  printf(\"%lld\\n\", (long long)da_next_key_tile((da_i64)1 << 31, 0, 0));\n"
+                "  return 0;\n}\n")
+    exe = os.path.join(tmp, "stride_main")
+    cc = os.environ.get("CC", "cc")
+    p = subprocess.run([cc, "-O1", "-fsanitize=undefined", "-fno-sanitize-recover=all", "-w", harness, "-o", exe, "-lm"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:  # no UBSan runtime: plain
+        p = subprocess.run([cc, "-O1", "-w", harness, "-o", exe, "-lm"], capture_output=True, text=True)
+    check(p.returncode == 0, f"compiling the harness: {p.stderr[-400:]}")
+    if p.returncode != 0:
+        return
+    r = subprocess.run([exe], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stdout.strip() == str(1 << 62),
+          f"da_next_key_tile past every key: exit {r.returncode}, {r.stdout.strip()} (want {1 << 62}) {r.stderr[-300:]}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="dilattn-cli-")
     try:
@@ -904,6 +941,7 @@ def main():
         test_cache(tmp)
         test_bad_inputs(tmp)
         test_user_errors(tmp)
+        test_next_key_tile_overflow(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")

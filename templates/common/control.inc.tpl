@@ -80,6 +80,8 @@ DA_FN da_i64 da_next_key_tile(da_i64 c, da_i64 a_first, da_i64 a_last) {
     }
   if (nk == (da_i64)1 << 62) return nk;
 {% end %}
+  /* a block past every key (window or stride x BLOCK up to 2^80): nk * BLOCK would overflow */
+  if (nk > ((da_i64)1 << 62) / BLOCK) return (da_i64)1 << 62;
   return nk == kb ? c : (nk * BLOCK) / TK * TK;
 {% else %}
   (void)a_first, (void)a_last;
