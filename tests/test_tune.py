@@ -307,6 +307,28 @@ try:
           f"8-query kernels wrong past 512: exit {p.returncode}, {[(r['tile_q'], r['status'], r['label']) for r in rows_f][:6]} "
           f"{p.stderr[-300:]}")
 
+    # 16. a kernel that writes NaN is not ok: the float64 check took the largest error with
+    # fmax, which drops a NaN, so kernels whose out is NaN everywhere passed it. The default's
+    # 32-query tiles write NaN here: it passed, became the reference of the full-length check,
+    # every other candidate "disagreed" with it, and it was chosen
+    tdir3 = os.path.join(tmp, "templates-nan")
+    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir3)
+    kt3 = os.path.join(tdir3, "host", "kernel.c.tpl")
+    text = open(kt3).read()
+    open(kt3, "w").write(text.replace(planted, "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv + "
+                                               "(TQ == 32 ? NAN : 0.0f);"))
+    ncsv = os.path.join(tmp, "nan.csv")
+    p = run("tune", cfg_b, "--seq-len", "64", "--reps", "1", "-o", ncsv, "--db", os.path.join(tmp, "nan.jsonl"),
+            env={"DILATTN_TEMPLATE_DIR": tdir3})
+    rows_n = list(csv.DictReader(open(ncsv))) if os.path.exists(ncsv) else []
+    nan_rows = [r for r in rows_n if r["tile_q"] in ("0", "32")]
+    others = [r for r in rows_n if r["tile_q"] not in ("0", "32")]
+    check(p.returncode == 0 and nan_rows and all(r["status"] == "correctness" and "max error nan" in r["label"]
+                                                  for r in nan_rows) and others and
+          all(r["status"] == "ok" for r in others) and not any(r["best"] == "best" for r in nan_rows),
+          f"kernels writing NaN: exit {p.returncode}, {[(r['tile_q'], r['status'], r['label']) for r in rows_n][:8]} "
+          f"{p.stderr[-300:]}")
+
     # 14. a merge keeps the database's mode (a team's shared 0644 file became 0600, which
     # the others could then not read)
     mdb = os.path.join(tmp, "mode.jsonl")
