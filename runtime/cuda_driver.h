@@ -22,9 +22,11 @@ typedef struct da__cuda da__cuda; /* one a device, process-wide, never freed */
  * answer on every call. */
 DA_HIDDEN da_status da__cuda_get(const da_context *ctx, da__cuda **out);
 DA_HIDDEN int da__cuda_device_ordinal(const da__cuda *c);
-/* DA_ERR_INVALID_ARGUMENT, naming both, where stream (a CUstream) belongs to another
- * device than c: its launches would fail in the driver with an unhelpful error. NULL,
- * the legacy and per-thread default handles, and handles the driver cannot place pass. */
+/* DA_ERR_INVALID_ARGUMENT, saying why, where stream (a CUstream) belongs to another device
+ * than c, or to a context of c's device other than its primary one (cuCtxCreate's): its
+ * launches would fail in the driver with an unhelpful error. A green context's stream (its
+ * context is the primary one), NULL, the legacy and per-thread default handles, and handles
+ * the driver cannot place pass. */
 DA_HIDDEN da_status da__cuda_check_stream(const da_context *ctx, da__cuda *c, void *stream);
 
 DA_HIDDEN const char *da__cuda_arch(const da__cuda *c);        /* "sm_90" */
