@@ -266,18 +266,24 @@ try:
         check(p.returncode == 2 and "name the same file" in p.stderr and not os.path.exists(same),
               f"tune {args}: exit {p.returncode}: {p.stderr[-200:]}")
 
+    def tune_planted(name, line, replacement, cfg, seq_len):
+        """tune cfg at seq_len with host kernels from a copy of templates/ whose line (which
+        must be there) is replaced: (the process, the CSV's rows)"""
+        tdir = os.path.join(tmp, "templates-" + name)
+        shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir)
+        kt = os.path.join(tdir, "host", "kernel.c.tpl")
+        text = open(kt).read()
+        check(line in text, f"the host template's line {line!r} (test {name} plants a change in it)")
+        open(kt, "w").write(text.replace(line, replacement))
+        out = os.path.join(tmp, name + ".csv")
+        p = run("tune", cfg, "--seq-len", str(seq_len), "--reps", "1", "-o", out, "--db",
+                os.path.join(tmp, name + ".jsonl"), env={"DILATTN_TEMPLATE_DIR": tdir})
+        return p, list(csv.DictReader(open(out))) if os.path.exists(out) else []
+
     # 13. the correctness check reads lse too: kernels (a planted template) whose out is
     # right and whose lse is off by 0.5 are not ok (they were, and could be chosen)
-    tdir = os.path.join(tmp, "templates-lse")
-    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir)
-    kt = os.path.join(tdir, "host", "kernel.c.tpl")
-    text = open(kt).read()
-    check("*lse = T->m[j] + logf(T->l[j]);" in text, "the host template's lse line (test 13 plants a change in it)")
-    open(kt, "w").write(text.replace("*lse = T->m[j] + logf(T->l[j]);", "*lse = T->m[j] + logf(T->l[j]) + 0.5f;"))
-    lcsv = os.path.join(tmp, "lse.csv")
-    p = run("tune", cfg_b, "--seq-len", "64", "--reps", "1", "-o", lcsv, "--db", os.path.join(tmp, "lse.jsonl"),
-            env={"DILATTN_TEMPLATE_DIR": tdir})
-    rows_l = list(csv.DictReader(open(lcsv))) if os.path.exists(lcsv) else []
+    lse_line = "*lse = T->m[j] + logf(T->l[j]);"
+    p, rows_l = tune_planted("lse", lse_line, "*lse = T->m[j] + logf(T->l[j]) + 0.5f;", cfg_b, 64)
     check(p.returncode == 4 and rows_l and all(r["status"] == "correctness" and "(lse)" in r["label"] for r in rows_l),
           f"kernels with a wrong lse: exit {p.returncode}, {[(r['status'], r['label']) for r in rows_l][:3]} "
           f"{p.stderr[-300:]}")
@@ -285,19 +291,11 @@ try:
     # 15. every candidate agrees with the default at the tuning length, not only on the 384
     # positions the float64 check sees: float16 kernels (a planted template) with 8-query
     # tiles whose out goes wrong past position 512 are not ok there, and one of the others is chosen
-    tdir2 = os.path.join(tmp, "templates-far")
-    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir2)
-    kt2 = os.path.join(tdir2, "host", "kernel.c.tpl")
-    text = open(kt2).read()
-    planted = "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv;"
-    check(planted in text, "the host template's out line (test 15 plants a change in it)")
-    open(kt2, "w").write(text.replace(planted, "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv + "
-                                               "(TQ == 8 && T->pos[j] >= 512 ? 0.5f : 0.0f);"))
+    out_line = "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv;"
     cfg_h = os.path.join(tmp, "b16.json")  # float16: out through its own decode in the check
     json.dump(dict(json.load(open(cfg_b)), dtype="float16"), open(cfg_h, "w"))
-    fcsv, fdb = os.path.join(tmp, "far.csv"), os.path.join(tmp, "far.jsonl")
-    p = run("tune", cfg_h, "--seq-len", "1024", "--reps", "1", "-o", fcsv, "--db", fdb, env={"DILATTN_TEMPLATE_DIR": tdir2})
-    rows_f = list(csv.DictReader(open(fcsv))) if os.path.exists(fcsv) else []
+    p, rows_f = tune_planted("far", out_line, "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv + "
+                                              "(TQ == 8 && T->pos[j] >= 512 ? 0.5f : 0.0f);", cfg_h, 1024)
     bad = [r for r in rows_f if r["tile_q"] == "8"]
     good = [r for r in rows_f if r["tile_q"] != "8" and r["status"] == "ok"]
     best = [r for r in rows_f if r["best"] == "best"]
@@ -311,16 +309,8 @@ try:
     # fmax, which drops a NaN, so kernels whose out is NaN everywhere passed it. The default's
     # 32-query tiles write NaN here: it passed, became the reference of the full-length check,
     # every other candidate "disagreed" with it, and it was chosen
-    tdir3 = os.path.join(tmp, "templates-nan")
-    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates"), tdir3)
-    kt3 = os.path.join(tdir3, "host", "kernel.c.tpl")
-    text = open(kt3).read()
-    open(kt3, "w").write(text.replace(planted, "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv + "
-                                               "(TQ == 32 ? NAN : 0.0f);"))
-    ncsv = os.path.join(tmp, "nan.csv")
-    p = run("tune", cfg_b, "--seq-len", "64", "--reps", "1", "-o", ncsv, "--db", os.path.join(tmp, "nan.jsonl"),
-            env={"DILATTN_TEMPLATE_DIR": tdir3})
-    rows_n = list(csv.DictReader(open(ncsv))) if os.path.exists(ncsv) else []
+    p, rows_n = tune_planted("nan", out_line, "for (int x = 0; x < HD; x++) o[x] = T->acc[j][x] * inv + "
+                                              "(TQ == 32 ? NAN : 0.0f);", cfg_b, 64)
     nan_rows = [r for r in rows_n if r["tile_q"] in ("0", "32")]
     others = [r for r in rows_n if r["tile_q"] not in ("0", "32")]
     check(p.returncode == 0 and nan_rows and all(r["status"] == "correctness" and "max error nan" in r["label"]
