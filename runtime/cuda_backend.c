@@ -301,7 +301,9 @@ static da_status launch_main(const da_context *ctx, const da__rendered *r, int64
                  "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
     return launch(user, DA_CUDA_K_MAIN, (unsigned)(ctas > 0 ? ctas : 1), 1, 1, threads, smem, a);
   }
-  DA_RETURN_IF(gx > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
+  /* (the kernels number the blocks in 32 bits: kernel.cu.tpl da_lpt_unit, da_unit_bih) */
+  DA_RETURN_IF(gx > 0x7fffffff || gx * heads * a->batch > (int64_t)UINT32_MAX, DA_ERR_INVALID_ARGUMENT,
+               "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
   return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, (unsigned)heads, (unsigned)a->batch, threads, smem, a);
 }
 

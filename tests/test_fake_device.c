@@ -285,6 +285,44 @@ static void test_launches(da_context *ctx) {
   da_plan_destroy(p);
 }
 
+/* The kernels number a launch's blocks in 32 bits (kernel.cu.tpl da_lpt_unit, da_unit_bih):
+ * a grid of 2^32 blocks or more is refused by name, not launched to decode wrong tiles.
+ * The causal mma.sync plan of one 2048 branch over N = 2^24 has 2^17 blocks a head; at 8
+ * heads that is 2^20 a batch entry, so batch 4095 launches and 4096 does not. */
+static da_status count_launch(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
+                        da__cuda_args *a) {
+  (void)which, (void)gx, (void)gy, (void)gz, (void)threads, (void)smem, (void)a;
+  ++*(int *)user;
+  return DA_OK;
+}
+static void test_block_limit(da_context *ctx) {
+  static const int64_t w[1] = {2048}, r[1] = {1};
+  da_spec s = tu_spec(1, w, r, 8, 8, 64, DA_DTYPE_FLOAT16);
+  s.causal = 1;
+  da_plan_options o;
+  memset(&o, 0, sizeof o);
+  o.cuda_mma = 1, o.tile_q = 128;
+  da__rendered rd;
+  da_status st = da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &rd);
+  TU_CHECK(st == DA_OK && rd.ws_tiles == 1, "render: %s (%d tiles a CTA)", da_context_last_error(ctx), rd.ws_tiles);
+  if (st != DA_OK) return;
+  for (int64_t batch = 4095; batch <= 4096; batch++) {
+    da__cuda_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = batch, a.seq_len = (int64_t)1 << 24, a.ws_len = a.seq_len;
+    int launches = 0;
+    st = da__cuda_launch_sequence(ctx, &rd, 8, 64, &a, count_launch, &launches, NULL);
+    if (batch == 4095)
+      TU_CHECK(st == DA_OK && launches == 1, "batch 4095: %u blocks launched (%d, %s)", 4095u << 20, launches,
+               da_context_last_error(ctx));
+    else
+      TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && !launches && strstr(da_context_last_error(ctx), "grid too large"),
+               "batch 4096 (2^32 blocks): refused by name (%s, %d launches: %s)", da_status_name(st), launches,
+               da_context_last_error(ctx));
+  }
+  da__rendered_free(&rd);
+}
+
 /* wgmma-ws-tma (cuda_mma 6) on the fake sm_90 device: the plan; the tensor maps the
  * runtime encodes before each launch, three per class x < r of each branch the launch runs
  * (5-d, boxes of 64 head dims x tile_k rows, 128-byte swizzle): K and V of the positions
@@ -963,6 +1001,7 @@ int main(int argc, char **argv) {
   da_plan_destroy(probe);
   test_instruction(ctx);
   test_launches(ctx);
+  test_block_limit(ctx);
   test_tma(ctx);
   test_callers_context(ctx, argv[1]);
   test_pool(argv[1]);

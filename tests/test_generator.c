@@ -337,7 +337,74 @@ static void test_run_period(void) {
   da_context_destroy(ctx);
 }
 
+/* The generator's fdiv(d) (generator.lua): {m, s} such that the kernels' da_fq(x, f),
+ * (umulhi64(x, m) + x) >> s, is x / d for every 0 <= x < 2^62. Each divisor against the
+ * dividends where a wrong magic number shows first: around the multiples of d, the top of
+ * the range, and random ones. */
+static uint64_t fq(uint64_t x, uint64_t m, int s) { return ((uint64_t)(((unsigned __int128)x * m) >> 64) + x) >> s; }
+static uint64_t fq32(uint32_t x, uint32_t m, int s) { return (((uint64_t)x * m >> 32) + x) >> s; }
+static void test_fdiv(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  const uint64_t top = ((uint64_t)1 << 62) - 1;
+  uint64_t ds[96] = {1, 2, 3, 5, 6, 7, 12, 24, 64, 96, 128, 192, 2048, 2731, 4095, 4097, 10923, 16384, 1000000007ull,
+                     ((uint64_t)1 << 40) - 1, (uint64_t)1 << 40, ((uint64_t)1 << 40) + 1, ((uint64_t)1 << 61) + 1, top,
+                     top - 1, ((uint64_t)1 << 31) + 1, ((uint64_t)1 << 32) - 1, ((uint64_t)1 << 32) + 1};
+  int nd = 28;
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  while (nd < 96) { /* random divisors of every size */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    const uint64_t d = (rng >> 2) >> (rng % 61);
+    if (d) ds[nd++] = d;
+  }
+  char tpl[64];
+  for (int i = 0; i < nd; i++) {
+    snprintf(tpl, sizeof tpl, "{{ fdiv(%llu) }}", (unsigned long long)ds[i]);
+    char *out = NULL;
+    unsigned long long m = 0;
+    unsigned m32 = 0;
+    int sh = -1;
+    TU_CHECK(render_text(ctx, tpl, 0, 0, &out) == DA_OK && out && sscanf(out, "{%llxull, %d, %xu}", &m, &sh, &m32) == 3,
+             "fdiv(%llu): [%s] %s", (unsigned long long)ds[i], out ? out : "", da_context_last_error(ctx));
+    free(out);
+    if (sh < 0) continue;
+    const uint64_t d = ds[i];
+    int bad = 0;
+    uint64_t xs[16] = {0, 1, d - 1, d, d + 1, top, top - 1, top - d, top / d * d, top / d * d - 1};
+    for (int k = 0; k < 4000 && !bad; k++) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      const uint64_t r = (rng >> 2) >> (rng % 62), near = r / d * d; /* a multiple of d, and around it */
+      xs[10] = r, xs[11] = near, xs[12] = near ? near - 1 : 0, xs[13] = near + d - 1 <= top ? near + d - 1 : top;
+      xs[14] = r & (((uint64_t)1 << 31) - 1), xs[15] = (uint64_t)k * d <= top ? (uint64_t)k * d : 0;
+      for (int j = 0; j < 16 && !bad; j++) {
+        const uint64_t x = xs[j] > top ? top : xs[j];
+        if (fq(x, m, sh) != x / d) {
+          bad = 1;
+          TU_CHECK(0, "fdiv(%llu) = {%#llx, %d}: %llu / d gives %llu, want %llu", (unsigned long long)d, m, sh,
+                   (unsigned long long)x, (unsigned long long)fq(x, m, sh), (unsigned long long)(x / d));
+        }
+        /* the 32-bit form, for d < 2^31 and x < 2^32 (x's low word, and the top of the range) */
+        const uint32_t x32 = j == 6 ? UINT32_MAX : (uint32_t)x;
+        if (d < ((uint64_t)1 << 31) && fq32(x32, m32, sh) != x32 / d) {
+          bad = 1;
+          TU_CHECK(0, "fdiv(%llu): m32 %#x: %u / d gives %llu, want %llu", (unsigned long long)d, m32, x32,
+                   (unsigned long long)fq32(x32, m32, sh), (unsigned long long)(x32 / d));
+        }
+      }
+    }
+    {
+      const uint64_t d = ds[i];
+      TU_CHECK(d < ((uint64_t)1 << 31) || m32 == 0, "fdiv(%llu): an m32 (%#x) past 2^31", (unsigned long long)d, m32);
+    }
+  }
+  /* a divisor out of its range is the generator's error, not a wrong table */
+  expect_error(ctx, "{{ fdiv(0) }}", DA_ERR_GENERATOR, "fdiv: divisor 0 out of range");
+  expect_error(ctx, "{{ fdiv(1 << 62) }}", DA_ERR_GENERATOR, "out of range");
+  da_context_destroy(ctx);
+}
+
 int main(void) {
+  test_fdiv();
   test_lpt_heads();
   test_run_period();
   test_determinism();

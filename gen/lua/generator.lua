@@ -22,6 +22,41 @@ local function u64(x)
   return (string.format("0x%016x", x))
 end
 
+-- Division by the constant d > 0 as a multiply, an add and a shift, for dividends
+-- 0 <= x < 2^62 (positions, indices and block numbers: N and every extent are at most
+-- 2^40): the initializer {m, s} of control.inc.tpl's da_fdiv, da_fq(x, f) =
+-- (umulhi64(x, m) + x) >> s. With s = ceil(log2 d) and M = floor(2^(64 + s) / d) + 1,
+-- M * d lies in (2^(64 + s), 2^(64 + s) + 2^s], so floor(M * x / 2^(64 + s)) = floor(x / d)
+-- for every x < 2^64 (Hacker's Delight, 2nd ed., 10-9); M is in (2^64, 2^65), and
+-- M * x / 2^64 = x + (M - 2^64) * x / 2^64, so m = M - 2^64 and the add (x < 2^63: no
+-- carry out) make it exact with 64-bit words, powers of two and d = 1 (m = 1) included,
+-- with no branch. A 64-bit division on the GPU is a call of ~80 instructions (a 32-bit
+-- one ~20, after a test of the high words).
+-- The same with 32-bit words (m32) for 0 <= x < 2^32 where d < 2^31: (umulhi32(x, m32) + x)
+-- >> s, the add in 64 bits; one multiply where the 64-bit form takes four, for the
+-- divisions made where registers are scarcest (control.inc.tpl da_fq32). m32 is 0 for a
+-- larger d (never used).
+local function fdiv_magic(d, bits)
+  local s = 0
+  while (1 << s) < d do s = s + 1 end
+  -- the low `bits` bits of floor(2^(bits + s) / d), bit by bit (r < d < 2^62: 2r + 1
+  -- fits; the quotient's bit `bits`, always set, falls off)
+  local q, r = 0, 0
+  for i = bits + s, 0, -1 do
+    r = 2 * r + (i == bits + s and 1 or 0)
+    q = q << 1
+    if r >= d then r, q = r - d, q | 1 end
+  end
+  if bits == 32 then q = q & 0xffffffff end
+  return q + 1, s
+end
+local function fdiv(d)
+  if math.type(d) ~= "integer" or d < 1 or d >= (1 << 62) then error("fdiv: divisor " .. tostring(d) .. " out of range", 2) end
+  local m, s = fdiv_magic(d, 64)
+  local m32 = d < (1 << 31) and fdiv_magic(d, 32) or 0
+  return string.format("{0x%016xull, %d, 0x%08xu}", m, s, m32)
+end
+
 local function join(list, fn, sep)
   local out = {}
   for i, v in ipairs(list) do out[i] = fn and fn(v, i) or tostring(v) end
@@ -46,7 +81,7 @@ end
 
 -- The names a template sees: the plan and the formatting helpers.
 local function make_env(p, target, spec_json, version)
-  local env = { p = p, f64 = f64, u64 = u64, join = join }
+  local env = { p = p, f64 = f64, u64 = u64, join = join, fdiv = fdiv }
   env.include = function(name) return read_template(name) end
   env.banner = table.concat({
     "/* dilattn " .. version .. " generated kernel: do not edit, regenerate with `dilattn gen`.",

@@ -16,6 +16,19 @@ DA_CONST int HEAD_BR[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_branc
 DA_CONST da_i64 HEAD_OFF[NUM_HEADS][{{ p.max_branches_per_head }}] = { {{ head_offsets }} };
 DA_CONST da_i64 BR_W[{{ p.num_branches }}] = { {{ branch_w }} };
 DA_CONST da_i64 BR_R[{{ p.num_branches }}] = { {{ branch_r }} };
+/* x / d for 0 <= x < 2^62 by a multiply: f = fdiv(d) (generator.lua), (umulhi64(x, f.m) +
+ * x) >> f.s. A division by a value from a table is a call of ~80 instructions on the GPU
+ * (a 32-bit one ~20 behind a test of the high words), a dependent chain in every tile's
+ * decode. */
+typedef struct {
+  da_u64 m;
+  int s;
+  unsigned m32; /* for 0 <= x < 2^32 (where d < 2^31): da_fq32 */
+} da_fdiv;
+DA_FN da_i64 da_fq(da_i64 x, da_fdiv f) { return (da_i64)((DA_UMULHI64((da_u64)x, f.m) + (da_u64)x) >> f.s); }
+DA_FN da_i64 da_fq32(unsigned x, da_fdiv f) { return (da_i64)(((da_u64)DA_UMULHI32(x, f.m32) + x) >> f.s); }
+DA_CONST da_fdiv BR_W_DIV[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return fdiv(b.w) end) }} };
+DA_CONST da_fdiv BR_R_DIV[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return fdiv(b.r) end) }} };
 {% for _, br in ipairs(p.branches) do %}
 
 /* branch {{ br.index }} (segment length {{ br.w }}, dilation rate {{ br.r }}): may dilated query block qb see key block kb? */
@@ -91,26 +104,38 @@ DA_FN da_i64 da_next_key_tile(da_i64 c, da_i64 a_first, da_i64 a_last) {
 
 /* Keys of branch br's offset class off in the segment starting at s0 (keys s0 + off +
  * c * r, c in [0, L)): L, or 0 when the segment is shorter than off. */
+{% local w_r_32 = true %}
+{% for _, b in ipairs(p.branches) do if b.w + b.r >= (1 << 32) or b.r >= (1 << 31) then w_r_32 = false end end %}
 DA_FN da_i64 da_class_len(int br, da_i64 s0, da_i64 off, da_i64 seq_len) {
   const da_i64 w = BR_W[br], r = BR_R[br];
   const da_i64 seg_len = seq_len - s0 < w ? seq_len - s0 : w;
+{% if p.cuda_path == "mma" then %}
+  /* (a division: mma.sync's attend() calls this at its registers' peak, where the
+   * multiplier's table loads spilled 32 bytes of 255-register kernels at 128 x 64) */
   return off < seg_len ? (seg_len - off + r - 1) / r : 0;
+{% elseif w_r_32 then %}
+  /* (every w + r < 2^32: the 32-bit form, one multiply) */
+  return off < seg_len ? da_fq32((unsigned)(seg_len - off + r - 1), BR_R_DIV[br]) : 0;
+{% else %}
+  return off < seg_len ? da_fq(seg_len - off + r - 1, BR_R_DIV[br]) : 0;
+{% end %}
 }
 {% if p.strategy == "fused" then %}
 
 /* Fused tiling: the tile of positions first + j * LCM_R, j >= j0, inside the g-window at
  * gs. Branch slot k of head h covers it when first lies in the head's offset class; then
  * the tile's row j is dilated index *a0 + j * *astride of the segment at *s0. */
+DA_CONST da_i64 BR_LCM_STRIDE[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(p.lcm_r // b.r) end) }} }; /* LCM_R / r */
 DA_FN bool da_fused_branch(int h, int k, da_i64 gs, da_i64 first, da_i64 j0, int *br, da_i64 *s0, da_i64 *off,
                            da_i64 *a0, da_i64 *astride) {
   *br = HEAD_BR[h][k];
   const da_i64 w = BR_W[*br], r = BR_R[*br];
   *off = HEAD_OFF[h][k];
-  *s0 = (gs / w) * w;
-  const da_i64 rel = first - *s0;
-  if (rel % r != *off) return false; /* residue not covered by this branch */
-  *astride = LCM_R / r;
-  *a0 = (rel - *off) / r + j0 * *astride;
+  *s0 = da_fq(gs, BR_W_DIV[*br]) * w;
+  const da_i64 rel = first - *s0, a = da_fq(rel, BR_R_DIV[*br]);
+  if (rel - a * r != *off) return false; /* residue not covered by this branch */
+  *astride = BR_LCM_STRIDE[*br];
+  *a0 = a + j0 * *astride; /* (rel - off) / r */
   return true;
 }
 {% end %}

@@ -157,7 +157,32 @@ typedef {{ p.idx_bits == 32 and "int" or "da_i64" }} da_idx;
 #define DA_ARGS da_cuda_args
 #define DA_MASKS(A) ((A)->masks)
 #define DA_ABS(x) abs(x)
+#define DA_UMULHI64(a, b) __umul64hi((a), (b))
+#define DA_UMULHI32(a, b) __umulhi((a), (b))
 {{ include_rendered("common/control.inc.tpl") }}
+/* dividers: q(x) = x / d for 0 <= x < 2^62, by a constant the compiler divides by itself,
+ * or by a table's da_fdiv (control.inc.tpl da_fq) where d depends on the launch's branch */
+template <long long C> struct da_cdiv {
+  __device__ __forceinline__ da_i64 q(da_i64 x) const { return x / C; }
+};
+struct da_tdiv {
+  da_fdiv f;
+  __device__ __forceinline__ da_i64 q(da_i64 x) const { return da_fq(x, f); }
+};
+{% if p.strategy ~= "fused" then %}
+/* a branch launch's divisors (its grid decode; nh and tiles of a branch no head uses: 1) */
+__constant__ da_fdiv BR_TPS_DIV[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return fdiv(math.max(1, b.tiles_per_segment)) end) }} };
+{% if p.branch_heads_all then %}
+#define BR_HEADS_DIVIDER(br) da_cdiv<NUM_HEADS>()
+{% else %}
+__constant__ da_fdiv BR_HEADS_DIV_[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return fdiv(math.max(1, b.nheads)) end) }} };
+#define BR_HEADS_DIVIDER(br) da_tdiv{BR_HEADS_DIV_[br]}
+{% end %}
+{% if p.lpt then %}
+__constant__ da_fdiv BR_LPT_GROUP_DIV[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return fdiv(b.lpt_group) end) }} };
+__constant__ da_fdiv BR_LPT_SPAN_DIV[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return fdiv(b.lpt_group * math.max(1, b.tiles_per_segment)) end) }} }; /* group x tiles */
+{% end %}
+{% end %}
 {% if p.strategy == "split" then %}
 
 /* A split launch (branch slot k) merges into the workspace row of each of its positions
@@ -813,15 +838,14 @@ __device__ void produce_tma(int br, da_pipe &P, da_u64 *bars, da_u16 *Ks, da_u16
   const da_key_walk W = da_keys<1>(br, A, b, hkv, s0, off, a0, astride, nq, 0);
   const da_i64 r = BR_R[br], w = BR_W[br], first = s0 + off;
   int cls;
-  /* The maps' slots; int32 coordinates, and positions (the runtime's tma_unusable:
-   * N < 2^31 - 1024): 32-bit divisions; every map 5-d (the by-position ones with a segment
-   * dimension of 1), so K and V share one form of the instruction */
-  const int first32 = (int)first, r32 = (int)r, w32 = (int)w;
-  const int kslot = 3 * (BR_TMAP0(br) + first32 % r32);
+  /* The maps' slots; int32 coordinates (the runtime's tma_unusable: N < 2^31 - 1024);
+   * every map 5-d (the by-position ones with a segment dimension of 1), so K and V share
+   * one form of the instruction */
+  const int row0 = (int)da_fq(first, BR_R_DIV[br]), ih = (int)hkv, ib = (int)b;
+  const int kslot = 3 * (BR_TMAP0(br) + (int)(first - row0 * r));
   const bool whole = s0 + w <= A.seq_len; /* V by segment */
   const int vslot = whole ? 3 * (BR_TMAP0(br) + (int)off) + 2 : kslot + 1;
-  const int row0 = first32 / r32, ih = (int)hkv, ib = (int)b;
-  const int vrow0 = whole ? 0 : row0, vseg = whole ? (int)s0 / w32 : 0;
+  const int vrow0 = whole ? 0 : row0, vseg = whole ? (int)da_fq(s0, BR_W_DIV[br]) : 0;
   for (da_i64 c = W.next<true>(0, &cls); c < W.kend; c = W.next<true>(c + TK, &cls)) {
 #pragma unroll
     for (int which = 1; which <= 2; which++) { /* K, then V */
@@ -1591,12 +1615,38 @@ __device__ __forceinline__ void run_tile(E *Qs, E *Ks, E *Vs, const da_cuda_args
  * unit, then depth 1, ... The last group takes the units left over too (a group of a few
  * units at the end would run its heaviest tiles last; bench/lpt_model.py). The unit of
  * block l (of units * tpu); *depth its tile's rank inside the unit. */
-__device__ __forceinline__ da_i64 da_lpt_unit(da_i64 l, da_i64 units, da_i64 tpu, da_i64 group, da_i64 *depth) {
-  const da_i64 last = max(units / group, (da_i64)1) - 1; /* the last group's index */
-  const da_i64 g0 = min(l / (group * tpu), last) * group, rem = l - g0 * tpu;
-  const da_i64 n = g0 < last * group ? group : units - g0;
-  *depth = rem / n;
-  return g0 + rem % n;
+template <class G, class S>
+__device__ __forceinline__ da_i64 da_lpt_unit(da_i64 l, da_i64 units, da_i64 tpu, da_i64 group, G gdiv, S span_div,
+                                              da_i64 *depth) {
+  /* gdiv.q(x) = x / group, span_div.q(x) = x / (group * tpu): constants the compiler
+   * divides by (fused), or a table's multipliers (branch kernels: da_tdiv) */
+  const da_i64 last = max(gdiv.q(units), (da_i64)1) - 1; /* the last group's index */
+  const da_i64 g0 = min(span_div.q(l), last) * group, rem = l - g0 * tpu;
+  if (g0 < last * group) {
+    *depth = gdiv.q(rem);
+    return g0 + rem - *depth * group;
+  }
+  /* the last group, of the units left over: 32 bits, as the grid has fewer than 2^32
+   * blocks (cuda_backend.c launch_main; a 64-bit division here, a call, spilled up to 340
+   * bytes of warp-specialized kernels) */
+  const da_u32 n = (da_u32)(units - g0), d = (da_u32)rem / n;
+  *depth = d;
+  return g0 + ((da_u32)rem - d * n);
+}
+/* unit u's (batch, inner, head) of units heads fastest, then nin inner units (windows or
+ * segments) a batch: nh by hdiv (a constant or a table's multipliers); nin, a launch's,
+ * by a 32-bit division (u is a block's: under 2^32) only where the batch has several */
+template <class H>
+__device__ __forceinline__ void da_unit_bih(da_i64 u, da_i64 nh, H hdiv, da_i64 nin, const da_cuda_args &A, da_i64 *b,
+                                            da_i64 *in, da_i64 *h) {
+  const da_i64 uh = hdiv.q(u);
+  *h = u - uh * nh;
+  if (A.batch == 1) {
+    *b = 0, *in = uh;
+  } else {
+    const da_u32 bb = (da_u32)uh / (da_u32)nin;
+    *b = bb, *in = (da_u32)uh - bb * (da_u32)nin;
+  }
 }
 {% end %}
 
@@ -1641,7 +1691,8 @@ __device__ __forceinline__ bool da_block_job(da_i64 l, const da_cuda_args &A, da
   const da_i64 nwin = (A.seq_len + WIN_G - 1) / WIN_G, units = nwin * NUM_HEADS * A.batch;
   if (l >= units * TILES_PER_WINDOW) return false;
   da_i64 depth;
-  const da_i64 u = da_lpt_unit(l, units, TILES_PER_WINDOW, {{ p.lpt_group }}, &depth);
+  const da_i64 u = da_lpt_unit(l, units, TILES_PER_WINDOW, {{ p.lpt_group }}, da_cdiv<{{ p.lpt_group }}>(),
+                               da_cdiv<{{ p.lpt_group }}LL * TILES_PER_WINDOW>(), &depth);
 {% if p.lpt_order_h then %}
   const da_i64 tt = LPT_TILE_H[u % NUM_HEADS][depth]; /* the head's tiles of the window heaviest first */
 {% elseif p.lpt_order then %}
@@ -1649,7 +1700,9 @@ __device__ __forceinline__ bool da_block_job(da_i64 l, const da_cuda_args &A, da
 {% else %}
   const da_i64 tt = TILES_PER_WINDOW - 1 - depth; /* residue classes last to first, each class's tiles latest first */
 {% end %}
-  return da_job_at(J, A, u / NUM_HEADS / nwin, u % NUM_HEADS, u / NUM_HEADS % nwin, tt);
+  da_i64 b, win, h;
+  da_unit_bih(u, NUM_HEADS, da_cdiv<NUM_HEADS>(), nwin, A, &b, &win, &h);
+  return da_job_at(J, A, b, h, win, tt);
 }
 {% end %}
 /* run_tiles' view of a tile: found before the roles split (da_block_ref), run by each
@@ -1691,13 +1744,16 @@ struct da_ref {
   da_i64 b, h, seg, a0;
 };
 __device__ __forceinline__ bool da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
-  const da_i64 tps = BR_TILES_PER_SEG[A.branch], w = BR_W[A.branch], nh = BR_HEADS(A.branch);
-  const da_i64 nseg = (min(A.seq_len - A.tok0, A.ws_len) + w - 1) / w; /* the launch's segments */
+  const int br = A.branch;
+  const da_i64 tps = BR_TILES_PER_SEG[br], w = BR_W[br], nh = BR_HEADS(br);
+  const da_i64 nseg = da_fq(min(A.seq_len - A.tok0, A.ws_len) + w - 1, BR_W_DIV[br]); /* the launch's segments */
   const da_i64 units = nseg * nh * A.batch;
   if (l >= units * tps) return false;
-  da_i64 depth;
-  const da_i64 u = da_lpt_unit(l, units, tps, BR_LPT_GROUP[A.branch], &depth);
-  R.b = u / nh / nseg, R.h = BR_HEAD0(A.branch) + u % nh, R.seg = u / nh % nseg;
+  da_i64 depth, h;
+  const da_i64 u = da_lpt_unit(l, units, tps, BR_LPT_GROUP[br], da_tdiv{BR_LPT_GROUP_DIV[br]}, da_tdiv{BR_LPT_SPAN_DIV[br]},
+                               &depth);
+  da_unit_bih(u, nh, BR_HEADS_DIVIDER(br), nseg, A, &R.b, &R.seg, &h);
+  R.h = BR_HEAD0(br) + h;
   R.a0 = (tps - 1 - depth) * (da_i64)TQ; /* a segment's latest (heaviest) tile first */
   return true;
 }
@@ -1842,15 +1898,18 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 {% if p.lpt then %}
   /* (da_block_ref's decode, inline: through that struct ptxas spilled 120 bytes of the
    * producer on small split specs with one tile a CTA) */
-  const da_i64 tps = BR_TILES_PER_SEG[A.branch], nseg = gridDim.x / tps, nh = BR_HEADS(A.branch); /* gridDim.y */
-  da_i64 depth;
+  const int br = A.branch;
+  const da_i64 tps = BR_TILES_PER_SEG[br], nseg = da_fq(gridDim.x, BR_TPS_DIV[br]), nh = BR_HEADS(br); /* gridDim.y */
+  da_i64 depth, b, seg, h;
   const da_i64 u = da_lpt_unit(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z),
-                               nseg * gridDim.y * gridDim.z, tps, BR_LPT_GROUP[A.branch], &depth);
-  const da_i64 h = BR_HEAD0(A.branch) + u % nh, seg = u / nh % nseg, b = u / nh / nseg;
+                               nseg * gridDim.y * gridDim.z, tps, BR_LPT_GROUP[br], da_tdiv{BR_LPT_GROUP_DIV[br]},
+                               da_tdiv{BR_LPT_SPAN_DIV[br]}, &depth);
+  da_unit_bih(u, nh, BR_HEADS_DIVIDER(br), nseg, A, &b, &seg, &h);
+  h += BR_HEAD0(br);
   const da_i64 a0 = (tps - 1 - depth) * (da_i64)TQ; /* causal: a segment's latest (heaviest) tile first */
 {% else %}
   const da_i64 b = blockIdx.z, h = BR_HEAD0(A.branch) + blockIdx.y, tps = BR_TILES_PER_SEG[A.branch];
-  const da_i64 seg = blockIdx.x / tps, a0 = blockIdx.x % tps * (da_i64)TQ;
+  const da_i64 seg = da_fq(blockIdx.x, BR_TPS_DIV[A.branch]), a0 = (blockIdx.x - seg * tps) * (da_i64)TQ;
 {% end %}
   if (!da_branch_tile(A, b, h, seg, a0, [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
         run_tile(Qs, Ks, Vs, A, b, h, hkv, T, mode, each);

@@ -31,6 +31,8 @@ typedef int64_t da_idx;
 #define DA_ARGS da_host_args
 #define DA_MASKS(A) ((A)->masks)
 #define DA_ABS(x) da_abs64(x)
+#define DA_UMULHI64(a, b) ((da_u64)(((unsigned __int128)(a) * (b)) >> 64)) /* GCC and Clang, 64-bit targets */
+#define DA_UMULHI32(a, b) ((unsigned)(((da_u64)(a) * (b)) >> 32))
 {{ include_rendered("common/control.inc.tpl") }}
 
 typedef struct {
