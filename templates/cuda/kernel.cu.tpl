@@ -1224,6 +1224,22 @@ __device__ __forceinline__ void tile_copy_out(const da_u16 *Qs, const da_cuda_ar
   __syncwarp();
   constexpr int CPR = HD / 8; /* 16-byte chunks per row */
   const da_i64 ob = b * A.out_stride[0] + h * A.out_stride[2];
+  if (32 % CPR == 0) { /* a lane's chunk column is fixed, its row steps by 32 / CPR: its address by a constant */
+    constexpr int RSTEP = 32 % CPR == 0 ? 32 / CPR : 1;
+    const int c = lane % CPR, r0 = lane / CPR;
+    da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)(warp * WROWS + r0) * T.pstep) * A.out_stride[1] + c * 8;
+    const da_i64 step = RSTEP * T.pstep * A.out_stride[1];
+#pragma unroll
+    for (int i = r0; i < WROWS; i += RSTEP, dst += step) {
+      const int row = warp * WROWS + i;
+      if (row >= T.nq) break; /* rows grow with i */
+      if (!(rows >> i & 1u)) continue;
+      const da_u32x4 v = *(const da_u32x4 *)(Qs + DA_CHUNK(TQ, row, c));
+      if (A.out16) da_st_v16(dst, v);
+      else da_st_v16_halves(dst, v); /* element-aligned out */
+    }
+    return;
+  }
 #pragma unroll
   for (int i = lane; i < WROWS * CPR; i += 32) {
     const int row = warp * WROWS + i / CPR, c = i % CPR;
@@ -1237,13 +1253,17 @@ __device__ __forceinline__ void tile_copy_out(const da_u16 *Qs, const da_cuda_ar
 }
 
 /* Row (mt, hr) of this lane's fragments, finished: its output normalized (the lane's two
- * values of each n8 tile) into f, and its lse returned (-inf where it attended nothing). */
+ * values of each n8 tile) into f, and its lse returned (-inf where it attended nothing).
+ * A row that attended anything has l >= 1 (its maximum's own term is exp2(0)) and far
+ * below 2^126, where the approximate reciprocal (2 ulp, then rounded to 16 bits) and log2
+ * (MUFU.LG2: absolute error about 2^-22, under an ulp of the lse) are exact enough: the
+ * IEEE ones were a range test and a slow-path call, and ~25 dependent FFMAs, a row. */
 __device__ __forceinline__ float tile_row_result(const da_state &S, const float (&lsum)[MT][2], int mt, int hr,
                                                  float (&f)[NT_O][2]) {
-  const float l = lsum[mt][hr], inv = l > 0.f ? 1.f / l : 0.f;
+  const float l = lsum[mt][hr], inv = l > 0.f ? __fdividef(1.f, l) : 0.f;
 #pragma unroll
   for (int dt = 0; dt < NT_O; dt++) f[dt][0] = S.o[mt][dt][2 * hr] * inv, f[dt][1] = S.o[mt][dt][2 * hr + 1] * inv;
-  return l > 0.f ? (S.m[mt][hr] + log2f(l)) * LN2 : -INFINITY;
+  return l > 0.f ? (S.m[mt][hr] + __log2f(l)) * LN2 : -INFINITY;
 }
 
 /* Those values, converted (grouped divisor applied), into the row's place in the Q tile,

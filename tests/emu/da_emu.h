@@ -72,6 +72,8 @@ static inline int __any_sync(unsigned mask, int pred) { return da_emu_vote_any(m
 static inline unsigned __ballot_sync(unsigned mask, int pred) { return da_emu_vote_ballot(mask, pred); }
 #define __expf expf /* after <math.h>, which declares its own __expf */
 #define __logf logf
+#define __log2f log2f
+#define __fdividef(a, b) ((a) / (b))
 static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)((unsigned long long)a * b >> 32); }
 static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
   return (unsigned long long)(((unsigned __int128)a * b) >> 64);
