@@ -118,7 +118,9 @@ if [ "$phase" = first ]; then
     -o "$out/first_tune_longnet2_causal.csv" --db "$out/first_tuning.jsonl"
   # 2. the TMA default's own suite (passed at 1f78309, 2d7097e and 30da0bd), then the
   #    defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh,
-  #    30da0bd), causal and not (gpu-h200-30da0bd.md: 1.01x to 1.13x 2d7097e's)
+  #    30da0bd), causal and not (gpu-h200-30da0bd.md: 1.01x to 1.13x 2d7097e's). Since
+  #    30da0bd the kernels decode their tiles by multiplying and trim the epilogue
+  #    (untimed-since-30da0bd.md): causal rows above 1.00x @lib are that, if any
   step 200 $B/tests/test_gpu "$golden" wgmma-ws-tma # (116 s on an H200 with an empty kernel cache)
   step 90 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
     --tiles 0x0@lib --reps 10 --out "$out/first_full.json"

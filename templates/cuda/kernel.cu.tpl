@@ -1254,10 +1254,11 @@ __device__ __forceinline__ void tile_copy_out(const da_u16 *Qs, const da_cuda_ar
 
 /* Row (mt, hr) of this lane's fragments, finished: its output normalized (the lane's two
  * values of each n8 tile) into f, and its lse returned (-inf where it attended nothing).
- * A row that attended anything has l >= 1 (its maximum's own term is exp2(0)) and far
- * below 2^126, where the approximate reciprocal (2 ulp, then rounded to 16 bits) and log2
- * (MUFU.LG2: absolute error about 2^-22, under an ulp of the lse) are exact enough: the
- * IEEE ones were a range test and a slow-path call, and ~25 dependent FFMAs, a row. */
+ * A row that attended anything has l >= ~1 (its maximum's own term is exp2(0)) and far
+ * below 2^126 (keys x 2^8 at most), where the approximate reciprocal (2 ulp, then
+ * rounded to 16 bits) and log2 (MUFU.LG2: absolute error 2^-22 on [0.5, 2], 2 ulp of the
+ * result above: ~5e-6 of an lse at l = 2^40) are exact enough: the IEEE ones were a
+ * range test and a slow-path call, and ~25 dependent FFMAs, a row. */
 __device__ __forceinline__ float tile_row_result(const da_state &S, const float (&lsum)[MT][2], int mt, int hr,
                                                  float (&f)[NT_O][2]) {
   const float l = lsum[mt][hr], inv = l > 0.f ? __fdividef(1.f, l) : 0.f;
@@ -1269,9 +1270,20 @@ __device__ __forceinline__ float tile_row_result(const da_state &S, const float 
 /* Those values, converted (grouped divisor applied), into the row's place in the Q tile,
  * which tile_copy_out then copies to out. */
 __device__ __forceinline__ void tile_stage_row(da_u16 *Qs, int row, int lane, const float (&f)[NT_O][2]) {
+{% if p.wgmma then %}
+  /* da_sw128_off(TQ, row, dt) + 4 * (lane & 3) bytes, as one base a row and an XOR a chunk:
+   * row * 128 leaves bits 0-6 clear, (row & 7) << 4 and (dt & 7) << 4 are bits 4-6, the
+   * lane's 4 * (lane & 3) bits 2-3, and a 64-dim panel's offset a constant (where each
+   * chunk's swizzled address took ~4 instructions) */
+  const unsigned base = (unsigned)row * 128u | ((unsigned)row & 7u) << 4 | ((unsigned)lane & 3u) << 2;
+#pragma unroll
+  for (int dt = 0; dt < NT_O; dt++) {
+    da_u16 *at = (da_u16 *)((char *)Qs + (dt >> 3) * TQ * 128 + (base ^ (unsigned)(dt & 7) << 4));
+{% else %}
 #pragma unroll
   for (int dt = 0; dt < NT_O; dt++) {
     da_u16 *at = Qs + DA_CHUNK(TQ, row, dt) + 2 * (lane & 3);
+{% end %}
     *(da_u32 *)at = DA_PACK(f[dt][0] / OUT_DIVISOR, f[dt][1] / OUT_DIVISOR);
     DA_NOTE_SMEM_WRITE(at, 4);
   }
