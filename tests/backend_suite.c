@@ -328,3 +328,70 @@ void bs_segment_isolation(da_context *ctx, bs_runner run, void *user, const char
     for (int i = 0; i < 2; i++) free(out[i]), free(lse[i]);
   }
 }
+
+/* See backend_suite.h. */
+void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label, int f32) {
+  for (int variant = 0; variant < (f32 ? 5 : 4); variant++) {
+    da_spec s;
+    da_spec_init(&s);
+    const int two = variant != 2;
+    s.num_branches = two ? 2 : 1;
+    s.segment_lengths[0] = two ? 128 : 192, s.segment_lengths[1] = 256;
+    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
+    s.num_heads = s.num_kv_heads = 2;
+    s.head_dim = variant == 2 ? 128 : 64;
+    s.dtype = variant == 4 ? DA_DTYPE_FLOAT32 : variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    s.causal = variant == 1 || variant == 2;
+    const int64_t B = 1, N = 512, D = s.head_dim, H = 2, qrow = 100, key = 300;
+    const int64_t nq = B * N * H * D, nl = B * H * N;
+    const size_t es = s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+    void *q = malloc((size_t)nq * es), *k = malloc((size_t)nq * es), *v = malloc((size_t)nq * es),
+         *out = malloc((size_t)nq * es);
+    float *lse = malloc((size_t)nl * 4);
+    double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nq * 8), *dv = malloc((size_t)nq * 8),
+           *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8);
+    uint64_t st = 4711 + (uint64_t)variant;
+    for (int64_t j = 0; j < nq; j++) {
+      tu_store(s.dtype, q, j, 2 * tu_uniform(&st) - 1);
+      tu_store(s.dtype, k, j, 2 * tu_uniform(&st) - 1);
+      tu_store(s.dtype, v, j, 2 * tu_uniform(&st) - 1);
+    }
+    /* [B][N][H][D]: query row qrow of head 1, and key `key` of kv head 0 */
+    tu_store(s.dtype, q, (qrow * H + 1) * D + 3, NAN);
+    tu_store(s.dtype, k, (key * H + 0) * D + 5, NAN);
+    for (int64_t j = 0; j < nq; j++)
+      dq[j] = tu_load(s.dtype, q, j), dk[j] = tu_load(s.dtype, k, j), dv[j] = tu_load(s.dtype, v, j);
+    const da_status r = run(user, ctx, &s, B, N, q, k, v, out, lse);
+    TU_CHECK(r == DA_OK, "%s NaN inputs %d: %s", label, variant, da_context_last_error(ctx));
+    TU_CHECK(da_ref_attention(&s, B, N, dq, dk, dv, ro, rl) == 0, "%s NaN inputs %d: reference", label, variant);
+    const double tol_out = s.dtype == DA_DTYPE_FLOAT32 ? 2e-5 : s.dtype == DA_DTYPE_FLOAT16 ? 1e-2 : 3e-2,
+                 tol_lse = s.dtype == DA_DTYPE_FLOAT32 ? 1e-4 : 1e-2;
+    int64_t nan_rows = 0, hidden = 0, spread = 0, wrong = 0, first_bad = -1;
+    for (int64_t h = 0; h < H && r == DA_OK; h++)
+      for (int64_t p = 0; p < N; p++) {
+        const int64_t row = h * N + p, o0 = (p * H + h) * D;
+        if (isnan(rl[row])) {
+          nan_rows++;
+          int all = isnan(lse[row]);
+          for (int64_t d = 0; d < D; d++) all &= isnan(tu_load(s.dtype, out, o0 + d));
+          if (!all && hidden++ == 0) first_bad = row;
+          continue;
+        }
+        int ok = isinf(rl[row]) ? lse[row] == rl[row] : fabs(lse[row] - rl[row]) <= tol_lse;
+        for (int64_t d = 0; d < D; d++) {
+          const double x = tu_load(s.dtype, out, o0 + d);
+          ok &= !isnan(x) && fabs(x - ro[o0 + d]) <= tol_out;
+        }
+        if (!ok && (isnan(lse[row]) ? spread++ : wrong++) == 0 && first_bad < 0) first_bad = row;
+      }
+    TU_CHECK(nan_rows >= 2, "%s NaN inputs %d: the reference has %lld NaN rows (the query's, and the key's)", label,
+             variant, (long long)nan_rows);
+    TU_CHECK(!hidden && !spread && !wrong,
+             "%s NaN inputs %d (%s, D = %lld, %d branch(es)%s): of the reference's %lld NaN rows %lld not NaN here; "
+             "%lld rows NaN here only, %lld others off (first: head %lld position %lld)",
+             label, variant, s.dtype == DA_DTYPE_FLOAT32 ? "f32" : variant % 2 ? "bf16" : "fp16", (long long)D,
+             s.num_branches, s.causal ? ", causal" : "", (long long)nan_rows, (long long)hidden, (long long)spread,
+             (long long)wrong, (long long)(first_bad / N), (long long)(first_bad % N));
+    free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
+  }
+}

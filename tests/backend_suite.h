@@ -82,4 +82,14 @@ void bs_idle_wgs(da_context *ctx, bs_runner run, const char *label, int mma);
  * 2-branch (128, 256; r = 1, 2), not causal, fp16 and bf16, D = 64 and 128; user is run's. */
 void bs_segment_isolation(da_context *ctx, bs_runner run, void *user, const char *label);
 
+/* NaN in, NaN out, as the float64 reference (and SDPA, FlashAttention) give it: a NaN in
+ * one query row's q and in one key's k. Every row the reference makes NaN (that query's,
+ * and each row that attends that key) must be NaN in lse and in every element of out;
+ * every other row matches the reference. (The kernels' maxima drop a NaN score: a row
+ * whose every score was NaN, or whose l was, used to finish as "attended nothing", out 0
+ * and lse -inf, hiding a divergence.) LongNet 2-branch (128, 256; r 1, 2) causal and not,
+ * one branch of 192, fp16 and bf16, D = 64 and 128; with f32 also a float32 spec (the
+ * SIMT and host paths). user is run's. */
+void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label, int f32);
+
 #endif

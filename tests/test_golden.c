@@ -46,6 +46,8 @@ int main(int argc, char **argv) {
    * tiles and tiny odd ones */
   bs_ramp(ctx, run_host, NULL);
   bs_ramp(ctx, run_host, &variants[2]);
+  /* NaN in q and in k: NaN out where the reference has it, the rest untouched */
+  for (int vi = 0; vi < 3; vi++) bs_nan_inputs(ctx, run_host, &variants[vi], labels[vi], 1);
   da_context_destroy(ctx);
   return tu_report();
 }

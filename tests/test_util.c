@@ -25,6 +25,7 @@ static uint16_t double_to_half(double x) {
   uint32_t u;
   memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN stays NaN (it became Inf) */
   if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
   if (a < 0x38800000u) {
     float v;

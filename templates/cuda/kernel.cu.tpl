@@ -1261,10 +1261,12 @@ __device__ __forceinline__ void tile_copy_out(const da_u16 *Qs, const da_cuda_ar
  * range test and a slow-path call, and ~25 dependent FFMAs, a row. */
 __device__ __forceinline__ float tile_row_result(const da_state &S, const float (&lsum)[MT][2], int mt, int hr,
                                                  float (&f)[NT_O][2]) {
-  const float l = lsum[mt][hr], inv = l > 0.f ? __fdividef(1.f, l) : 0.f;
+  /* (l == 0, not l > 0: a NaN score, NaN in q or k, makes l NaN, and the row NaN as the
+   * reference has it; l > 0 made it "attended nothing", out 0 and lse -inf) */
+  const float l = lsum[mt][hr], inv = l == 0.f ? 0.f : __fdividef(1.f, l);
 #pragma unroll
   for (int dt = 0; dt < NT_O; dt++) f[dt][0] = S.o[mt][dt][2 * hr] * inv, f[dt][1] = S.o[mt][dt][2 * hr + 1] * inv;
-  return l > 0.f ? (S.m[mt][hr] + __log2f(l)) * LN2 : -INFINITY;
+  return l == 0.f ? -INFINITY : (S.m[mt][hr] + __log2f(l)) * LN2;
 }
 
 /* Those values, converted (grouped divisor applied), into the row's place in the Q tile,
@@ -1405,9 +1407,9 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (row < T.nq && (side & 1)) {
       if (BATCH == 1) tile_load_partial(A, wsrow, lane, olds[0], ws_o[0]);
-      const float old = olds[slot], mx = fmaxf(old, lse);
+      const float old = olds[slot], mx = old > lse ? old : lse; /* (a NaN stays: not fmaxf) */
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
-      const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
+      const float norm = wa + wb == 0.f ? 0.f : 1.f / (wa + wb);
 #pragma unroll
       for (int dt = 0; dt < NT_O; dt++) {
         const da_f32x2 w = ws_o[slot][dt];
@@ -1541,8 +1543,8 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
   const int row = threadIdx.x / TPR, sub = threadIdx.x % TPR;
   if (row >= T.nq) return;
   const da_i64 pos = T.pos0 + (da_i64)row * T.pstep, wrow = da_bhn_row(A, b, h, pos);
-  float inv = S.l > 0.f ? 1.f / S.l : 0.f;
-  float lse = S.l > 0.f ? (S.m + log2f(S.l)) * LN2 : -INFINITY;
+  float inv = S.l == 0.f ? 0.f : 1.f / S.l; /* (NaN l: a NaN row, as on the tensor-core paths) */
+  float lse = S.l == 0.f ? -INFINITY : (S.m + log2f(S.l)) * LN2;
   float f[DPT];
   for (int x = 0; x < DPT; x++) f[x] = S.o[x] * inv;
 {% if p.strategy == "split" then %}
@@ -1552,9 +1554,9 @@ __device__ void tile_end(da_state &S, float *Qs, const da_cuda_args &A, da_i64 b
     float *row_ws = da_ws_out(A, wsrow), *row_lse = da_ws_lse(A, wsrow);
     if (side & 1) {
       DA_CHECK_WS_READ(row_ws, row_lse);
-      const float old = *row_lse, mx = fmaxf(old, lse);
+      const float old = *row_lse, mx = old > lse ? old : lse; /* (a NaN stays: not fmaxf) */
       const float wa = mx == -INFINITY ? 0.f : __expf(old - mx), wb = mx == -INFINITY ? 0.f : __expf(lse - mx);
-      const float norm = wa + wb > 0.f ? 1.f / (wa + wb) : 0.f;
+      const float norm = wa + wb == 0.f ? 0.f : 1.f / (wa + wb);
       for (int x = 0; x < DPT; x++) {
         int d = sub + TPR * x;
         if (d < HD) f[x] = (row_ws[d] * wa + f[x] * wb) * norm;

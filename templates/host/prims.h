@@ -84,7 +84,10 @@ static inline void da_row_update(float *restrict m, float *restrict l, float *re
                                  const float *restrict s, const float *restrict vt, int nk,
                                  int d) {
   float mx = -INFINITY;
-  for (int c = 0; c < nk; c++) mx = s[c] > mx ? s[c] : mx;
+  /* a NaN score (NaN in q or k) makes the maximum NaN, and with it the row: NaN out, as
+   * the reference gives it (a maximum that dropped it left a row of NaN scores "attending
+   * nothing") */
+  for (int c = 0; c < nk; c++) mx = s[c] > mx || s[c] != s[c] ? s[c] : mx;
   if (mx == -INFINITY) return; /* nothing attended in this tile */
   float m_new = *m > mx ? *m : mx;
   float corr = expf(*m - m_new); /* exp(-inf) = 0 on the first tile */
