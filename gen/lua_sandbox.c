@@ -64,18 +64,37 @@ static void count_hook(lua_State *L, lua_Debug *ar) {
 
 /* ---- resources: embedded, or from DILATTN_TEMPLATE_DIR --------------------------------- */
 
+/* The FILE being read sits in a userdata whose __gc closes it: the buffer's growth can
+ * raise (the memory limit) with the file open, and an error unwinds past any fclose here
+ * (a descriptor lost a failed render). */
+static int file_box_gc(lua_State *L) {
+  FILE **pf = (FILE **)lua_touserdata(L, 1);
+  if (pf && *pf) fclose(*pf), *pf = NULL;
+  return 0;
+}
+
 static int read_file(lua_State *L, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return 0;
+  FILE **pf = (FILE **)lua_newuserdatauv(L, sizeof *pf, 0); /* (may raise: nothing is open yet) */
+  *pf = NULL;
+  if (luaL_newmetatable(L, "dilattn.file")) {
+    lua_pushcfunction(L, file_box_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  if (!(*pf = fopen(path, "rb"))) {
+    lua_pop(L, 1);
+    return 0;
+  }
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   char chunk[4096];
   size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) luaL_addlstring(&b, chunk, n);
-  int err = ferror(f);
-  fclose(f);
+  while ((n = fread(chunk, 1, sizeof chunk, *pf)) > 0) luaL_addlstring(&b, chunk, n);
+  const int err = ferror(*pf);
+  fclose(*pf), *pf = NULL;
   if (err) return luaL_error(L, "read error on %s", path);
   luaL_pushresult(&b);
+  lua_remove(L, -2); /* the box, under the text */
   return 1;
 }
 

@@ -4,6 +4,7 @@
  * runaway loops (instruction budget) and unbounded allocation (memory limit), also when
  * the template comes from DILATTN_TEMPLATE_DIR.
  * Run: build/tests/test_generator   (ctest -R generator) */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -403,7 +404,51 @@ static void test_fdiv(void) {
   da_context_destroy(ctx);
 }
 
+/* Open file descriptors of this process. */
+static int open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* A template from DILATTN_TEMPLATE_DIR larger than the generator's memory limit: the
+ * render fails with the memory error, and the file it was reading is closed (the read
+ * raised a Lua error with the FILE open: one descriptor lost a render). */
+static void test_template_dir_oom(void) {
+  char dir[] = "/tmp/dilattn-tpl-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  char path[256];
+  snprintf(path, sizeof path, "%s/big.tpl", dir);
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  for (int i = 0; i < 1 << 16; i++) fputs("/* filler line of a template far larger than the limit */\n", f);
+  fclose(f);
+  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+  da_context *ctx;
+  da_context_create(&ctx);
+  char *out = NULL;
+  const int before = open_fds();
+  int failed = 0;
+  for (int i = 0; i < 20; i++) {
+    const da_status st = render_text(ctx, "{{ include('big.tpl') }}", 20000000, 2u << 20, &out);
+    failed += st != DA_OK;
+    free(out), out = NULL;
+  }
+  const int after = open_fds();
+  TU_CHECK(failed == 20, "a 3.8 MB template under a 2 MiB limit: %d of 20 renders failed (%s)", failed,
+           da_context_last_error(ctx));
+  TU_CHECK(before >= 0 && after == before, "file descriptors: %d before 20 failed renders, %d after", before, after);
+  da_context_destroy(ctx);
+  unsetenv("DILATTN_TEMPLATE_DIR");
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(void) {
+  test_template_dir_oom();
   test_fdiv();
   test_lpt_heads();
   test_run_period();
