@@ -82,8 +82,13 @@ DA_HD int da_ldsm_v_col(int lane) { return (lane >> 4) * 8; }
  *     16kk..16kk+15) starts at kk * 2048.
  * Descriptor (PTX "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29 LBO >> 4,
  * 32-45 SBO >> 4, 49-51 base offset (0: atoms 1024-aligned), 62-63 swizzle (1 = 128B). */
+/* Row r's part of the offset (its 128 bytes, the swizzle's bits 4-6 set from r % 8), to
+ * which bits 0-3 (a byte within the chunk) may be OR'ed, then each chunk's offset from it
+ * by an XOR: a row's several chunks cost one instruction each (tile_stage_row). */
+DA_HD int da_sw128_row(int r) { return r * 128 | (r & 7) << 4; }
+DA_HD int da_sw128_at(int rows, int row_off, int chunk) { return (chunk >> 3) * rows * 128 + (row_off ^ (chunk & 7) << 4); }
 DA_HD int da_sw128_off(int rows, int r, int chunk) { /* byte offset of 16-byte chunk `chunk` of row r */
-  return (chunk >> 3) * rows * 128 + r * 128 + (((chunk & 7) ^ (r & 7)) << 4);
+  return da_sw128_at(rows, da_sw128_row(r), chunk);
 }
 DA_HD da_u64 da_wgmma_desc(da_u32 addr, da_u32 lbo, da_u32 sbo) {
   return (da_u64)((addr & 0x3FFFFu) >> 4) | ((da_u64)((lbo >> 4) & 0x3FFFu) << 16) |

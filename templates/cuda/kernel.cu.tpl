@@ -1273,14 +1273,13 @@ __device__ __forceinline__ float tile_row_result(const da_state &S, const float 
  * which tile_copy_out then copies to out. */
 __device__ __forceinline__ void tile_stage_row(da_u16 *Qs, int row, int lane, const float (&f)[NT_O][2]) {
 {% if p.wgmma then %}
-  /* da_sw128_off(TQ, row, dt) + 4 * (lane & 3) bytes, as one base a row and an XOR a chunk:
-   * row * 128 leaves bits 0-6 clear, (row & 7) << 4 and (dt & 7) << 4 are bits 4-6, the
-   * lane's 4 * (lane & 3) bits 2-3, and a 64-dim panel's offset a constant (where each
-   * chunk's swizzled address took ~4 instructions) */
-  const unsigned base = (unsigned)row * 128u | ((unsigned)row & 7u) << 4 | ((unsigned)lane & 3u) << 2;
+  /* da_sw128_off(TQ, row, dt) + 4 * (lane & 3) bytes: the row's part once (the lane's
+   * bytes 4 * (lane & 3) in bits 2-3), an XOR a chunk, where each chunk's whole swizzled
+   * address took ~4 instructions */
+  const int base = da_sw128_row(row) | (lane & 3) << 2;
 #pragma unroll
   for (int dt = 0; dt < NT_O; dt++) {
-    da_u16 *at = (da_u16 *)((char *)Qs + (dt >> 3) * TQ * 128 + (base ^ (unsigned)(dt & 7) << 4));
+    da_u16 *at = (da_u16 *)((char *)Qs + da_sw128_at(TQ, base, dt));
 {% else %}
 #pragma unroll
   for (int dt = 0; dt < NT_O; dt++) {
