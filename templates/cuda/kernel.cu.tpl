@@ -1224,31 +1224,25 @@ __device__ __forceinline__ void tile_copy_out(const da_u16 *Qs, const da_cuda_ar
   __syncwarp();
   constexpr int CPR = HD / 8; /* 16-byte chunks per row */
   const da_i64 ob = b * A.out_stride[0] + h * A.out_stride[2];
-  if (32 % CPR == 0) { /* a lane's chunk column is fixed, its row steps by 32 / CPR: its address by a constant */
-    constexpr int RSTEP = 32 % CPR == 0 ? 32 / CPR : 1;
-    const int c = lane % CPR, r0 = lane / CPR;
-    da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)(warp * WROWS + r0) * T.pstep) * A.out_stride[1] + c * 8;
-    const da_i64 step = RSTEP * T.pstep * A.out_stride[1];
+  /* the lane's chunks i = lane, lane + 32, ...: chunk c of the warp's row r, each step
+   * 32 / CPR rows and 32 % CPR chunks on (one more row where c wraps), so its address
+   * steps by constants (where 32 lanes cover whole rows, HD 32, 64, 128, c never wraps);
+   * recomputing each chunk's 64-bit address took ~12 instructions */
+  constexpr int RSTEP = 32 / CPR, CSTEP = 32 % CPR;
+  const da_i64 rstride = T.pstep * A.out_stride[1];
+  int r = lane / CPR, c = lane % CPR;
+  da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)(warp * WROWS + r) * T.pstep) * A.out_stride[1] + c * 8;
 #pragma unroll
-    for (int i = r0; i < WROWS; i += RSTEP, dst += step) {
-      const int row = warp * WROWS + i;
-      if (row >= T.nq) break; /* rows grow with i */
-      if (!(rows >> i & 1u)) continue;
+  for (int i = lane; i < WROWS * CPR; i += 32) {
+    const int row = warp * WROWS + r;
+    if (row >= T.nq) break; /* rows grow with i */
+    if (rows >> r & 1u) {
       const da_u32x4 v = *(const da_u32x4 *)(Qs + DA_CHUNK(TQ, row, c));
       if (A.out16) da_st_v16(dst, v);
       else da_st_v16_halves(dst, v); /* element-aligned out */
     }
-    return;
-  }
-#pragma unroll
-  for (int i = lane; i < WROWS * CPR; i += 32) {
-    const int row = warp * WROWS + i / CPR, c = i % CPR;
-    if (row >= T.nq) break; /* rows grow with i */
-    if (!(rows >> (i / CPR) & 1u)) continue;
-    const da_u32x4 v = *(const da_u32x4 *)(Qs + DA_CHUNK(TQ, row, c));
-    da_u16 *dst = (da_u16 *)A.out + ob + (T.pos0 + (da_i64)row * T.pstep) * A.out_stride[1] + c * 8;
-    if (A.out16) da_st_v16(dst, v);
-    else da_st_v16_halves(dst, v); /* element-aligned out */
+    r += RSTEP, c += CSTEP, dst += RSTEP * rstride + CSTEP * 8;
+    if (CSTEP && c >= CPR) r++, c -= CPR, dst += rstride - CPR * 8;
   }
 }
 
