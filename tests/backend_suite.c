@@ -364,8 +364,8 @@ void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label
     const da_status r = run(user, ctx, &s, B, N, q, k, v, out, lse);
     TU_CHECK(r == DA_OK, "%s NaN inputs %d: %s", label, variant, da_context_last_error(ctx));
     TU_CHECK(da_ref_attention(&s, B, N, dq, dk, dv, ro, rl) == 0, "%s NaN inputs %d: reference", label, variant);
-    const double tol_out = s.dtype == DA_DTYPE_FLOAT32 ? 2e-5 : s.dtype == DA_DTYPE_FLOAT16 ? 1e-2 : 3e-2,
-                 tol_lse = s.dtype == DA_DTYPE_FLOAT32 ? 1e-4 : 1e-2;
+    double tol_out, tol_lse; /* (v uniform in [-1, 1): vmax 1) */
+    tu_tolerances(s.dtype, 1.0, &tol_out, &tol_lse);
     int64_t nan_rows = 0, hidden = 0, spread = 0, wrong = 0, first_bad = -1;
     for (int64_t h = 0; h < H && r == DA_OK; h++)
       for (int64_t p = 0; p < N; p++) {

@@ -60,11 +60,16 @@ void tu_store(da_dtype t, void *p, int64_t i, double x) {
 
 size_t tu_elem_size(da_dtype t) { return t == DA_DTYPE_FLOAT32 ? 4 : 2; }
 
+void tu_tolerances(da_dtype t, double vmax, double *tol_out, double *tol_lse) {
+  *tol_out = (t == DA_DTYPE_FLOAT32 ? 2e-5 : t == DA_DTYPE_FLOAT16 ? 1e-2 : 3e-2) * vmax;
+  *tol_lse = t == DA_DTYPE_FLOAT32 ? 1e-4 : 1e-2;
+}
+
 int tu_compare(da_dtype t, int64_t count_out, const void *out, const double *ref_out,
                int64_t count_lse, const float *lse, const double *ref_lse, double vmax,
                double *err_out, double *err_lse) {
-  double tol_out = (t == DA_DTYPE_FLOAT32 ? 2e-5 : t == DA_DTYPE_FLOAT16 ? 1e-2 : 3e-2) * vmax;
-  double tol_lse = t == DA_DTYPE_FLOAT32 ? 1e-4 : 1e-2;
+  double tol_out, tol_lse;
+  tu_tolerances(t, vmax, &tol_out, &tol_lse);
   double eo = 0, el = 0;
   int ok = 1;
   for (int64_t i = 0; i < count_out; i++) {

@@ -40,6 +40,9 @@ double tu_load(da_dtype t, const void *p, int64_t i);
 void tu_store(da_dtype t, void *p, int64_t i, double x); /* rounds to nearest */
 size_t tu_elem_size(da_dtype t);
 
+/* tu_compare's tolerances: out's (absolute, scaled by vmax, V's largest magnitude) and
+ * lse's (absolute), by dtype. */
+void tu_tolerances(da_dtype t, double vmax, double *tol_out, double *tol_lse);
 /* Compare out (dtype t, [B,N,H,D]) and lse ([B,H,N] fp32) against float64 expectations
  * with the SEMANTICS.md tolerances relative to vmax = max|v|. Writes the errors seen.
  * Returns 1 when within tolerance. */
