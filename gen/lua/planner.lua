@@ -113,6 +113,12 @@ function M.plan(spec, target, opts)
     end
     assert(count == 0 or last - first + 1 == count, "planner: the heads of a branch are not contiguous")
     b.head0, b.nheads = first or 0, count
+    -- (the CUDA branch kernels take a head's slot of the branch as the branch's index, or
+    -- 0 in grouped mode: kernel.cu.tpl DA_HEAD_SLOT)
+    for h = b.head0, b.head0 + b.nheads - 1 do
+      local e = p.heads[h + 1][(spec.mode == "grouped") and 1 or (b.index + 1)]
+      assert(e and e.branch == b.index, "planner: a head's slot of a branch is not the one the kernels take")
+    end
     p.branch_heads_all = p.branch_heads_all and b.head0 == 0 and b.nheads == p.H
   end
 

@@ -1744,48 +1744,71 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
 /* Tile a0 (its first dilated row) of segment seg of (b, h) in this launch's branch, seg
  * counted from the launch's first token tok0: body(b, h, hkv, T, mode, each) and true, or
  * false where it holds no query (the head does not use the branch, past the sequence) */
-template <class B>
-__device__ __forceinline__ bool da_branch_tile(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 seg, da_i64 a0, B &&body) {
+/* The slot of branch br among head h's (HEAD_BR[h][k] == br): a branch launch's heads all
+ * use its branch (BR_HEAD0, BR_HEADS), in LongNet mode slot br of every head, in grouped
+ * mode a head's one (planner.lua; a search of HEAD_BR was ~17 instructions a tile) */
+#define DA_HEAD_SLOT(br) {{ p.mode == "grouped" and "0" or "(br)" }}
+/* A branch launch's tile: (b, h, segment, first dilated row), and what the rest of the
+ * kernel derives from them */
+struct da_btile {
+  da_i64 b, h, seg, a0;
+  da_i64 s0, off; /* the segment's first token, the head's offset in it */
+  da_qtile T;
+};
+/* Tile a0 (its first dilated row) of segment seg of (b, h) in this launch's branch, seg
+ * counted from the launch's first token tok0, into X; false where it holds no query (past
+ * the sequence, past the residue class's end) */
+__device__ __forceinline__ bool da_branch_find(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 seg, da_i64 a0,
+                                               da_btile &X) {
   const int br = A.branch;
-  int k = 0;
-  while (k < HEAD_NBR[h] && HEAD_BR[h][k] != br) k++;
-  if (k == HEAD_NBR[h]) return false; /* this head does not use the branch (grouped mode) */
-  const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][k];
+  const da_i64 w = BR_W[br], r = BR_R[br], off = HEAD_OFF[h][DA_HEAD_SLOT(br)];
   const da_i64 s0 = A.tok0 + seg * w;
   if (s0 >= A.seq_len) return false;
   const da_i64 L = da_class_len(br, s0, off, A.seq_len);
   if (a0 >= L) return false;
-  da_qtile T;
-  T.nq = (int)min((da_i64)TQ, L - a0);
-  T.pos0 = s0 + off + a0 * r;
-  T.pstep = r;
-  body(b, h, h / HEADS_PER_KV, T, {{ p.strategy == "split" and "1 + k" or "0" }}, /* split: tile_end's rows by slot */
-       [&](auto &&f) { f(br, s0, off, a0, (da_i64)1); });
+  X.b = b, X.h = h, X.seg = seg, X.a0 = a0, X.s0 = s0, X.off = off;
+  X.T.nq = (int)min((da_i64)TQ, L - a0);
+  X.T.pos0 = s0 + off + a0 * r;
+  X.T.pstep = r;
+  return true;
+}
+/* body(b, h, hkv, T, mode, each) of tile X */
+template <class B> __device__ __forceinline__ void da_branch_run(const da_cuda_args &A, const da_btile &X, B &&body) {
+  const int br = A.branch;
+  body(X.b, X.h, X.h / HEADS_PER_KV, X.T, {{ p.strategy == "split" and "1 + DA_HEAD_SLOT(br)" or "0" }}, /* split: tile_end's rows by slot */
+       [&](auto &&f) { f(br, X.s0, X.off, X.a0, (da_i64)1); });
+}
+/* da_branch_find, then body as da_branch_run does (true), or false */
+template <class B>
+__device__ __forceinline__ bool da_branch_tile(const da_cuda_args &A, da_i64 b, da_i64 h, da_i64 seg, da_i64 a0, B &&body) {
+  da_btile X;
+  if (!da_branch_find(A, b, h, seg, a0, X)) return false;
+  da_branch_run(A, X, body);
   return true;
 }
 {% if p.ws_tiles > 1 then %}
-/* run_tiles' view of a tile: (b, h, segment, first dilated row), found before the roles
- * split; each side derives the rest (da_branch_tile: through a job of those values too,
- * ptxas spilled up to 120 bytes of the producer's 40 registers) */
-struct da_ref {
-  da_i64 b, h, seg, a0;
-};
+/* run_tiles' view of a tile: found whole before the roles split (the decode and
+ * da_branch_find, by one thread a tile, into shared memory), read by each side
+ * (da_branch_run). Each side had derived it from (b, h, segment, first row) again, the
+ * consumers twice (their Q requests, then the tile): ~250 of the ~660 instructions from the
+ * CTA's barrier to its first wgmma. */
+typedef da_btile da_ref;
 __device__ __forceinline__ bool da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
   const int br = A.branch;
   const da_i64 tps = BR_TILES_PER_SEG[br], w = BR_W[br], nh = BR_HEADS(br);
   const da_i64 nseg = da_fq(min(A.seq_len - A.tok0, A.ws_len) + w - 1, BR_W_DIV[br]); /* the launch's segments */
   const da_i64 units = nseg * nh * A.batch;
   if (l >= units * tps) return false;
-  da_i64 depth, h;
+  da_i64 depth, b, seg, h;
   const da_i64 u = da_lpt_unit(l, units, tps, BR_LPT_GROUP[br], da_tdiv{BR_LPT_GROUP_DIV[br]}, da_tdiv{BR_LPT_SPAN_DIV[br]},
                                &depth);
-  da_unit_bih(u, nh, BR_HEADS_DIVIDER(br), nseg, A, &R.b, &R.seg, &h);
-  R.h = BR_HEAD0(br) + h;
-  R.a0 = (tps - 1 - depth) * (da_i64)TQ; /* a segment's latest (heaviest) tile first */
-  return true;
+  da_unit_bih(u, nh, BR_HEADS_DIVIDER(br), nseg, A, &b, &seg, &h);
+  /* a segment's latest (heaviest) tile first */
+  return da_branch_find(A, b, BR_HEAD0(br) + h, seg, (tps - 1 - depth) * (da_i64)TQ, R);
 }
 template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_args &A, const da_ref &R, B &&body) {
-  return da_branch_tile(A, R.b, R.h, R.seg, R.a0, body);
+  da_branch_run(A, R, body);
+  return true;
 }
 {% end %}
 {% end %}
