@@ -580,6 +580,14 @@ end
 -- (kernel.cu.tpl run_tiles): the producer loads the next tile's K / V while the consumers
 -- write this one's out. Not where warpgroups leave their tiles (ws_skip_idle: the empty
 -- barriers count the kept ones) or under a sparse layout (its verdict buffers). Untimed.
+-- Warp-specialized branch kernels without a causal mask (split and single plans) take the
+-- same order and pairs: a tile a CTA paid its cold start (the decode, Q and the first K
+-- from memory with the tensor cores idle) and left its epilogue without loads in flight at
+-- every tile (the non-causal LongNet 5-branch plan is split: 0.86 of SDPA at 1M on the
+-- H200 at 30da0bd). Not the fused kernels (their grid order is plan_lpt_heads'), nor in
+-- 192-row tiles (the D = 64 defaults: their 160-register consumers spilled 940 bytes
+-- through run_tiles' loop, the producer's 32 more) or 64-row ones (two CTAs an SM overlap
+-- there already). So far the D = 128 defaults. Untimed.
 -- Where shared memory holds a second Q tile beside the stages (p.q_bufs = 2: the D = 64
 -- defaults; not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB) the
 -- consumers request both tiles' Q at the CTA's start, so the second tile's lands during
@@ -651,13 +659,17 @@ local function plan_lpt_heads(p, group)
 end
 
 function M.plan_lpt(p)
-  p.lpt = p.causal
+  -- (warp-specialized branch kernels without a causal mask too, in 128-row tiles: their grid
+  -- in this order is what run_tiles decodes; a segment's tiles weigh the same there, but
+  -- its last)
+  local ws_pairs = p.wg_ws and not p.sparse and not p.ws_skip_idle
+  p.lpt = p.causal or (ws_pairs and p.strategy ~= "fused" and p.tile_q == 128)
   p.ws_tiles = 1
   p.q_bufs = 1
   local per_sm = p.min_blocks or 1
   local function group(tiles) return math.max(1, (LPT_CTAS * per_sm + tiles - 1) // tiles) end
   if not p.lpt then return plan_lpt_heads(p, group) end
-  if p.wg_ws and not p.sparse and not p.ws_skip_idle then
+  if ws_pairs then
     p.ws_tiles = 2
     local q_bytes = p.tile_q * p.D * 2
     if p.smem_bytes + q_bytes <= p.smem_room then

@@ -1883,7 +1883,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   bool first = true;
   for (int i = 0; i < WS_TILES; i++) {
     if (!has_ref[i]) continue;
-    const da_ref R = refs[i];
+    const da_ref &R = refs[i]; /* (read where used: a copy held across the key loop spilled) */
 {% if p.q_bufs == 2 then %}
     E *const Qt = i ? Q2 : Qs;
 {% end %}
