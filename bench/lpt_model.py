@@ -93,7 +93,7 @@ def ctas(costs, per, c0, c1):
     return out
 
 
-def model(cfg, src, N, B, sms, c0, c1):
+def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0):
     w, r = cfg["segment_lengths"], cfg["dilation_rates"]
     H = cfg["num_heads"]
     TQ, TK = define(src, "TQ"), define(src, "TK")
@@ -165,7 +165,7 @@ def model(cfg, src, N, B, sms, c0, c1):
     work = sum(order["window"])
     assert abs(work - sum(order["lpt"])) < 1e-6, "the two orders hold different tiles"
     m = re.search(r"#define WS_TILES (\d+)", src)
-    per = int(m.group(1)) if m else 1
+    per = ws_tiles or (int(m.group(1)) if m else 1)
     kernel = [c for lst in launch_lists for c in ctas(lst, per, c0, c1)]  # a CTA's tiles are one launch's
     ends = {k: makespan(v, sms) for k, v in (("window", order["window"]), ("lpt", order["lpt"]), ("kernel", kernel))}
     if "ideal" in order:  # every tile of the grid heaviest first: list scheduling's best order
@@ -186,6 +186,7 @@ def main():
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--c0", type=float, default=2.0)
     ap.add_argument("--c1", type=float, default=1.0)
+    ap.add_argument("--ws-tiles", type=int, default=0, help="tiles a CTA in the kernel schedule (default: the kernel's WS_TILES)")
     ap.add_argument("--dilattn", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "dilattn"))
     a = ap.parse_args()
     for path in a.configs:
@@ -195,7 +196,7 @@ def main():
             sys.exit(f"{path}: one branch, not causal: every tile costs the same")
         src = render(a.dilattn, path)
         for N in (int(x) for x in a.lengths.split(",")):
-            print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1))))
+            print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1, a.ws_tiles))))
 
 
 if __name__ == "__main__":

@@ -1838,7 +1838,9 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
    * producer's 40 registers hold none of the index arithmetic) */
   __shared__ da_ref refs[WS_TILES];
   __shared__ int has_ref[WS_TILES];
-  if (threadIdx.x == 0) {
+  /* (thread 32, warp 1: beside warp 0's decode below, not before it. One thread's loop:
+   * mbarrier.init takes a uniform address, a lane each made ptxas loop over the lanes) */
+  if (threadIdx.x == 32) {
     for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : NCWG * 128);
     if (DA_TMA) da_fence_mbar_init(); /* TMA completes on them through the async proxy */
   }
