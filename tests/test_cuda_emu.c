@@ -702,6 +702,18 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     s.causal = i % 3 == 0;
     bs_check(ctx, &s, 1, i % 2 ? 1536 : 1000, 860 + (uint64_t)i, "wgmma-ws-tma", run_emu, i < 2 ? &tma192 : &tma);
   }
+  /* without a causal mask, split and single plans' two tiles a CTA (run_tiles): 192-row
+   * tiles (the D = 64 default's, their merges a row at a time), 128-row ones (D = 128),
+   * a batch of two; segments of 4 and 3 tiles, ragged tails */
+  for (int i = 0; i < 4; i++) {
+    da_spec s;
+    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 768, 1536);
+    s.causal = 0;
+    if (i == 3) s.num_branches = 1; /* single */
+    const da_plan_options split = {i < 2 ? 192 : 128, 0, 1 << 30, 0, 6}, single = {0, 0, 0, 0, 6};
+    bs_check(ctx, &s, i == 1 ? 2 : 1, i % 2 ? 1100 : 1700, 870 + (uint64_t)i, "wgmma-ws-tma pairs", run_emu,
+             (void *)(i == 3 ? &single : &split));
+  }
   TU_CHECK(da_emu_tma_count() > before, "the wgmma-ws-tma runs issued no TMA copy");
   const unsigned long long with_maps = da_emu_tma_count();
   da_emu_plan_set_tma(0);

@@ -256,12 +256,15 @@ static void test_launches(da_context *ctx) {
   unsetenv("DILATTN_PDL");
   da_plan_destroy(p);
   /* grouped LongNet 5-branch (groups of 2, 2, 2, 1 and 1 of 8 heads): _clear over every
-   * head, then each branch over its group's heads alone; with 3 heads (groups of 1, 1, 1,
-   * 0, 0) the branches no head uses are not launched */
+   * head, then each branch over its group's heads alone, two tiles a CTA (the split
+   * plan's warp-specialized 192-row TMA kernel: a grid of CTAs in x alone, kernel.cu.tpl
+   * run_tiles); with 3 heads (groups of 1, 1, 1, 0, 0) the branches no head uses are not
+   * launched */
   for (int heads = 8; heads >= 3; heads -= 5) {
     da_spec g = longnet(5, 0);
     g.mode = DA_MODE_GROUPED, g.num_heads = g.num_kv_heads = heads;
     p = plan_with(ctx, &g, 0, 0, 0, &st);
+    da_plan_get_options(p, &o);
     run(p, &g, N, &st);
     n = read_launches(L, 64);
     const int nb = heads == 8 ? 5 : 3;
@@ -269,9 +272,11 @@ static void test_launches(da_context *ctx) {
              "grouped, %d heads: _clear over every head and %d branch launches (%d launches, %s)", heads, nb, n,
              da_context_last_error(ctx));
     for (int i = 1; i < n && n == 1 + nb; i++) {
-      const unsigned want = heads == 8 ? (i <= 3 ? 2 : 1) : 1;
-      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[1] == want && L[i].g[2] == 1,
-               "grouped, %d heads: branch launch %d over %u heads (want %u)", heads, i, L[i].g[1], want);
+      const int64_t want = heads == 8 ? (i <= 3 ? 2 : 1) : 1, per_head = branch_tiles(&g, i - 1, N, o.tile_q) / heads;
+      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[0] == (per_head * want + 1) / 2 && L[i].g[1] == 1 &&
+                   L[i].g[2] == 1,
+               "grouped, %d heads: branch launch %d of %u x %u CTAs (want %lld heads' %lld tiles, two a CTA)", heads,
+               i, L[i].g[0], L[i].g[1], (long long)want, (long long)(per_head * want));
     }
     da_plan_destroy(p);
   }

@@ -585,9 +585,10 @@ end
 -- from memory with the tensor cores idle) and left its epilogue without loads in flight at
 -- every tile (the non-causal LongNet 5-branch plan is split: 0.86 of SDPA at 1M on the
 -- H200 at 30da0bd). Not the fused kernels (their grid order is plan_lpt_heads'), nor in
--- 192-row tiles (the D = 64 defaults: their 160-register consumers spilled 940 bytes
--- through run_tiles' loop, the producer's 32 more) or 64-row ones (two CTAs an SM overlap
--- there already). So far the D = 128 defaults. Untimed.
+-- 64-row tiles (two CTAs an SM overlap there already). In 192-row tiles (the D = 64
+-- defaults) with TMA's copies alone, and the split epilogue merges a row at a time there
+-- (kernel.cu.tpl tile_end's BATCH: with two, the 160-register consumers spilled 948 bytes
+-- through run_tiles' loop; wgmma-ws's copies, 160 bytes with one). Untimed.
 -- Where shared memory holds a second Q tile beside the stages (p.q_bufs = 2: the D = 64
 -- defaults; not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB) the
 -- consumers request both tiles' Q at the CTA's start, so the second tile's lands during
@@ -659,11 +660,11 @@ local function plan_lpt_heads(p, group)
 end
 
 function M.plan_lpt(p)
-  -- (warp-specialized branch kernels without a causal mask too, in 128-row tiles: their grid
-  -- in this order is what run_tiles decodes; a segment's tiles weigh the same there, but
-  -- its last)
+  -- (warp-specialized branch kernels without a causal mask too, in 128-row tiles or TMA's
+  -- 192-row ones: their grid in this order is what run_tiles decodes; a segment's tiles
+  -- weigh the same there, but its last)
   local ws_pairs = p.wg_ws and not p.sparse and not p.ws_skip_idle
-  p.lpt = p.causal or (ws_pairs and p.strategy ~= "fused" and p.tile_q == 128)
+  p.lpt = p.causal or (ws_pairs and p.strategy ~= "fused" and (p.tile_q == 128 or p.tile_q == 192 and p.tma))
   p.ws_tiles = 1
   p.q_bufs = 1
   local per_sm = p.min_blocks or 1

@@ -1370,8 +1370,9 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
    * above them: it cannot tell the rows apart). All rows up to D = 64 (NT_O <= 8: two on
    * the wgmma path, four on mma.sync), else one, after its row's result (ptxas, the
    * warp-specialized kernel at D = 128: 852 bytes spilled with both; a lambda holding every
-   * row's side and partial, 684 or 716 bytes with one before or after the result) */
-  constexpr int BATCH = NT_O <= 8 ? 2 * MT : 1;
+   * row's side and partial, 684 or 716 bytes with one before or after the result; the
+   * 192-row consumers' 160 registers with two tiles a CTA, 948 bytes with two rows) */
+  constexpr int BATCH = NT_O <= 8 && {{ (p.ws_tiles > 1 and p.tile_q == 192) and "false" or "true" }} ? 2 * MT : 1;
   float olds[BATCH];
   da_f32x2 ws_o[BATCH][NT_O];
   int sides[BATCH]; /* each row's da_split_side, found once */
@@ -1892,7 +1893,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
     da_with_ref(A, R, [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
       da_state S;
 {% if p.q_bufs == 2 then %}
-      tile_begin(S, Qt, A, b, h, T, first, WS_TILES - 1 - i);
+      tile_begin(S, Qt, A, b, h, T, first, i + 1 < WS_TILES ? 1 : 0); /* (>= 0 as ptxas sees it: no Q load in the loop) */
 {% else %}
       if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
       tile_begin(S, Qs, A, b, h, T, first);
@@ -1905,7 +1906,9 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% if p.strategy ~= "fused" then %}
       da_grid_wait(); /* the launch before: out, lse and the workspace are written after it */
 {% end %}
-      tile_end(S, {{ p.q_bufs == 2 and "Qt" or "Qs" }}, A, b, h, T, mode);
+      /* (b, h and T read again from shared memory, not held across the key loop: a register
+       * of the 192-row consumers' 160, whose loop counter spilled) */
+      tile_end(S, {{ p.q_bufs == 2 and "Qt" or "Qs" }}, A, R.b, R.h, R.T, mode);
     });
   }
 {% if p.q_bufs == 2 then %}
