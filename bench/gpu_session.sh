@@ -122,8 +122,8 @@ if [ "$phase" = first ]; then
   #    30da0bd the kernels decode their tiles by multiplying and trim the epilogue
   #    (untimed-since-30da0bd.md): causal rows above 1.00x @lib are that, if any
   step 200 $B/tests/test_gpu "$golden" wgmma-ws-tma # (116 s on an H200 with an empty kernel cache)
-  #    (128x0:wgmma-ws-tma: 128-row tiles, two a CTA since 2d5e376, against the 192-row
-  #    one-tile default: the pairs spilled in 192-row tiles, planner.lua plan_lpt)
+  #    (0x0 against @lib: the 192-row split plans' two tiles a CTA, 9201ea5, where a launch
+  #    keeps a wave of CTAs; 128x0:wgmma-ws-tma: the same in 128-row tiles)
   step 110 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
     --tiles 0x0@lib,128x0:wgmma-ws-tma --reps 10 --out "$out/first_full.json"
   step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \

@@ -22,7 +22,12 @@ window's tiles by their average over heads and windows). Three schedules are com
           the batch;
   lpt:    the kernel's order (kernel.cu.tpl da_lpt_unit: groups of units depth-major), a
           tile a CTA;
-  kernel: that order with the kernel's tiles a CTA (WS_TILES, else 1).
+  kernel: that order with the kernel's tiles a CTA (WS_TILES, else 1; --ws-tiles: another
+          count).
+  (--pair-waves W, default 1 as the runtime does (cuda_backend.c launch_main): a launch runs
+  WS_TILES a CTA only where that leaves it W waves of CTAs, else one; 0: every launch.)
+  persistent: not built, for comparison: a CTA per SM taking the next tile of that order
+          as it frees (a tile counter), each CTA's first tile at c0 and later ones at c1.
 
 Without a causal mask (fused plans of several branches: a head's residue classes are
 covered by different branches, plan_lpt_heads) the tiles are ordered by LPT_TILE_H, each
@@ -46,7 +51,7 @@ import tempfile
 
 def render(dilattn, cfg_path):
     with tempfile.TemporaryDirectory() as d:
-        subprocess.run([dilattn, "gen", cfg_path, "--target", "cuda", "--arch", "sm_90a", "--mma", "wgmma-ws", "-o", d],
+        subprocess.run([dilattn, "gen", cfg_path, "--target", "cuda", "--arch", "sm_90a", "--mma", "wgmma-ws-tma", "-o", d],
                        check=True, stdout=subprocess.DEVNULL)
         (path,) = glob.glob(os.path.join(d, "*.cu"))
         with open(path) as f:
@@ -74,6 +79,21 @@ def makespan(costs, sms):
     return end
 
 
+def persistent(costs, sms, c0, c1):
+    """A persistent grid: a CTA per SM, each taking the next tile of the order as it frees
+    (a tile counter), its first tile at c0 and every later one at c1."""
+    free = [(0.0, 0)] * sms  # (time free, tiles run)
+    end = 0.0
+    for c in costs:
+        if c <= 0:
+            continue
+        t, n = heapq.heappop(free)
+        t += c - (c0 - c1 if n else 0.0)
+        end = max(end, t)
+        heapq.heappush(free, (t, n + 1))
+    return end
+
+
 def lpt_blocks(units, tpu, group):
     """(unit, depth) of each block in grid order, as da_lpt_unit decodes them."""
     last = max(units // group, 1) - 1  # the last group takes the remainder too
@@ -93,7 +113,7 @@ def ctas(costs, per, c0, c1):
     return out
 
 
-def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0):
+def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
     w, r = cfg["segment_lengths"], cfg["dilation_rates"]
     H = cfg["num_heads"]
     TQ, TK = define(src, "TQ"), define(src, "TK")
@@ -155,19 +175,24 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0):
                 L = (w[br] - off[h][br] + r[br] - 1) // r[br]
                 if a0 >= L:
                     return 0.0
-                a_last = min(a0 + TQ, L) - 1
+                a_last = min(a0 + TQ, L) - 1 if cfg.get("causal") else L - 1  # without a mask: the whole segment
                 return c0 + (a_last + TK) // TK
 
             order["window"] += [cost(h, (tps[br] - 1 - x % tps[br]) * TQ)
                                 for b in range(B) for h in range(H) for x in range(nseg * tps[br])]
-            launch_lists.append([cost(u % H, (tps[br] - 1 - d) * TQ) for u, d in lpt_blocks(B * H * nseg, tps[br], groups[br])])
+            launch_lists.append([cost(u % H, (tps[br] - 1 - d) * TQ) for u, d in lpt_blocks(B * H * nseg, tps[br], groups[br])]
+                                if groups else order["window"][-B * H * nseg * tps[br]:])  # no LPT table: grid order
             order["lpt"] += launch_lists[-1]
     work = sum(order["window"])
     assert abs(work - sum(order["lpt"])) < 1e-6, "the two orders hold different tiles"
     m = re.search(r"#define WS_TILES (\d+)", src)
     per = ws_tiles or (int(m.group(1)) if m else 1)
-    kernel = [c for lst in launch_lists for c in ctas(lst, per, c0, c1)]  # a CTA's tiles are one launch's
+    # a CTA's tiles are one launch's; --pair-waves W: a launch runs `per` a CTA only where
+    # that leaves it W waves of CTAs or more (else one tile a CTA)
+    kernel = [c for lst in launch_lists
+              for c in ctas(lst, per if len(lst) >= pair_waves * per * sms else 1, c0, c1)]
     ends = {k: makespan(v, sms) for k, v in (("window", order["window"]), ("lpt", order["lpt"]), ("kernel", kernel))}
+    ends["persistent"] = persistent(order["lpt"], sms, c0, c1)
     if "ideal" in order:  # every tile of the grid heaviest first: list scheduling's best order
         ends["ideal"] = makespan(order["ideal"], sms)
     eff = {k: work / (sms * t) for k, t in ends.items()}
@@ -175,6 +200,8 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0):
                 efficiency_window=round(eff["window"], 4), efficiency_lpt=round(eff["lpt"], 4),
                 efficiency_kernel=round(eff["kernel"], 4), speedup_lpt=round(ends["window"] / ends["lpt"], 4),
                 speedup_kernel=round(ends["window"] / ends["kernel"], 4),
+                efficiency_persistent=round(eff["persistent"], 4),
+                speedup_persistent_over_kernel=round(ends["kernel"] / ends["persistent"], 4),
                 **({"efficiency_ideal": round(work / (sms * ends["ideal"]), 4)} if "ideal" in ends else {}))
 
 
@@ -187,6 +214,8 @@ def main():
     ap.add_argument("--c0", type=float, default=2.0)
     ap.add_argument("--c1", type=float, default=1.0)
     ap.add_argument("--ws-tiles", type=int, default=0, help="tiles a CTA in the kernel schedule (default: the kernel's WS_TILES)")
+    ap.add_argument("--pair-waves", type=float, default=1.0,
+                    help="a launch runs several tiles a CTA only where that leaves it this many waves of CTAs")
     ap.add_argument("--dilattn", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "dilattn"))
     a = ap.parse_args()
     for path in a.configs:
@@ -196,7 +225,7 @@ def main():
             sys.exit(f"{path}: one branch, not causal: every tile costs the same")
         src = render(a.dilattn, path)
         for N in (int(x) for x in a.lengths.split(",")):
-            print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1, a.ws_tiles))))
+            print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1, a.ws_tiles, a.pair_waves))))
 
 
 if __name__ == "__main__":

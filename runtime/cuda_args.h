@@ -18,6 +18,8 @@ typedef struct {
   int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
   int tma;   /* wgmma-ws-tma kernels: the tensor maps after these arguments are encoded (the
                 producer copies K / V by TMA); else cp.async as without them */
+  int tpc;   /* kernels of several tiles a CTA (da__rendered.ws_tiles > 1): this launch's, 1 ..
+                ws_tiles (cuda_backend.c launch_main); else 1 */
   /* branch launches run over the tokens [tok0, tok0 + ws_len) (a whole number of every
    * branch's segments): the workspace holds ws_len rows a (batch, head) */
   int64_t tok0, ws_len;

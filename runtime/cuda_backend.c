@@ -291,15 +291,23 @@ static da_status launch_rows(const da_context *ctx, int heads, int head_dim, int
 }
 
 /* The attention kernel's grid: (gx, heads, B) blocks of a tile each, or where the plan runs
- * ws_tiles tiles a CTA (kernel.cu.tpl run_tiles), those blocks ws_tiles a CTA in x. */
-static da_status launch_main(const da_context *ctx, const da__rendered *r, int64_t gx, int heads, da__cuda_args *a,
-                             da__cuda_launch_fn launch, void *user) {
+ * ws_tiles tiles a CTA (kernel.cu.tpl run_tiles), those blocks a->tpc a CTA in x: ws_tiles
+ * where that leaves the launch a wave of CTAs on the device's sms SMs (or sms is not
+ * known: 0), else one. Fewer CTAs than SMs would leave SMs idle that one tile a CTA keeps
+ * busy: bench/lpt_model.py --pair-waves 1 models LongNet 5-branch at N = 16K 1.02x to
+ * 1.04x faster than one tile a CTA that way, 0.92x to 0.94x with every launch paired (its
+ * small branch launches); causal 5-branch 1.04x to 1.07x against 0.97x to 1.00x. */
+static da_status launch_main(const da_context *ctx, const da__rendered *r, int64_t gx, int heads, int sms,
+                             da__cuda_args *a, da__cuda_launch_fn launch, void *user) {
   unsigned threads = (unsigned)r->threads, smem = (unsigned)r->smem_bytes;
   /* (the kernels number the blocks in 32 bits: kernel.cu.tpl da_lpt_unit, da_unit_bih) */
   DA_RETURN_IF(gx > 0x7fffffff || gx * heads * a->batch > (int64_t)UINT32_MAX, DA_ERR_INVALID_ARGUMENT,
                "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
+  a->tpc = 1;
   if (r->ws_tiles > 1) {
-    const int64_t ctas = (gx * heads * a->batch + r->ws_tiles - 1) / r->ws_tiles;
+    const int64_t blocks = gx * heads * a->batch;
+    a->tpc = sms <= 0 || blocks >= (int64_t)r->ws_tiles * sms ? r->ws_tiles : 1;
+    const int64_t ctas = (blocks + a->tpc - 1) / a->tpc;
     DA_RETURN_IF(gx > 0x7fffffff || ctas > 0x7fffffff, DA_ERR_INVALID_ARGUMENT,
                  "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
     return launch(user, DA_CUDA_K_MAIN, (unsigned)(ctas > 0 ? ctas : 1), 1, 1, threads, smem, a);
@@ -405,7 +413,7 @@ void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, c
   *why = __atomic_load_n(&tma_why, __ATOMIC_RELAXED);
 }
 
-da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
+da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim, int sms,
                                    da__cuda_args *args, da__cuda_launch_fn launch, void *user,
                                    da__tmap_encode_fn enc) {
   /* every launch takes the kernels' full parameter (the arguments, then a wgmma-ws-tma
@@ -426,7 +434,8 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   da_status st = DA_OK;
   if (!strcmp(r->strategy, "fused")) {
     a->tma = take_maps(r, maps, -1, K.m);
-    st = launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, a, launch, user);
+    st = launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, sms, a, launch,
+                     user);
     goto out;
   }
   /* _clear, unless the branches write every row; a split plan's branch with r = 1 first
@@ -453,8 +462,8 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
       if (bh <= 0) continue;
       a->branch = br;
       a->tma = take_maps(r, maps, br, K.m);
-      st = launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, a, launch,
-                       user);
+      st = launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, sms, a,
+                       launch, user);
     }
   }
 out:
@@ -545,7 +554,8 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   a.ws_len = run;
   driver_launch d = {ctx, p, stream, 0};
   da_status st =
-      da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, &a, launch_on_driver, &d, da__cuda_tmap_encoder(p->dev));
+      da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, da__cuda_sm_count(p->dev), &a, launch_on_driver, &d,
+                               da__cuda_tmap_encoder(p->dev));
   if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
     da_status s2 = da__cuda_sync(ctx, p->dev, stream);
     da__cuda_free(p->dev, owned);

@@ -60,7 +60,8 @@ DA_HIDDEN size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t bat
  *   split:  _clear (only where some row no branch covers: clear_rows), _branch per branch,
  *           split_first >= 0 first; a row's last covering launch writes out and lse
  *   single: _clear (likewise), _branch per branch
- *   (ws_tiles > 1: the attention kernel's blocks ws_tiles a CTA, in x alone)
+ *   (ws_tiles > 1: the attention kernel's blocks a->tpc a CTA, in x alone: ws_tiles where
+ *   that leaves a launch a wave of CTAs on sms SMs, 0: unknown, always; else 1)
  * da__cuda_kernel_suffix names kernel slot `which` (DA_CUDA_K_*) of a strategy, NULL when
  * the strategy has none. da__cuda_launch_sequence calls launch once per launch, in order,
  * with a->branch set for branch launches, and the branches in runs of a->ws_len tokens (0
@@ -77,7 +78,7 @@ typedef da_status (*da__cuda_launch_fn)(void *user, int which, unsigned gx, unsi
  * tests: a driver that refuses the maps would otherwise cost only speed. */
 DA_HIDDEN void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, const char **why);
 DA_HIDDEN da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
-                                             da__cuda_args *a, da__cuda_launch_fn launch, void *user,
+                                             int sms, da__cuda_args *a, da__cuda_launch_fn launch, void *user,
                                              da__tmap_encode_fn enc);
 /* Pointers, sizes and strides of args (masks, ws and branch zero). */
 DA_HIDDEN void da__cuda_args_fill(da__cuda_args *a, const da_args *args);

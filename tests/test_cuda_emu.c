@@ -703,16 +703,31 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     bs_check(ctx, &s, 1, i % 2 ? 1536 : 1000, 860 + (uint64_t)i, "wgmma-ws-tma", run_emu, i < 2 ? &tma192 : &tma);
   }
   /* without a causal mask, split and single plans' two tiles a CTA (run_tiles): 192-row
-   * tiles (the D = 64 default's, their merges a row at a time), 128-row ones (D = 128),
-   * a batch of two; segments of 4 and 3 tiles, ragged tails */
-  for (int i = 0; i < 4; i++) {
+   * tiles (the D = 64 default's, their merges a row at a time), 128-row ones (D = 128), a
+   * batch of two, a 192-row split without tensor maps (the producer's cp.async); segments
+   * of 3 and 4 tiles (w = 576: a unit's tiles an odd count), ragged tails. Then those
+   * kernels with one tile a CTA (the runtime's a->tpc 1, where pairs would leave fewer
+   * CTAs than SMs), causal and not. Each plan must be one of two tiles a CTA. */
+  for (int i = 0; i < 7; i++) {
     da_spec s;
-    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 ? 64 : 128, 768, 1536);
-    s.causal = 0;
+    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 || i > 3 ? 64 : 128, i == 0 ? 576 : 768,
+              1536);
+    s.causal = i == 6;
     if (i == 3) s.num_branches = 1; /* single */
-    const da_plan_options split = {i < 2 ? 192 : 128, 0, 1 << 30, 0, 6}, single = {0, 0, 0, 0, 6};
-    bs_check(ctx, &s, i == 1 ? 2 : 1, i % 2 ? 1100 : 1700, 870 + (uint64_t)i, "wgmma-ws-tma pairs", run_emu,
-             (void *)(i == 3 ? &single : &split));
+    const da_plan_options split = {i < 2 || i > 3 ? 192 : 128, 0, 1 << 30, 0, 6}, single = {0, 0, 0, 0, 6};
+    const da_plan_options *o = i == 3 ? &single : &split;
+    da__rendered r;
+    const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, o, &r) == DA_OK ? r.ws_tiles : 0;
+    if (ws_tiles) da__rendered_free(&r);
+    TU_CHECK(ws_tiles == 2, "pairs case %d: a plan of %d tiles a CTA (%s)", i, ws_tiles, da_context_last_error(ctx));
+    if (i == 4) da_emu_plan_set_tma(0);
+    if (i >= 5) da_emu_plan_set_sms(1 << 20);
+    bs_check(ctx, &s, i == 1 ? 2 : 1, i % 2 ? 1100 : 1700, 870 + (uint64_t)i,
+             i == 4 ? "wgmma-ws-tma pairs without tensor maps" : i >= 5 ? "wgmma-ws-tma pairs, one tile a CTA"
+                                                                       : "wgmma-ws-tma pairs",
+             run_emu, (void *)o);
+    da_emu_plan_set_tma(1);
+    da_emu_plan_set_sms(1);
   }
   TU_CHECK(da_emu_tma_count() > before, "the wgmma-ws-tma runs issued no TMA copy");
   const unsigned long long with_maps = da_emu_tma_count();

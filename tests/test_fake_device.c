@@ -206,10 +206,14 @@ static void run(da_plan *p, const da_spec *s, int64_t N, da_status *st) { run_on
 
 /* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA,
  * whatever order the branches launch in: each branch's CTAs once. */
+/* CTAs of a launch of `tiles` blocks of a two-tiles-a-CTA kernel on the fake device's 132
+ * SMs: two a CTA where that leaves a wave of CTAs, else one (cuda_backend.c launch_main) */
+static int64_t pair_ctas(int64_t tiles) { return tiles >= 2 * 132 ? (tiles + 1) / 2 : tiles; }
+
 static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int tq, const char *what) {
   int used[5] = {0};
   for (int i = 0; i < 5; i++) {
-    const int64_t want = (branch_tiles(s, i, tokens, tq) + 1) / 2;
+    const int64_t want = pair_ctas(branch_tiles(s, i, tokens, tq));
     int found = -1;
     for (int j = 0; j < 5 && found < 0; j++)
       if (!used[j] && (int64_t)L[j].g[0] * L[j].g[1] * L[j].g[2] == want) found = j;
@@ -256,9 +260,9 @@ static void test_launches(da_context *ctx) {
   unsetenv("DILATTN_PDL");
   da_plan_destroy(p);
   /* grouped LongNet 5-branch (groups of 2, 2, 2, 1 and 1 of 8 heads): _clear over every
-   * head, then each branch over its group's heads alone, two tiles a CTA (the split
-   * plan's warp-specialized 192-row TMA kernel: a grid of CTAs in x alone, kernel.cu.tpl
-   * run_tiles); with 3 heads (groups of 1, 1, 1, 0, 0) the branches no head uses are not
+   * head, then each branch over its group's heads alone, two tiles a CTA where a launch has
+   * enough (the single plan's warp-specialized 192-row TMA kernel: a grid of CTAs in x
+   * alone, kernel.cu.tpl run_tiles); with 3 heads (groups of 1, 1, 1, 0, 0) the branches no head uses are not
    * launched */
   for (int heads = 8; heads >= 3; heads -= 5) {
     da_spec g = longnet(5, 0);
@@ -273,10 +277,10 @@ static void test_launches(da_context *ctx) {
              da_context_last_error(ctx));
     for (int i = 1; i < n && n == 1 + nb; i++) {
       const int64_t want = heads == 8 ? (i <= 3 ? 2 : 1) : 1, per_head = branch_tiles(&g, i - 1, N, o.tile_q) / heads;
-      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[0] == (per_head * want + 1) / 2 && L[i].g[1] == 1 &&
+      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[0] == pair_ctas(per_head * want) && L[i].g[1] == 1 &&
                    L[i].g[2] == 1,
-               "grouped, %d heads: branch launch %d of %u x %u CTAs (want %lld heads' %lld tiles, two a CTA)", heads,
-               i, L[i].g[0], L[i].g[1], (long long)want, (long long)(per_head * want));
+               "grouped, %d heads: branch launch %d of %u x %u CTAs (want %lld heads' %lld tiles, two a CTA where "
+               "that leaves 132 CTAs)", heads, i, L[i].g[0], L[i].g[1], (long long)want, (long long)(per_head * want));
     }
     da_plan_destroy(p);
   }
@@ -316,7 +320,7 @@ static void test_block_limit(da_context *ctx) {
     memset(&a, 0, sizeof a);
     a.batch = batch, a.seq_len = (int64_t)1 << 24, a.ws_len = a.seq_len;
     int launches = 0;
-    st = da__cuda_launch_sequence(ctx, &rd, 8, 64, &a, count_launch, &launches, NULL);
+    st = da__cuda_launch_sequence(ctx, &rd, 8, 64, 132, &a, count_launch, &launches, NULL);
     if (batch == 4095)
       TU_CHECK(st == DA_OK && launches == 1, "batch 4095: %u blocks launched (%d, %s)", 4095u << 20, launches,
                da_context_last_error(ctx));

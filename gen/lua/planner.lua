@@ -507,8 +507,9 @@ function M.plan_cuda(p, opts)
       if p.wg_ws then -- as many stages as fit, up to 4 (227 KiB less the static shared memory:
         -- mbarriers, and under a sparse layout two buffers of partial-tile verdicts; with two
         -- CTAs per SM, half of the SM's 228 KiB less the 1 KiB the driver reserves per CTA)
-        -- (causal: 512, room for run_tiles' tile references beside the mbarriers)
-        local static = (p.causal and 512 or 256) + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
+        -- (512 where run_tiles may run, causal plans and those without a sparse layout: room
+        -- for its tile references beside the mbarriers)
+        local static = ((p.causal or not p.sparse) and 512 or 256) + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
         local limit = p.min_blocks == 2 and 233472 // 2 - 1024 or 232448
         p.smem_room = limit - static -- dynamic shared memory a CTA may take (plan_lpt: a second Q tile)
         p.stages = 4

@@ -59,8 +59,8 @@ __constant__ int BR_TMAP0_[{{ p.num_branches }}] = { {{ join(p.branches, functio
 {% end %}
 {% end %}
 {% if p.lpt then %}
-/* causal (or a fused grid whose heads' tiles differ): blocks longest first within groups of
- * units (planner.lua plan_lpt) */
+/* causal, a fused grid whose heads' tiles differ, or two tiles a CTA: blocks longest first
+ * within groups of units (planner.lua plan_lpt) */
 __constant__ da_i64 BR_LPT_GROUP[{{ p.num_branches }}] = { {{ join(p.branches, function(b) return tostring(b.lpt_group) end) }} };
 {% if p.lpt_order then %}
 __constant__ {{ p.tiles_per_window < 65536 and "unsigned short" or "int" }} LPT_TILE[{{ p.tiles_per_window }}] = { {{ join(p.lpt_order) }} }; /* a window's tile of each depth */
@@ -84,6 +84,7 @@ struct da_cuda_args {
   int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
   int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
   int tma;   /* wgmma-ws-tma: the tensor maps after the arguments are set (produce_tma); else cp.async */
+  int tpc;   /* run_tiles kernels (WS_TILES): this launch's tiles a CTA, 1 .. WS_TILES */
   /* branch launches run over the tokens [tok0, tok0 + ws_len) (a whole number of every
    * branch's segments): the workspace holds ws_len rows a (batch, head) */
   da_i64 tok0, ws_len;
@@ -1815,7 +1816,8 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
 {% end %}
 
 {% if p.ws_tiles > 1 then %}
-/* WS_TILES tiles a CTA, blocks blockIdx.x * WS_TILES + i of the causal grid: the producer
+/* WS_TILES tiles a CTA (at most: A.tpc of them, the runtime's choice per launch), blocks
+ * blockIdx.x * A.tpc + i of the longest-first grid: the producer
  * walks their key tiles one after the other without a pause, so the next tile's K / V
  * load while the consumers write this one's out and load its Q (a CTA per tile leaves the
  * SM without loads then, and starts the next CTA's pipeline cold). The stages and their
@@ -1845,8 +1847,8 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
     for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : NCWG * 128);
     if (DA_TMA) da_fence_mbar_init(); /* TMA completes on them through the async proxy */
   }
-  if (threadIdx.x < WS_TILES)
-    has_ref[threadIdx.x] = da_block_ref((da_i64)blockIdx.x * WS_TILES + threadIdx.x, A, refs[threadIdx.x]);
+  if (threadIdx.x < WS_TILES) /* (A.tpc of them: the runtime's per launch) */
+    has_ref[threadIdx.x] = (int)threadIdx.x < A.tpc && da_block_ref((da_i64)blockIdx.x * A.tpc + threadIdx.x, A, refs[threadIdx.x]);
   __syncthreads(); /* the last CTA barrier */
   da_pipe P = {0, 0, 0};
   if (threadIdx.x < DA_PRODUCERS) {

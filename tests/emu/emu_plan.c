@@ -30,9 +30,10 @@ void da_emu_plan_done(int remove) {
   if (!remove) fprintf(stderr, "emulated kernels kept in %s\n", work_dir);
 }
 
-static int launches, tma_off;
+static int launches, tma_off, emu_sms = 1;
 
 void da_emu_plan_set_tma(int on) { tma_off = !on; }
+void da_emu_plan_set_sms(int sms) { emu_sms = sms; }
 
 int da_emu_plan_launches(void) { return launches; }
 
@@ -119,7 +120,7 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
     a.ws = ws;
     da_emu_register_buffer(ws, wsb, 1);
   }
-  st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, &a, emu_launch, &L,
+  st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, emu_sms, &a, emu_launch, &L,
                                 tma_off ? NULL : da_emu_tensor_map_encode);
 out:
   free(ws);

@@ -17,6 +17,9 @@ int da_emu_plan_launches(void);
 /* Whether the launches get the emulator's tensor-map encoder (default 1); 0: as under a
  * driver without one, wgmma-ws-tma kernels copy without TMA (produce_tma's fallback). */
 void da_emu_plan_set_tma(int on);
+/* The SM count the launches are sized for (da__cuda_launch_sequence's sms; default 1: a
+ * plan of several tiles a CTA runs them wherever a launch has two blocks or more). */
+void da_emu_plan_set_sms(int sms);
 
 /* Run spec (render options opts, may be NULL) over args: host pointers; the q/k/v/out/
  * lse regions have the byte sizes given and are the only global memory the kernels may
