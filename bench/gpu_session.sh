@@ -128,8 +128,8 @@ if [ "$phase" = first ]; then
     --tiles 0x0@lib,128x0:wgmma-ws-tma --reps 10 --out "$out/first_full.json"
   step 75 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
     --causal --tiles 0x0@lib,64x0:wgmma-ws-tma --reps 10 --out "$out/first_causal.json"
-  #    D = 128 without a causal mask: the split and single plans' two tiles a CTA (ed71a36's
-  #    successor, untimed-since-30da0bd.md) against @lib's one
+  #    D = 128 without a causal mask: the split and single plans' two tiles a CTA (2d5e376,
+  #    untimed-since-30da0bd.md) against @lib's one
   step 60 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,dense2048 \
     --head-dim 128 --tiles 0x0@lib --reps 10 --out "$out/first_full_d128.json"
   # 3. the default kernels on the hardware's own checks (wgmma-ws: sparse layouts' default;

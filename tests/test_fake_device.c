@@ -204,12 +204,12 @@ static void run_on(da_plan *p, const da_spec *s, int64_t N, void *stream, da_sta
 
 static void run(da_plan *p, const da_spec *s, int64_t N, da_status *st) { run_on(p, s, N, NULL, st); }
 
-/* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA,
- * whatever order the branches launch in: each branch's CTAs once. */
 /* CTAs of a launch of `tiles` blocks of a two-tiles-a-CTA kernel on the fake device's 132
  * SMs: two a CTA where that leaves a wave of CTAs, else one (cuda_backend.c launch_main) */
 static int64_t pair_ctas(int64_t tiles) { return tiles >= 2 * 132 ? (tiles + 1) / 2 : tiles; }
 
+/* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA
+ * (pair_ctas), whatever order the branches launch in: each branch's CTAs once. */
 static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int tq, const char *what) {
   int used[5] = {0};
   for (int i = 0; i < 5; i++) {
@@ -262,8 +262,8 @@ static void test_launches(da_context *ctx) {
   /* grouped LongNet 5-branch (groups of 2, 2, 2, 1 and 1 of 8 heads): _clear over every
    * head, then each branch over its group's heads alone, two tiles a CTA where a launch has
    * enough (the single plan's warp-specialized 192-row TMA kernel: a grid of CTAs in x
-   * alone, kernel.cu.tpl run_tiles); with 3 heads (groups of 1, 1, 1, 0, 0) the branches no head uses are not
-   * launched */
+   * alone, kernel.cu.tpl run_tiles); with 3 heads (groups of 1, 1, 1, 0, 0) the branches
+   * no head uses are not launched */
   for (int heads = 8; heads >= 3; heads -= 5) {
     da_spec g = longnet(5, 0);
     g.mode = DA_MODE_GROUPED, g.num_heads = g.num_kv_heads = heads;

@@ -1743,9 +1743,6 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
   return true;
 }
 {% else %}
-/* Tile a0 (its first dilated row) of segment seg of (b, h) in this launch's branch, seg
- * counted from the launch's first token tok0: body(b, h, hkv, T, mode, each) and true, or
- * false where it holds no query (the head does not use the branch, past the sequence) */
 /* The slot of branch br among head h's (HEAD_BR[h][k] == br): a branch launch's heads all
  * use its branch (BR_HEAD0, BR_HEADS), in LongNet mode slot br of every head, in grouped
  * mode a head's one (planner.lua; a search of HEAD_BR was ~17 instructions a tile) */
