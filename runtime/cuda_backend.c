@@ -18,6 +18,7 @@
 #include "runtime/log.h"
 #include "runtime/nvrtc.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ struct da__cuda_plan {
   da__cuda_kernel k[DA_CUDA_K_COUNT];
   void *dmasks;     /* device: pointer table followed by the masks */
   int pdl;          /* launches after a sequence's first are programmatic dependent ones */
+  int cta_tiles;    /* DILATTN_CTA_TILES at plan creation: 1 or 2, else 0 (launch_main's choice) */
 };
 
 da_status da__cuda_backend_available(const da_context *ctx) {
@@ -205,6 +207,9 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
    * griddepcontrol.wait launched so would race it; compiled for an older arch it has none) */
   p->pdl = strcmp(r->strategy, "fused") && da__cuda_pdl(dev) && atoi(arch + 3) >= 90 &&
            r->source && strstr(r->source, "griddepcontrol.wait") != NULL;
+  const char *ct = getenv("DILATTN_CTA_TILES"); /* (an A/B of launch_main's choice: README) */
+  p->cta_tiles = ct && (!strcmp(ct, "1") || !strcmp(ct, "2")) ? *ct - '0' : 0;
+  if (ct && *ct && !p->cta_tiles) da__log(DA_LOG_WARN, "DILATTN_CTA_TILES=%s: neither 1 nor 2; the runtime's choice", ct);
   da_status st = DA_OK;
   for (int i = 0; i < DA_CUDA_K_COUNT && st == DA_OK; i++) {
     const char *suffix = da__cuda_kernel_suffix(r->strategy, i);
@@ -554,8 +559,10 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   a.ws_len = run;
   driver_launch d = {ctx, p, stream, 0};
   da_status st =
-      da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, da__cuda_sm_count(p->dev), &a, launch_on_driver, &d,
-                               da__cuda_tmap_encoder(p->dev));
+      da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim,
+                               /* DILATTN_CTA_TILES 1: no launch fills a wave of pairs; 2: every one does */
+                               p->cta_tiles == 1 ? INT_MAX : p->cta_tiles == 2 ? 0 : da__cuda_sm_count(p->dev), &a,
+                               launch_on_driver, &d, da__cuda_tmap_encoder(p->dev));
   if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
     da_status s2 = da__cuda_sync(ctx, p->dev, stream);
     da__cuda_free(p->dev, owned);

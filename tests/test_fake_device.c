@@ -186,8 +186,9 @@ static void test_instruction(da_context *ctx) {
 
 /* Query tiles of branch i over N tokens: every segment's dilated length in tiles of tq. */
 static int64_t branch_tiles(const da_spec *s, int i, int64_t N, int tq) {
-  const int64_t w = s->segment_lengths[i], r = s->dilation_rates[i];
-  const int64_t seg = w < N ? w : N, L = (seg + r - 1) / r;
+  /* (a whole segment's tiles each, as the grid has: those past a shorter sequence's end
+   * hold no query) */
+  const int64_t w = s->segment_lengths[i], r = s->dilation_rates[i], L = (w + r - 1) / r;
   return (N + w - 1) / w * ((L + tq - 1) / tq) * s->num_heads;
 }
 
@@ -209,11 +210,13 @@ static void run(da_plan *p, const da_spec *s, int64_t N, da_status *st) { run_on
 static int64_t pair_ctas(int64_t tiles) { return tiles >= 2 * 132 ? (tiles + 1) / 2 : tiles; }
 
 /* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA
- * (pair_ctas), whatever order the branches launch in: each branch's CTAs once. */
-static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int tq, const char *what) {
+ * (pair_ctas; cta_tiles 1 or 2: that many in every launch, DILATTN_CTA_TILES), whatever
+ * order the branches launch in: each branch's CTAs once. */
+static void check_grids_ct(const launch_t *L, const da_spec *s, int64_t tokens, int tq, int cta_tiles, const char *what) {
   int used[5] = {0};
   for (int i = 0; i < 5; i++) {
-    const int64_t want = pair_ctas(branch_tiles(s, i, tokens, tq));
+    const int64_t tiles = branch_tiles(s, i, tokens, tq);
+    const int64_t want = cta_tiles == 1 ? tiles : cta_tiles == 2 ? (tiles + 1) / 2 : pair_ctas(tiles);
     int found = -1;
     for (int j = 0; j < 5 && found < 0; j++)
       if (!used[j] && (int64_t)L[j].g[0] * L[j].g[1] * L[j].g[2] == want) found = j;
@@ -221,6 +224,9 @@ static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int
     TU_CHECK(found >= 0, "%s: branch %d (w %lld, r %lld) over %lld tokens: no launch of %lld CTAs", what, i,
              (long long)s->segment_lengths[i], (long long)s->dilation_rates[i], (long long)tokens, (long long)want);
   }
+}
+static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int tq, const char *what) {
+  check_grids_ct(L, s, tokens, tq, 0, what);
 }
 
 static void test_launches(da_context *ctx) {
@@ -245,6 +251,19 @@ static void test_launches(da_context *ctx) {
              "launch %d: %s block %u smem %u dependent %d", i, L[i].name, L[i].b[0], L[i].smem, L[i].dependent);
   if (n == 5) check_grids(L, &s, N, o.tile_q, "one run");
   da_plan_destroy(p);
+  /* DILATTN_CTA_TILES (read at plan creation): one tile a CTA in every launch, then two; at
+   * N = 16K, where the rule gives the launches of w = 8192, 16384 and 32768 (256, 176 and
+   * 176 blocks) one a CTA, the others two */
+  for (int ct = 1; ct <= 2; ct++) {
+    setenv("DILATTN_CTA_TILES", ct == 1 ? "1" : "2", 1);
+    p = plan_with(ctx, &s, 0, 0, 0, &st);
+    unsetenv("DILATTN_CTA_TILES");
+    run(p, &s, N / 4, &st);
+    n = read_launches(L, 64);
+    TU_CHECK(st == DA_OK && n == 5, "DILATTN_CTA_TILES=%d: 5 launches (%d, %s)", ct, n, da_context_last_error(ctx));
+    if (n == 5) check_grids_ct(L, &s, N / 4, o.tile_q, ct, ct == 1 ? "DILATTN_CTA_TILES=1" : "DILATTN_CTA_TILES=2");
+    da_plan_destroy(p);
+  }
   /* runs of tokens: a workspace of 100 MiB holds runs of 32768 (the lcm of the w) */
   setenv("DILATTN_WORKSPACE_LIMIT", "100M", 1);
   setenv("DILATTN_PDL", "0", 1);
