@@ -707,24 +707,29 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
    * batch of two, a 192-row split without tensor maps (the producer's cp.async); segments
    * of 3 and 4 tiles (w = 576: a unit's tiles an odd count), ragged tails. Then those
    * kernels with one tile a CTA (the runtime's a->tpc 1, where pairs would leave fewer
-   * CTAs than SMs), causal and not. Each plan must be one of two tiles a CTA. */
-  for (int i = 0; i < 7; i++) {
+   * CTAs than SMs), causal and not, and a causal fused plan's. Each plan must be one of
+   * two tiles a CTA. */
+  for (int i = 0; i < 8; i++) {
     da_spec s;
     wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 || i > 3 ? 64 : 128, i == 0 ? 576 : 768,
               1536);
     s.causal = i == 6;
     if (i == 3) s.num_branches = 1; /* single */
     const da_plan_options split = {i < 2 || i > 3 ? 192 : 128, 0, 1 << 30, 0, 6}, single = {0, 0, 0, 0, 6};
-    const da_plan_options *o = i == 3 ? &single : &split;
+    const da_plan_options *o = i == 3 || i == 7 ? &single : &split; /* (7: the default, fused) */
+    if (i == 7) s.causal = 1;
     da__rendered r;
     const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, o, &r) == DA_OK ? r.ws_tiles : 0;
+    const int fused = ws_tiles && !strcmp(r.strategy, "fused");
     if (ws_tiles) da__rendered_free(&r);
-    TU_CHECK(ws_tiles == 2, "pairs case %d: a plan of %d tiles a CTA (%s)", i, ws_tiles, da_context_last_error(ctx));
+    TU_CHECK(ws_tiles == 2 && fused == (i == 7), "pairs case %d: a %s plan of %d tiles a CTA (%s)", i,
+             fused ? "fused" : "branch", ws_tiles, da_context_last_error(ctx));
     if (i == 4) da_emu_plan_set_tma(0);
     if (i >= 5) da_emu_plan_set_sms(1 << 20);
     bs_check(ctx, &s, i == 1 ? 2 : 1, i % 2 ? 1100 : 1700, 870 + (uint64_t)i,
-             i == 4 ? "wgmma-ws-tma pairs without tensor maps" : i >= 5 ? "wgmma-ws-tma pairs, one tile a CTA"
-                                                                       : "wgmma-ws-tma pairs",
+             i == 4   ? "wgmma-ws-tma pairs without tensor maps"
+             : i >= 5 ? "wgmma-ws-tma pairs, one tile a CTA"
+                      : "wgmma-ws-tma pairs",
              run_emu, (void *)o);
     da_emu_plan_set_tma(1);
     da_emu_plan_set_sms(1);
