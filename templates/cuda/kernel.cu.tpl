@@ -1785,6 +1785,23 @@ __device__ __forceinline__ bool da_branch_tile(const da_cuda_args &A, da_i64 b, 
   da_branch_run(A, X, body);
   return true;
 }
+{% if p.lpt then %}
+/* Block l of a branch launch's longest-first grid (units = nseg segments x its heads x the
+ * batch, BR_TILES_PER_SEG tiles each): its batch, head, segment and first dilated row, a
+ * segment's latest (heaviest) tile first. (Out-parameters: through a struct, ptxas spilled
+ * 120 bytes of the producer on small split specs with one tile a CTA.) */
+__device__ __forceinline__ void da_branch_block(da_i64 l, da_i64 nseg, da_i64 units, const da_cuda_args &A, da_i64 *b,
+                                                da_i64 *h, da_i64 *seg, da_i64 *a0) {
+  const int br = A.branch;
+  const da_i64 tps = BR_TILES_PER_SEG[br], nh = BR_HEADS(br);
+  da_i64 depth;
+  const da_i64 u = da_lpt_unit(l, units, tps, BR_LPT_GROUP[br], da_tdiv{BR_LPT_GROUP_DIV[br]},
+                               da_tdiv{BR_LPT_SPAN_DIV[br]}, &depth);
+  da_unit_bih(u, nh, BR_HEADS_DIVIDER(br), nseg, A, b, seg, h);
+  *h += BR_HEAD0(br);
+  *a0 = (tps - 1 - depth) * (da_i64)TQ;
+}
+{% end %}
 {% if p.ws_tiles > 1 then %}
 /* run_tiles' view of a tile: found whole before the roles split (the decode and
  * da_branch_find, by one thread a tile, into shared memory), read by each side
@@ -1794,16 +1811,13 @@ __device__ __forceinline__ bool da_branch_tile(const da_cuda_args &A, da_i64 b, 
 typedef da_btile da_ref;
 __device__ __forceinline__ bool da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
   const int br = A.branch;
-  const da_i64 tps = BR_TILES_PER_SEG[br], w = BR_W[br], nh = BR_HEADS(br);
+  const da_i64 w = BR_W[br];
   const da_i64 nseg = da_fq(min(A.seq_len - A.tok0, A.ws_len) + w - 1, BR_W_DIV[br]); /* the launch's segments */
-  const da_i64 units = nseg * nh * A.batch;
-  if (l >= units * tps) return false;
-  da_i64 depth, b, seg, h;
-  const da_i64 u = da_lpt_unit(l, units, tps, BR_LPT_GROUP[br], da_tdiv{BR_LPT_GROUP_DIV[br]}, da_tdiv{BR_LPT_SPAN_DIV[br]},
-                               &depth);
-  da_unit_bih(u, nh, BR_HEADS_DIVIDER(br), nseg, A, &b, &seg, &h);
-  /* a segment's latest (heaviest) tile first */
-  return da_branch_find(A, b, BR_HEAD0(br) + h, seg, (tps - 1 - depth) * (da_i64)TQ, R);
+  const da_i64 units = nseg * BR_HEADS(br) * A.batch;
+  if (l >= units * BR_TILES_PER_SEG[br]) return false;
+  da_i64 b, h, seg, a0;
+  da_branch_block(l, nseg, units, A, &b, &h, &seg, &a0);
+  return da_branch_find(A, b, h, seg, a0, R);
 }
 template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_args &A, const da_ref &R, B &&body) {
   da_branch_run(A, R, body);
@@ -1950,17 +1964,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
   run_tiles(Qs, Ks, Vs, A);
 {% else %}
 {% if p.lpt then %}
-  /* (da_block_ref's decode, inline: through that struct ptxas spilled 120 bytes of the
-   * producer on small split specs with one tile a CTA) */
-  const int br = A.branch;
-  const da_i64 tps = BR_TILES_PER_SEG[br], nseg = da_fq(gridDim.x, BR_TPS_DIV[br]), nh = BR_HEADS(br); /* gridDim.y */
-  da_i64 depth, b, seg, h;
-  const da_i64 u = da_lpt_unit(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z),
-                               nseg * gridDim.y * gridDim.z, tps, BR_LPT_GROUP[br], da_tdiv{BR_LPT_GROUP_DIV[br]},
-                               da_tdiv{BR_LPT_SPAN_DIV[br]}, &depth);
-  da_unit_bih(u, nh, BR_HEADS_DIVIDER(br), nseg, A, &b, &seg, &h);
-  h += BR_HEAD0(br);
-  const da_i64 a0 = (tps - 1 - depth) * (da_i64)TQ; /* causal: a segment's latest (heaviest) tile first */
+  /* (the grid: (nseg x BR_TILES_PER_SEG, BR_HEADS, B), launch_main) */
+  const da_i64 nseg = da_fq(gridDim.x, BR_TPS_DIV[A.branch]);
+  da_i64 b, h, seg, a0;
+  da_branch_block(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z), nseg,
+                  nseg * gridDim.y * gridDim.z, A, &b, &h, &seg, &a0);
 {% else %}
   const da_i64 b = blockIdx.z, h = BR_HEAD0(A.branch) + blockIdx.y, tps = BR_TILES_PER_SEG[A.branch];
   const da_i64 seg = da_fq(blockIdx.x, BR_TPS_DIV[A.branch]), a0 = (blockIdx.x - seg * tps) * (da_i64)TQ;
