@@ -306,14 +306,14 @@ static da_status launch_main(const da_context *ctx, const da__rendered *r, int64
                              da__cuda_args *a, da__cuda_launch_fn launch, void *user) {
   unsigned threads = (unsigned)r->threads, smem = (unsigned)r->smem_bytes;
   /* (the kernels number the blocks in 32 bits: kernel.cu.tpl da_lpt_unit, da_unit_bih) */
-  DA_RETURN_IF(gx > 0x7fffffff || gx * heads * a->batch > (int64_t)UINT32_MAX, DA_ERR_INVALID_ARGUMENT,
+  const int64_t blocks = gx * heads * a->batch;
+  DA_RETURN_IF(gx > 0x7fffffff || blocks > (int64_t)UINT32_MAX, DA_ERR_INVALID_ARGUMENT,
                "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
   a->tpc = 1;
   if (r->ws_tiles > 1) {
-    const int64_t blocks = gx * heads * a->batch;
     a->tpc = sms <= 0 || blocks >= (int64_t)r->ws_tiles * sms ? r->ws_tiles : 1;
     const int64_t ctas = (blocks + a->tpc - 1) / a->tpc;
-    DA_RETURN_IF(gx > 0x7fffffff || ctas > 0x7fffffff, DA_ERR_INVALID_ARGUMENT,
+    DA_RETURN_IF(ctas > 0x7fffffff, DA_ERR_INVALID_ARGUMENT,
                  "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
     return launch(user, DA_CUDA_K_MAIN, (unsigned)(ctas > 0 ? ctas : 1), 1, 1, threads, smem, a);
   }
