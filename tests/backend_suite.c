@@ -284,29 +284,38 @@ void bs_wgmma(da_context *ctx, const char *golden, const char *label, int mma, i
   }
 }
 
+/* The small specs of bs_segment_isolation and bs_nan_inputs: 2 heads, LongNet 2-branch
+ * (128, 256; r 1, 2) where two, else one branch of 192 */
+static void small_spec(da_spec *s, int two, int64_t d, da_dtype t) {
+  da_spec_init(s);
+  s->num_branches = two ? 2 : 1;
+  s->segment_lengths[0] = two ? 128 : 192, s->segment_lengths[1] = 256;
+  s->dilation_rates[0] = 1, s->dilation_rates[1] = 2;
+  s->num_heads = s->num_kv_heads = 2;
+  s->head_dim = d;
+  s->dtype = t;
+}
+/* q, k and v (n elements each, dtype t) uniform in [-1, 1), interleaved from seed */
+static void fill_qkv(da_dtype t, void *q, void *k, void *v, int64_t n, uint64_t seed) {
+  for (int64_t j = 0; j < n; j++) {
+    tu_store(t, q, j, 2 * tu_uniform(&seed) - 1);
+    tu_store(t, k, j, 2 * tu_uniform(&seed) - 1);
+    tu_store(t, v, j, 2 * tu_uniform(&seed) - 1);
+  }
+}
+
 /* See backend_suite.h. */
 void bs_segment_isolation(da_context *ctx, bs_runner run, void *user, const char *label) {
   for (int variant = 0; variant < 4; variant++) {
     da_spec s;
-    da_spec_init(&s);
     const int two = variant >= 2;
-    s.num_branches = two ? 2 : 1;
-    s.segment_lengths[0] = two ? 128 : 192, s.segment_lengths[1] = 256;
-    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
-    s.num_heads = s.num_kv_heads = 2;
-    s.head_dim = variant % 2 ? 128 : 64;
-    s.dtype = variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    small_spec(&s, two, variant % 2 ? 128 : 64, variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16);
     const int64_t B = 1, N = two ? 640 : 500, D = s.head_dim, H = 2, first = two ? 256 : 192;
     const int64_t nq = B * N * H * D, nl = B * H * N;
     uint16_t *q = malloc((size_t)nq * 2), *k = malloc((size_t)nq * 2), *v = malloc((size_t)nq * 2);
     uint16_t *out[2] = {malloc((size_t)nq * 2), malloc((size_t)nq * 2)};
     float *lse[2] = {malloc((size_t)nl * 4), malloc((size_t)nl * 4)};
-    uint64_t st = 990 + (uint64_t)variant;
-    for (int64_t j = 0; j < nq; j++) {
-      tu_store(s.dtype, q, j, 2 * tu_uniform(&st) - 1);
-      tu_store(s.dtype, k, j, 2 * tu_uniform(&st) - 1);
-      tu_store(s.dtype, v, j, 2 * tu_uniform(&st) - 1);
-    }
+    fill_qkv(s.dtype, q, k, v, nq, 990 + (uint64_t)variant);
     da_status r[2];
     for (int pass = 0; pass < 2; pass++) { /* V at position `first`: Inf, then 0 */
       const uint16_t inf = s.dtype == DA_DTYPE_FLOAT16 ? 0x7c00 : 0x7f80;
@@ -333,14 +342,8 @@ void bs_segment_isolation(da_context *ctx, bs_runner run, void *user, const char
 void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label, int f32) {
   for (int variant = 0; variant < (f32 ? 5 : 4); variant++) {
     da_spec s;
-    da_spec_init(&s);
-    const int two = variant != 2;
-    s.num_branches = two ? 2 : 1;
-    s.segment_lengths[0] = two ? 128 : 192, s.segment_lengths[1] = 256;
-    s.dilation_rates[0] = 1, s.dilation_rates[1] = 2;
-    s.num_heads = s.num_kv_heads = 2;
-    s.head_dim = variant == 2 ? 128 : 64;
-    s.dtype = variant == 4 ? DA_DTYPE_FLOAT32 : variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+    small_spec(&s, variant != 2, variant == 2 ? 128 : 64,
+               variant == 4 ? DA_DTYPE_FLOAT32 : variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16);
     s.causal = variant == 1 || variant == 2;
     const int64_t B = 1, N = 512, D = s.head_dim, H = 2, qrow = 100, key = 300;
     const int64_t nq = B * N * H * D, nl = B * H * N;
@@ -350,12 +353,7 @@ void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label
     float *lse = malloc((size_t)nl * 4);
     double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nq * 8), *dv = malloc((size_t)nq * 8),
            *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8);
-    uint64_t st = 4711 + (uint64_t)variant;
-    for (int64_t j = 0; j < nq; j++) {
-      tu_store(s.dtype, q, j, 2 * tu_uniform(&st) - 1);
-      tu_store(s.dtype, k, j, 2 * tu_uniform(&st) - 1);
-      tu_store(s.dtype, v, j, 2 * tu_uniform(&st) - 1);
-    }
+    fill_qkv(s.dtype, q, k, v, nq, 4711 + (uint64_t)variant);
     /* [B][N][H][D]: query row qrow of head 1, and key `key` of kv head 0 */
     tu_store(s.dtype, q, (qrow * H + 1) * D + 3, NAN);
     tu_store(s.dtype, k, (key * H + 0) * D + 5, NAN);
