@@ -702,35 +702,43 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     s.causal = i % 3 == 0;
     bs_check(ctx, &s, 1, i % 2 ? 1536 : 1000, 860 + (uint64_t)i, "wgmma-ws-tma", run_emu, i < 2 ? &tma192 : &tma);
   }
-  /* without a causal mask, split and single plans' two tiles a CTA (run_tiles): 192-row
-   * tiles (the D = 64 default's, their merges a row at a time), 128-row ones (D = 128), a
-   * batch of two, a 192-row split without tensor maps (the producer's cp.async); segments
-   * of 3 and 4 tiles (w = 576: a unit's tiles an odd count), ragged tails. Then those
-   * kernels with one tile a CTA (the runtime's a->tpc 1, where pairs would leave fewer
-   * CTAs than SMs), causal and not, and a causal fused plan's. Each plan must be one of
-   * two tiles a CTA. */
-  for (int i = 0; i < 8; i++) {
+  /* plans of two tiles a CTA (run_tiles) beside the causal ones above: split and single
+   * without a causal mask in 192-row tiles (the D = 64 default's, their merges a row at a
+   * time) and 128-row ones (D = 128), a batch of two, a unit of 3 tiles (w0 = 576), a
+   * 192-row split without tensor maps (the producer's cp.async); then kernels of two tiles
+   * a CTA run with one (the runtime's a->tpc 1 where pairs would leave fewer CTAs than
+   * SMs: the emulator's SM count raised), causal and not, a causal fused plan among them.
+   * Each plan must render two tiles a CTA, the fused one fused. */
+  static const struct {
+    int tq, d, causal, single, fused, b, no_maps, one_tile;
+    int64_t w0, n;
+    da_dtype t;
+  } pairs[] = {
+      {192, 64, 0, 0, 0, 1, 0, 0, 576, 1700, DA_DTYPE_FLOAT16},  {192, 64, 0, 0, 0, 2, 0, 0, 768, 1100, DA_DTYPE_BFLOAT16},
+      {128, 128, 0, 0, 0, 1, 0, 0, 768, 1700, DA_DTYPE_FLOAT16}, {0, 128, 0, 1, 0, 1, 0, 0, 768, 1100, DA_DTYPE_BFLOAT16},
+      {192, 64, 0, 0, 0, 1, 1, 0, 768, 1700, DA_DTYPE_FLOAT16},  {192, 64, 0, 0, 0, 1, 0, 1, 768, 1100, DA_DTYPE_BFLOAT16},
+      {192, 64, 1, 0, 0, 1, 0, 1, 768, 1700, DA_DTYPE_FLOAT16},  {0, 64, 1, 0, 1, 1, 0, 1, 768, 1100, DA_DTYPE_BFLOAT16},
+  };
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
     da_spec s;
-    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 2, i < 2 || i > 3 ? 64 : 128, i == 0 ? 576 : 768,
-              1536);
-    s.causal = i == 6;
-    if (i == 3) s.num_branches = 1; /* single */
-    const da_plan_options split = {i < 2 || i > 3 ? 192 : 128, 0, 1 << 30, 0, 6}, single = {0, 0, 0, 0, 6};
-    const da_plan_options *o = i == 3 || i == 7 ? &single : &split; /* (7: the default, fused) */
-    if (i == 7) s.causal = 1;
+    wide_spec(&s, pairs[i].t, 2, pairs[i].d, pairs[i].w0, 1536);
+    s.causal = pairs[i].causal;
+    if (pairs[i].single) s.num_branches = 1;
+    /* (tile_q 0: the default plan; else split, fused_min_queries 2^30) */
+    const da_plan_options o = {pairs[i].tq, 0, pairs[i].tq ? 1 << 30 : 0, 0, 6};
     da__rendered r;
-    const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, o, &r) == DA_OK ? r.ws_tiles : 0;
+    const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK ? r.ws_tiles : 0;
     const int fused = ws_tiles && !strcmp(r.strategy, "fused");
     if (ws_tiles) da__rendered_free(&r);
-    TU_CHECK(ws_tiles == 2 && fused == (i == 7), "pairs case %d: a %s plan of %d tiles a CTA (%s)", i,
+    TU_CHECK(ws_tiles == 2 && fused == pairs[i].fused, "pairs case %zu: a %s plan of %d tiles a CTA (%s)", i,
              fused ? "fused" : "branch", ws_tiles, da_context_last_error(ctx));
-    if (i == 4) da_emu_plan_set_tma(0);
-    if (i >= 5) da_emu_plan_set_sms(1 << 20);
-    bs_check(ctx, &s, i == 1 ? 2 : 1, i % 2 ? 1100 : 1700, 870 + (uint64_t)i,
-             i == 4   ? "wgmma-ws-tma pairs without tensor maps"
-             : i >= 5 ? "wgmma-ws-tma pairs, one tile a CTA"
-                      : "wgmma-ws-tma pairs",
-             run_emu, (void *)o);
+    da_emu_plan_set_tma(!pairs[i].no_maps);
+    da_emu_plan_set_sms(pairs[i].one_tile ? 1 << 20 : 1);
+    bs_check(ctx, &s, pairs[i].b, pairs[i].n, 870 + (uint64_t)i,
+             pairs[i].no_maps    ? "wgmma-ws-tma pairs without tensor maps"
+             : pairs[i].one_tile ? "wgmma-ws-tma pairs, one tile a CTA"
+                                 : "wgmma-ws-tma pairs",
+             run_emu, (void *)&o);
     da_emu_plan_set_tma(1);
     da_emu_plan_set_sms(1);
   }
