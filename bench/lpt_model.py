@@ -69,26 +69,17 @@ def define(src, name):
     return int(re.search(r"#define " + name + r" (\d+)", src).group(1))
 
 
-def makespan(costs, sms):
-    free = [0.0] * sms
-    end = 0.0
-    for c in costs:
-        t = heapq.heappop(free) + c
-        end = max(end, t)
-        heapq.heappush(free, t)
-    return end
-
-
-def persistent(costs, sms, c0, c1):
-    """A persistent grid: a CTA per SM, each taking the next tile of the order as it frees
-    (a tile counter), its first tile at c0 and every later one at c1."""
+def makespan(costs, sms, later=0.0):
+    """When the last of `costs` ends, each started on the SM that frees first. later > 0: a
+    persistent grid (a CTA per SM taking the next tile as it frees, a tile counter), each
+    SM's tiles after its first `later` cheaper (c0 - c1); tiles of cost 0 (none) skipped."""
     free = [(0.0, 0)] * sms  # (time free, tiles run)
     end = 0.0
     for c in costs:
-        if c <= 0:
+        if later and c <= 0:
             continue
         t, n = heapq.heappop(free)
-        t += c - (c0 - c1 if n else 0.0)
+        t += c - (later if n else 0.0)
         end = max(end, t)
         heapq.heappush(free, (t, n + 1))
     return end
@@ -192,7 +183,7 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
     kernel = [c for lst in launch_lists
               for c in ctas(lst, per if len(lst) >= pair_waves * per * sms else 1, c0, c1)]
     ends = {k: makespan(v, sms) for k, v in (("window", order["window"]), ("lpt", order["lpt"]), ("kernel", kernel))}
-    ends["persistent"] = persistent(order["lpt"], sms, c0, c1)
+    ends["persistent"] = makespan(order["lpt"], sms, later=c0 - c1)
     if "ideal" in order:  # every tile of the grid heaviest first: list scheduling's best order
         ends["ideal"] = makespan(order["ideal"], sms)
     eff = {k: work / (sms * t) for k, t in ends.items()}
