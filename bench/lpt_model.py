@@ -27,7 +27,11 @@ window's tiles by their average over heads and windows). Three schedules are com
   (--pair-waves W, default 1 as the runtime does (cuda_backend.c launch_main): a launch runs
   WS_TILES a CTA only where that leaves it W waves of CTAs, else one; 0: every launch.)
   persistent: not built, for comparison: a CTA per SM taking the next tile of that order
-          as it frees (a tile counter), each CTA's first tile at c0 and later ones at c1.
+          as it frees (a tile counter), each CTA's first tile at c0 and later ones at c1;
+  ahead:  the same, each CTA claiming its next tile as it starts one (a kernel that finds
+          tile k + 1 at tile k's start, to request its Q early);
+  stride / snake: a CTA per SM (per launch) without a counter: CTA c takes tiles c, c + G,
+          c + 2G, ... of the order (snake: every other round reversed).
 
 Without a causal mask (fused plans of several branches: a head's residue classes are
 covered by different branches, plan_lpt_heads) the tiles are ordered by LPT_TILE_H, each
@@ -85,6 +89,28 @@ def makespan(costs, sms, later=0.0):
     return end
 
 
+def makespan_ahead(costs, sms, later):
+    """A persistent grid whose CTAs claim their next tile as they start one (the decode one
+    tile ahead: a ring of tiles, the next one's Q requested at this one's start): the
+    first sms tiles start at once, each claiming the next in order; a CTA then runs its
+    claimed tile when it frees, claiming another as it starts it."""
+    costs = [c for c in costs if c > 0]
+    q = []  # (start time, tiles run, cost of the tile it starts)
+    nxt = 0
+    for i in range(min(sms, len(costs))):
+        heapq.heappush(q, (0.0, 0, costs[i]))
+    nxt = min(sms, len(costs))
+    end = 0.0
+    while q:
+        t, n, c = heapq.heappop(q)
+        t_end = t + c - (later if n else 0.0)
+        end = max(end, t_end)
+        if nxt < len(costs):  # claimed at t, run at t_end
+            heapq.heappush(q, (t_end, n + 1, costs[nxt]))
+            nxt += 1
+    return end
+
+
 def lpt_blocks(units, tpu, group):
     """(unit, depth) of each block in grid order, as da_lpt_unit decodes them."""
     last = max(units // group, 1) - 1  # the last group takes the remainder too
@@ -101,6 +127,23 @@ def ctas(costs, per, c0, c1):
     for i in range(0, len(costs), per):
         real = [c for c in costs[i:i + per] if c > 0]
         out.append(sum(real) - (len(real) - 1) * (c0 - c1) if real else 0.0)
+    return out
+
+
+def static_ctas(costs, sms, c0, c1, snake):
+    """CTA costs of a launch's tiles on min(n, sms) CTAs that each walk the grid order with
+    a stride of the CTA count (no tile counter): CTA c takes tiles c, c + G, c + 2G, ...;
+    snake: every other round in reverse (G - 1 - c), so no CTA takes the heaviest of each."""
+    G = min(len(costs), sms)
+    out = [0.0] * G
+    seen = [0] * G
+    for i, c in enumerate(costs):
+        rnd, k = divmod(i, G)
+        if snake and rnd % 2:
+            k = G - 1 - k
+        if c > 0:
+            out[k] += c - ((c0 - c1) if seen[k] else 0.0)
+            seen[k] += 1
     return out
 
 
@@ -184,6 +227,9 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
               for c in ctas(lst, per if len(lst) >= pair_waves * per * sms else 1, c0, c1)]
     ends = {k: makespan(v, sms) for k, v in (("window", order["window"]), ("lpt", order["lpt"]), ("kernel", kernel))}
     ends["persistent"] = makespan(order["lpt"], sms, later=c0 - c1)
+    ends["ahead"] = makespan_ahead(order["lpt"], sms, c0 - c1)
+    for k, snake in (("stride", False), ("snake", True)):
+        ends[k] = makespan([c for lst in launch_lists for c in static_ctas(lst, sms, c0, c1, snake)], sms)
     if "ideal" in order:  # every tile of the grid heaviest first: list scheduling's best order
         ends["ideal"] = makespan(order["ideal"], sms)
     eff = {k: work / (sms * t) for k, t in ends.items()}
@@ -193,6 +239,9 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
                 speedup_kernel=round(ends["window"] / ends["kernel"], 4),
                 efficiency_persistent=round(eff["persistent"], 4),
                 speedup_persistent_over_kernel=round(ends["kernel"] / ends["persistent"], 4),
+                speedup_ahead_over_kernel=round(ends["kernel"] / ends["ahead"], 4),
+                speedup_stride_over_kernel=round(ends["kernel"] / ends["stride"], 4),
+                speedup_snake_over_kernel=round(ends["kernel"] / ends["snake"], 4),
                 **({"efficiency_ideal": round(work / (sms * ends["ideal"]), 4)} if "ideal" in ends else {}))
 
 
