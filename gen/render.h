@@ -29,7 +29,9 @@ typedef struct {
   int64_t lpt_group;   /* fused causal: the grid's blocks run longest first in groups of this many
                           (batch, head, window) units (kernel.cu.tpl da_lpt_unit); 0: grid order */
   int ws_tiles;        /* tiles a CTA runs (kernel.cu.tpl run_tiles): > 1 launches the grid's
-                          blocks that many a CTA, in x; 1: the grid as it is */
+                          blocks that many a CTA, in x, or as a persistent grid; 1: the grid as it is */
+  int ctas_per_sm;     /* CTAs of the attention kernel an SM holds (its shared memory and
+                          __launch_bounds__): a persistent grid's CTAs are this many an SM */
   int ws_runs;         /* CUDA: the branch kernels take a run of tokens (da_cuda_args tok0, ws_len), so a
                           split plan may launch the sequence in runs with a workspace of one run's rows */
   int64_t run_period;  /* runs are whole numbers of it (the lcm of the w; 0: runs unknown to the plan) */

@@ -13,6 +13,8 @@ typedef struct {
   int64_t q_stride[3], k_stride[3], v_stride[3], out_stride[3];
   const unsigned char *const *masks; /* device array of per-branch device masks */
   float *ws;                         /* split: partial out [B][H][ws_len][HD], then lse [B][H][ws_len] */
+  unsigned *ctr; /* kernels of several tiles a CTA: this launch's tile counter, zero before it (a
+                    persistent grid: cuda_backend.c launch_main); NULL: a->tpc tiles a CTA */
   int branch;                        /* branch launches */
   int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
   int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */

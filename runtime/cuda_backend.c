@@ -24,6 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* DILATTN_CTA_TILES (README): unset, the runtime's choice (persistent grids where a launch
+ * has DA_CUDA_PERSIST_WAVES waves, pairs where one, else a tile a CTA); 1, 2: one or two
+ * tiles a CTA in every launch; pairs: two where a launch has a wave, never persistent (the
+ * default before persistent grids); persistent: every launch of a wave or more persistent */
+enum { CTA_TILES_AUTO, CTA_TILES_ONE, CTA_TILES_TWO, CTA_TILES_PAIRS, CTA_TILES_PERSISTENT };
+
 struct da__cuda_plan {
   da__cuda *dev;
   da__rendered r; /* facts (the strings are not kept) */
@@ -31,7 +37,7 @@ struct da__cuda_plan {
   da__cuda_kernel k[DA_CUDA_K_COUNT];
   void *dmasks;     /* device: pointer table followed by the masks */
   int pdl;          /* launches after a sequence's first are programmatic dependent ones */
-  int cta_tiles;    /* DILATTN_CTA_TILES at plan creation: 1 or 2, else 0 (launch_main's choice) */
+  int cta_tiles;    /* DILATTN_CTA_TILES at plan creation: CTA_TILES_* */
 };
 
 da_status da__cuda_backend_available(const da_context *ctx) {
@@ -208,8 +214,12 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   p->pdl = strcmp(r->strategy, "fused") && da__cuda_pdl(dev) && atoi(arch + 3) >= 90 &&
            r->source && strstr(r->source, "griddepcontrol.wait") != NULL;
   const char *ct = getenv("DILATTN_CTA_TILES"); /* (an A/B of launch_main's choice: README) */
-  p->cta_tiles = ct && (!strcmp(ct, "1") || !strcmp(ct, "2")) ? *ct - '0' : 0;
-  if (ct && *ct && !p->cta_tiles) da__log(DA_LOG_WARN, "DILATTN_CTA_TILES=%s: neither 1 nor 2; the runtime's choice", ct);
+  static const char *const CT[] = {"", "1", "2", "pairs", "persistent"};
+  p->cta_tiles = CTA_TILES_AUTO;
+  for (int i = 1; ct && i < (int)(sizeof CT / sizeof *CT); i++)
+    if (!strcmp(ct, CT[i])) p->cta_tiles = i;
+  if (ct && *ct && p->cta_tiles == CTA_TILES_AUTO)
+    da__log(DA_LOG_WARN, "DILATTN_CTA_TILES=%s: not 1, 2, pairs or persistent; the runtime's choice", ct);
   da_status st = DA_OK;
   for (int i = 0; i < DA_CUDA_K_COUNT && st == DA_OK; i++) {
     const char *suffix = da__cuda_kernel_suffix(r->strategy, i);
@@ -292,18 +302,22 @@ static da_status launch_rows(const da_context *ctx, int heads, int head_dim, int
   int64_t blocks = (a->seq_len * ((head_dim + 7) / 8) + 255) / 256;
   DA_RETURN_IF(blocks > 0x7fffffff, DA_ERR_INVALID_ARGUMENT, "grid too large for seq_len %lld", (long long)a->seq_len);
   if (blocks < 1) blocks = 1;
-  return launch(user, which, (unsigned)blocks, (unsigned)heads, (unsigned)a->batch, 256, 0, a);
+  return launch(user, which, (unsigned)blocks, (unsigned)heads, (unsigned)a->batch, 256, 0, a, 0);
 }
 
 /* The attention kernel's grid: (gx, heads, B) blocks of a tile each, or where the plan runs
- * ws_tiles tiles a CTA (kernel.cu.tpl run_tiles), those blocks a->tpc a CTA in x: ws_tiles
- * where that leaves the launch a wave of CTAs on the device's sms SMs (or sms is not
- * known: 0), else one. Fewer CTAs than SMs would leave SMs idle that one tile a CTA keeps
- * busy: bench/lpt_model.py --pair-waves 1 models LongNet 5-branch at N = 16K 1.02x to
- * 1.04x faster than one tile a CTA that way, 0.92x to 0.94x with every launch paired (its
- * small branch launches); causal 5-branch 1.04x to 1.07x against 0.97x to 1.00x. */
+ * several tiles a CTA (ws_tiles > 1, kernel.cu.tpl run_tiles), those blocks in x:
+ *  - where persist_waves > 0 and the launch has that many waves of blocks on the device's
+ *    sms SMs (r->ctas_per_sm CTAs each), a persistent grid: as many CTAs as the SMs hold,
+ *    each taking the next block of the longest-first order as it goes from a counter the
+ *    launch callback sets (a->ctr);
+ *  - else a->tpc a CTA: ws_tiles where that leaves the launch a wave of CTAs (or sms is not
+ *    known: 0), else one. Fewer CTAs than SMs would leave SMs idle that one tile a CTA keeps
+ *    busy: bench/lpt_model.py --pair-waves 1 models LongNet 5-branch at N = 16K 1.02x to
+ *    1.04x faster than one tile a CTA that way, 0.92x to 0.94x with every launch paired
+ *    (its small branch launches); causal 5-branch 1.04x to 1.07x against 0.97x to 1.00x. */
 static da_status launch_main(const da_context *ctx, const da__rendered *r, int64_t gx, int heads, int sms,
-                             da__cuda_args *a, da__cuda_launch_fn launch, void *user) {
+                             int persist_waves, da__cuda_args *a, da__cuda_launch_fn launch, void *user) {
   unsigned threads = (unsigned)r->threads, smem = (unsigned)r->smem_bytes;
   /* (the kernels number the blocks in 32 bits: kernel.cu.tpl da_lpt_unit, da_unit_bih) */
   const int64_t blocks = gx * heads * a->batch;
@@ -311,13 +325,16 @@ static da_status launch_main(const da_context *ctx, const da__rendered *r, int64
                "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
   a->tpc = 1;
   if (r->ws_tiles > 1) {
+    const int64_t resident = (int64_t)sms * (r->ctas_per_sm > 0 ? r->ctas_per_sm : 1);
+    if (persist_waves > 0 && sms > 0 && blocks >= (int64_t)persist_waves * resident)
+      return launch(user, DA_CUDA_K_MAIN, (unsigned)(resident < blocks ? resident : blocks), 1, 1, threads, smem, a, 1);
     a->tpc = sms <= 0 || blocks >= (int64_t)r->ws_tiles * sms ? r->ws_tiles : 1;
     const int64_t ctas = (blocks + a->tpc - 1) / a->tpc;
     DA_RETURN_IF(ctas > 0x7fffffff, DA_ERR_INVALID_ARGUMENT,
                  "grid too large for seq_len %lld and batch %lld", (long long)a->seq_len, (long long)a->batch);
-    return launch(user, DA_CUDA_K_MAIN, (unsigned)(ctas > 0 ? ctas : 1), 1, 1, threads, smem, a);
+    return launch(user, DA_CUDA_K_MAIN, (unsigned)(ctas > 0 ? ctas : 1), 1, 1, threads, smem, a, 0);
   }
-  return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, (unsigned)heads, (unsigned)a->batch, threads, smem, a);
+  return launch(user, DA_CUDA_K_MAIN, (unsigned)gx, (unsigned)heads, (unsigned)a->batch, threads, smem, a, 0);
 }
 
 /* wgmma-ws-tma: the tensor maps of branch br's classes x < r into m[3x .. 3x + 2]
@@ -419,7 +436,7 @@ void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, c
 }
 
 da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim, int sms,
-                                   da__cuda_args *args, da__cuda_launch_fn launch, void *user,
+                                   int persist_waves, da__cuda_args *args, da__cuda_launch_fn launch, void *user,
                                    da__tmap_encode_fn enc) {
   /* every launch takes the kernels' full parameter (the arguments, then a wgmma-ws-tma
    * kernel's tensor maps: other kernels read the prefix) */
@@ -439,8 +456,8 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
   da_status st = DA_OK;
   if (!strcmp(r->strategy, "fused")) {
     a->tma = take_maps(r, maps, -1, K.m);
-    st = launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, sms, a, launch,
-                     user);
+    st = launch_main(ctx, r, (a->seq_len + r->window_g - 1) / r->window_g * r->tiles_per_window, heads, sms,
+                     persist_waves, a, launch, user);
     goto out;
   }
   /* _clear, unless the branches write every row; a split plan's branch with r = 1 first
@@ -467,8 +484,8 @@ da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r,
       if (bh <= 0) continue;
       a->branch = br;
       a->tma = take_maps(r, maps, br, K.m);
-      st = launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, sms, a,
-                       launch, user);
+      st = launch_main(ctx, r, (tokens + r->branch_w[br] - 1) / r->branch_w[br] * r->branch_tiles[br], bh, sms,
+                       persist_waves, a, launch, user);
     }
   }
 out:
@@ -494,7 +511,17 @@ typedef struct {
   da__cuda_plan *p;
   void *stream;
   int launches; /* so far in this sequence */
+  unsigned *ctrs; /* the persistent launches' counters, zeroed on the stream before the first */
+  int nctrs, used;
 } driver_launch;
+
+/* Counts the persistent launches of a sequence (run without launching) */
+static da_status count_persistent(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
+                                  unsigned smem, da__cuda_args *a, int persistent) {
+  (void)which, (void)gx, (void)gy, (void)gz, (void)threads, (void)smem, (void)a;
+  *(int *)user += persistent;
+  return DA_OK;
+}
 
 /* Every launch of a sequence but the first is a programmatic dependent one where the plan
  * allows (p->pdl): it may start while the launch before it finishes, running up to its
@@ -502,8 +529,11 @@ typedef struct {
  * last wave of the branch before. The first waits for everything before it on the stream,
  * an earlier execution's last branch launch reading the same workspace say. */
 static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
-                                  unsigned smem, da__cuda_args *a) {
+                                  unsigned smem, da__cuda_args *a, int persistent) {
   driver_launch *d = user;
+  if (persistent && d->used >= d->nctrs)
+    return da__set_error(d->ctx, DA_ERR_INTERNAL, "cuda: a persistent launch without a counter");
+  a->ctr = persistent ? d->ctrs + d->used++ : NULL;
   void *params[] = {a};
   const int dependent = d->p->pdl && d->launches++ > 0;
   return da__cuda_launch_ex(d->ctx, d->p->dev, &d->p->k[which], gx, gy, gz, threads, 1, 1, smem, d->stream, params,
@@ -557,12 +587,36 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
     }
   }
   a.ws_len = run;
-  driver_launch d = {ctx, p, stream, 0};
-  da_status st =
-      da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim,
-                               /* DILATTN_CTA_TILES 1: no launch fills a wave of pairs; 2: every one does */
-                               p->cta_tiles == 1 ? INT_MAX : p->cta_tiles == 2 ? 0 : da__cuda_sm_count(p->dev), &a,
-                               launch_on_driver, &d, da__cuda_tmap_encoder(p->dev));
+  driver_launch d = {ctx, p, stream, 0, NULL, 0, 0};
+  /* DILATTN_CTA_TILES 1: no launch fills a wave of pairs; 2: every one does */
+  const int sms = p->cta_tiles == CTA_TILES_ONE ? INT_MAX : p->cta_tiles == CTA_TILES_TWO ? 0 : da__cuda_sm_count(p->dev);
+  int waves = p->cta_tiles == CTA_TILES_AUTO ? DA_CUDA_PERSIST_WAVES : p->cta_tiles == CTA_TILES_PERSISTENT ? 1 : 0;
+  if (p->r.ws_tiles < 2 || !da__cuda_stream_ordered(p->dev)) waves = 0; /* (no counters without a stream's allocations) */
+  if (waves) {
+    /* a counter each persistent launch, zero on the stream before the first launch: this
+     * execution's own (several may run at once, on streams of their own) */
+    da__cuda_args dry = a;
+    da__rendered dr = p->r;
+    dr.tma_maps = 0; /* (no maps encoded, nor counted in da__cuda_tma_stats) */
+    if (da__cuda_launch_sequence(ctx, &dr, p->heads, p->head_dim, sms, waves, &dry, count_persistent, &d.nctrs, NULL) !=
+        DA_OK)
+      d.nctrs = 0; /* (the launches below meet it again) */
+    void *ctrs = NULL;
+    da_status cs = d.nctrs ? da__cuda_malloc_async(ctx, p->dev, (size_t)d.nctrs * sizeof(unsigned), stream, &ctrs)
+                           : DA_OK;
+    if (cs == DA_OK && ctrs) cs = da__cuda_zero_async(ctx, p->dev, ctrs, (size_t)d.nctrs, stream);
+    if (cs != DA_OK) { /* the pairs then: the same results */
+      da__log(DA_LOG_INFO, "cuda: no persistent grid (%s)", da_context_last_error(ctx));
+      da__clear_error(ctx);
+      if (ctrs) da__cuda_free_async(p->dev, ctrs, stream);
+      ctrs = NULL, d.nctrs = 0;
+    }
+    d.ctrs = ctrs;
+    if (!d.nctrs) waves = 0;
+  }
+  da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, sms, waves, &a, launch_on_driver, &d,
+                                          da__cuda_tmap_encoder(p->dev));
+  if (d.ctrs) da__cuda_free_async(p->dev, d.ctrs, stream);
   if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
     da_status s2 = da__cuda_sync(ctx, p->dev, stream);
     da__cuda_free(p->dev, owned);

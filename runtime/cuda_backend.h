@@ -60,8 +60,11 @@ DA_HIDDEN size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t bat
  *   split:  _clear (only where some row no branch covers: clear_rows), _branch per branch,
  *           split_first >= 0 first; a row's last covering launch writes out and lse
  *   single: _clear (likewise), _branch per branch
- *   (ws_tiles > 1: the attention kernel's blocks a->tpc a CTA, in x alone: ws_tiles where
- *   that leaves a launch a wave of CTAs on sms SMs, 0: unknown, always; else 1)
+ *   (ws_tiles > 1: the attention kernel's blocks in x alone, run by a persistent grid where
+ *   persist_waves > 0 and the launch has that many waves of blocks on sms SMs or more: a
+ *   CTA an SM, each drawing its next block from a counter the launch callback sets in
+ *   a->ctr (zero before the launch); else a->tpc a CTA: ws_tiles where that leaves a launch
+ *   a wave of CTAs on sms SMs, 0: unknown, always; else 1)
  * da__cuda_kernel_suffix names kernel slot `which` (DA_CUDA_K_*) of a strategy, NULL when
  * the strategy has none. da__cuda_launch_sequence calls launch once per launch, in order,
  * with a->branch set for branch launches, and the branches in runs of a->ws_len tokens (0
@@ -72,14 +75,20 @@ DA_HIDDEN size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t bat
 enum { DA_CUDA_K_MAIN, DA_CUDA_K_AUX1, DA_CUDA_K_COUNT };
 DA_HIDDEN const char *da__cuda_kernel_suffix(const char *strategy, int which);
 typedef da_status (*da__cuda_launch_fn)(void *user, int which, unsigned gx, unsigned gy, unsigned gz,
-                                        unsigned threads, unsigned smem, da__cuda_args *a);
+                                        unsigned threads, unsigned smem, da__cuda_args *a, int persistent);
+/* A launch of at least this many waves of blocks runs as a persistent grid (the default;
+ * DILATTN_CTA_TILES, README). bench/lpt_model.py --persist-waves: a kernel that claims a
+ * tile ahead (run_tiles) loses to the pairs at 16K and 32K on LongNet 2-branch causal
+ * (0.94, 0.99; 8 to 16 waves) and gains 1.5 to 10% from 16 waves up; the counter's memset
+ * costs each such execution about 2 us besides. */
+#define DA_CUDA_PERSIST_WAVES 16
 /* The process's wgmma-ws-tma executions so far: with their tensor maps, without them (the
  * fallback: wgmma-ws's copies), and the reason of the last fallback (NULL: none). For
  * tests: a driver that refuses the maps would otherwise cost only speed. */
 DA_HIDDEN void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, const char **why);
 DA_HIDDEN da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
-                                             int sms, da__cuda_args *a, da__cuda_launch_fn launch, void *user,
-                                             da__tmap_encode_fn enc);
+                                             int sms, int persist_waves, da__cuda_args *a, da__cuda_launch_fn launch,
+                                             void *user, da__tmap_encode_fn enc);
 /* Pointers, sizes and strides of args (masks, ws and branch zero). */
 DA_HIDDEN void da__cuda_args_fill(da__cuda_args *a, const da_args *args);
 /* Bytes of split workspace for (batch, seq_len), or for runs of seq_len tokens; 0 when the

@@ -98,6 +98,7 @@ struct da__cuda {
    * libraries in the process share (PyTorch's cudaMallocAsync backend), is left as it is */
   CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*MemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream); /* (optional: persistent grids' counters) */
   CUresult (*MemPoolCreate)(void **, const void *);
   CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, void *, CUstream);
   CUresult (*MemPoolSetAttribute)(void *, int, void *);
@@ -221,6 +222,7 @@ static void cuda_init(void) {
     char unused[256] = "";
     load_sym(c->dl, "cuMemAllocAsync", &c->MemAllocAsync, unused, sizeof unused);
     load_sym(c->dl, "cuMemFreeAsync", &c->MemFreeAsync, unused, sizeof unused);
+    load_sym(c->dl, "cuMemsetD32Async", &c->MemsetD32Async, unused, sizeof unused);
     load_sym(c->dl, "cuMemPoolCreate", &c->MemPoolCreate, unused, sizeof unused);
     load_sym(c->dl, "cuMemAllocFromPoolAsync", &c->MemAllocFromPoolAsync, unused, sizeof unused);
     load_sym(c->dl, "cuMemPoolSetAttribute", &c->MemPoolSetAttribute, unused, sizeof unused);
@@ -650,6 +652,18 @@ da_status da__cuda_memcpy_dtoh(const da_context *ctx, da__cuda *c, void *dst, co
   CUresult r = c->MemcpyDtoH(dst, dptr_of(src), bytes);
   leave(c, pushed);
   return r == CUDA_SUCCESS ? DA_OK : cu_fail(ctx, c, r, "cuMemcpyDtoH");
+}
+
+int da__cuda_stream_ordered(const da__cuda *c) { return c && c->MemAllocAsync && c->MemFreeAsync && c->MemsetD32Async; }
+
+da_status da__cuda_zero_async(const da_context *ctx, da__cuda *c, void *dptr, size_t words, void *stream) {
+  DA_RETURN_IF(!c || !dptr, DA_ERR_INVALID_ARGUMENT, "cuda: NULL argument to memset");
+  DA_RETURN_IF(!c->MemsetD32Async, DA_ERR_UNSUPPORTED, "cuda: the driver has no cuMemsetD32Async");
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUresult r = c->MemsetD32Async(dptr_of(dptr), 0u, words, (CUstream)stream);
+  leave(c, pushed);
+  return r == CUDA_SUCCESS ? DA_OK : cu_fail(ctx, c, r, "cuMemsetD32Async");
 }
 
 da_status da__cuda_sync(const da_context *ctx, da__cuda *c, void *stream) {

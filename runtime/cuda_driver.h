@@ -115,6 +115,11 @@ DA_HIDDEN da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, si
                                           void **dptr);
 DA_HIDDEN int da__cuda_free_async(da__cuda *c, void *dptr, void *stream);
 DA_HIDDEN void da__cuda_trim_pool(const da_context *ctx); /* ctx's device's, where it took one */
+/* Whether the driver has stream-ordered allocation and cuMemsetD32Async (a persistent
+ * grid's counters are allocated, zeroed and freed on the stream); zero `words` 32-bit words
+ * at dptr on stream (DA_ERR_UNSUPPORTED without the entry point). */
+DA_HIDDEN int da__cuda_stream_ordered(const da__cuda *c);
+DA_HIDDEN da_status da__cuda_zero_async(const da_context *ctx, da__cuda *c, void *dptr, size_t words, void *stream);
 DA_HIDDEN da_status da__cuda_memcpy_htod(const da_context *ctx, da__cuda *c, void *dst,
                                          const void *src, size_t bytes);
 DA_HIDDEN da_status da__cuda_memcpy_dtoh(const da_context *ctx, da__cuda *c, void *dst,

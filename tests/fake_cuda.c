@@ -21,8 +21,10 @@
  * green one (below 12040, NOT_SUPPORTED)),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
  * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
- * tma T ADDR dev D", T the arguments' tma flag and, where it is set, the first tensor map's
- * address (runtime/cuda_args.h), D the device whose context was current; each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
+ * tma T ADDR dev D ctr C", T the arguments' tma flag and, where it is set, the first tensor map's
+ * address (runtime/cuda_args.h), D the device whose context was current, C the value of a
+ * persistent grid's counter at the launch (-1: none; the launch then sets it nonzero);
+ * FAKE_CUDA_NO_MEMSET (cuMemsetD32Async refuses); each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
  * box .. swizzle S", after checking cuda.h's rules for the parameters the runtime passes). */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -268,8 +270,12 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   const da__cuda_kargs *k = strncmp(f->name, "da_fwd_", 7) ? NULL : params[0];
   uint64_t first_map = 0; /* what the encoder put at the start of the first map: its address */
   if (k && k->a.tma) memcpy(&first_map, k->m[0].bytes, sizeof first_map);
-  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p tma %d %llx dev %d\n", f->name, gx, gy,
-           gz, bx, by, bz, smem, dependent, stream, k ? k->a.tma : 0, (unsigned long long)first_map, dev);
+  /* a persistent grid's counter (runtime/cuda_args.h ctr): its value at the launch (-1: none),
+   * which must be 0; then a kernel's draws, so a counter used again unzeroed shows */
+  long long ctr = -1;
+  if (k && k->a.ctr) ctr = *k->a.ctr, *k->a.ctr = 0xd00du;
+  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p tma %d %llx dev %d ctr %lld\n", f->name,
+           gx, gy, gz, bx, by, bz, smem, dependent, stream, k ? k->a.tma : 0, (unsigned long long)first_map, dev, ctr);
   return OK;
 }
 
@@ -352,13 +358,29 @@ CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long d, size_t n) {
   memcpy(dst, (const void *)(uintptr_t)d, n);
   return OK;
 }
+/* Stream-ordered allocations hold what the pool's last user left: bytes 0xa5 here (a
+ * counter the runtime forgot to zero shows) */
+static CUresult alloc_async(unsigned long long *d, size_t bytes) {
+  CUresult r = cuMemAlloc_v2(d, bytes);
+  if (r == OK) memset((void *)(uintptr_t)*d, 0xa5, bytes);
+  return r;
+}
 CUresult cuMemAllocAsync(unsigned long long *d, size_t bytes, void *stream) {
   (void)stream;
-  return cuMemAlloc_v2(d, bytes);
+  return alloc_async(d, bytes);
 }
 CUresult cuMemFreeAsync(unsigned long long d, void *stream) {
   (void)stream;
   return cuMemFree_v2(d);
+}
+/* (FAKE_CUDA_NO_MEMSET: refused, as a driver that cannot would) */
+CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, void *stream) {
+  (void)stream;
+  if (need_context()) return need_context();
+  if (getenv("FAKE_CUDA_NO_MEMSET")) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+  unsigned *p = (unsigned *)(uintptr_t)d;
+  for (size_t i = 0; i < n; i++) p[i] = v;
+  return OK;
 }
 /* Memory pools: the device's default one (&context_tokens[0]) and those cuMemPoolCreate makes
  * (&own_pool); what the library did with each, for tests (fake_cuda_pool_stats). */
@@ -384,7 +406,7 @@ CUresult cuMemAllocFromPoolAsync(unsigned long long *d, size_t bytes, void *pool
   (void)stream;
   if (pool != &own_pool) return INVALID_VALUE;
   __atomic_add_fetch(&pool_allocs, 1, __ATOMIC_RELAXED);
-  return cuMemAlloc_v2(d, bytes);
+  return alloc_async(d, bytes);
 }
 CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
   (void)keep;

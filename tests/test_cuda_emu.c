@@ -702,45 +702,64 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     s.causal = i % 3 == 0;
     bs_check(ctx, &s, 1, i % 2 ? 1536 : 1000, 860 + (uint64_t)i, "wgmma-ws-tma", run_emu, i < 2 ? &tma192 : &tma);
   }
-  /* plans of two tiles a CTA (run_tiles) beside the causal ones above: split and single
-   * without a causal mask in 192-row tiles (the D = 64 default's, their merges a row at a
-   * time) and 128-row ones (D = 128), a batch of two, a unit of 3 tiles (w0 = 576), a
-   * 192-row split without tensor maps (the producer's cp.async); then kernels of two tiles
-   * a CTA run with one (the runtime's a->tpc 1 where pairs would leave fewer CTAs than
-   * SMs: the emulator's SM count raised), causal and not, a causal fused plan among them.
-   * Each plan must render two tiles a CTA, the fused one fused. */
+  /* plans of several tiles a CTA (run_tiles' ring of tiles) beside the causal ones above:
+   * split and single without a causal mask in 128-row tiles (D = 64 with tile_q 128, D =
+   * 128's default), a batch of two, a unit of 5 tiles (w0 = 576), a split without tensor
+   * maps (every producer thread copies: the named barrier of the ring); kernels of two
+   * tiles a CTA run with one (the runtime's a->tpc 1 where pairs would leave fewer CTAs than
+   * SMs: the emulator's SM count raised), causal and not, a causal fused plan among them;
+   * then persistent grids (a counter a launch: one CTA, which draws every tile after its
+   * first, the slots of the ring and their parities going round many times; or 2 to 5
+   * CTAs, the later ones drawing past the end), fused and split, causal and not, with and
+   * without tensor maps. Each plan must render several tiles a CTA, the fused ones fused,
+   * and the persistent cases launch persistent grids (the others none). */
+  enum { PAIRS, ONE_TILE, PERSIST };
   static const struct {
-    int tq, d, causal, single, fused, b, no_maps, one_tile;
+    int tq, d, causal, single, fused, b, no_maps, how, sms;
     int64_t w0, n;
     da_dtype t;
-  } pairs[] = {
-      {192, 64, 0, 0, 0, 1, 0, 0, 576, 1700, DA_DTYPE_FLOAT16},  {192, 64, 0, 0, 0, 2, 0, 0, 768, 1100, DA_DTYPE_BFLOAT16},
-      {128, 128, 0, 0, 0, 1, 0, 0, 768, 1700, DA_DTYPE_FLOAT16}, {0, 128, 0, 1, 0, 1, 0, 0, 768, 1100, DA_DTYPE_BFLOAT16},
-      {192, 64, 0, 0, 0, 1, 1, 0, 768, 1700, DA_DTYPE_FLOAT16},  {192, 64, 0, 0, 0, 1, 0, 1, 768, 1100, DA_DTYPE_BFLOAT16},
-      {192, 64, 1, 0, 0, 1, 0, 1, 768, 1700, DA_DTYPE_FLOAT16},  {0, 64, 1, 0, 1, 1, 0, 1, 768, 1100, DA_DTYPE_BFLOAT16},
+  } ring[] = {
+      {128, 64, 0, 0, 0, 1, 0, PAIRS, 1, 576, 1700, DA_DTYPE_FLOAT16},
+      {128, 64, 0, 0, 0, 2, 0, PAIRS, 1, 768, 1100, DA_DTYPE_BFLOAT16},
+      {128, 128, 0, 0, 0, 1, 0, PAIRS, 1, 768, 1700, DA_DTYPE_FLOAT16},
+      {0, 128, 0, 1, 0, 1, 0, PAIRS, 1, 768, 1100, DA_DTYPE_BFLOAT16},
+      {128, 64, 0, 0, 0, 1, 1, PAIRS, 1, 768, 1700, DA_DTYPE_FLOAT16},
+      {128, 64, 0, 0, 0, 1, 0, ONE_TILE, 1 << 20, 768, 1100, DA_DTYPE_BFLOAT16},
+      {128, 64, 1, 0, 0, 1, 0, ONE_TILE, 1 << 20, 768, 1700, DA_DTYPE_FLOAT16},
+      {0, 64, 1, 0, 1, 1, 0, ONE_TILE, 1 << 20, 768, 1100, DA_DTYPE_BFLOAT16},
+      {128, 64, 1, 0, 0, 1, 0, PERSIST, 1, 768, 1700, DA_DTYPE_FLOAT16},
+      {0, 64, 1, 0, 1, 2, 0, PERSIST, 3, 768, 1100, DA_DTYPE_BFLOAT16},
+      {128, 128, 0, 0, 0, 1, 1, PERSIST, 2, 768, 1700, DA_DTYPE_FLOAT16},
+      {0, 128, 0, 1, 0, 1, 0, PERSIST, 5, 768, 1100, DA_DTYPE_BFLOAT16},
+      {128, 64, 1, 0, 0, 1, 1, PERSIST, 1, 576, 1300, DA_DTYPE_BFLOAT16},
   };
-  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+  for (size_t i = 0; i < sizeof ring / sizeof ring[0]; i++) {
     da_spec s;
-    wide_spec(&s, pairs[i].t, 2, pairs[i].d, pairs[i].w0, 1536);
-    s.causal = pairs[i].causal;
-    if (pairs[i].single) s.num_branches = 1;
+    wide_spec(&s, ring[i].t, 2, ring[i].d, ring[i].w0, 1536);
+    s.causal = ring[i].causal;
+    if (ring[i].single) s.num_branches = 1;
     /* (tile_q 0: the default plan; else split, fused_min_queries 2^30) */
-    const da_plan_options o = {pairs[i].tq, 0, pairs[i].tq ? 1 << 30 : 0, 0, 6};
+    const da_plan_options o = {ring[i].tq, 0, ring[i].tq ? 1 << 30 : 0, 0, 6};
     da__rendered r;
     const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK ? r.ws_tiles : 0;
     const int fused = ws_tiles && !strcmp(r.strategy, "fused");
     if (ws_tiles) da__rendered_free(&r);
-    TU_CHECK(ws_tiles == 2 && fused == pairs[i].fused, "pairs case %zu: a %s plan of %d tiles a CTA (%s)", i,
+    TU_CHECK(ws_tiles == 2 && fused == ring[i].fused, "ring case %zu: a %s plan of %d tiles a CTA (%s)", i,
              fused ? "fused" : "branch", ws_tiles, da_context_last_error(ctx));
-    da_emu_plan_set_tma(!pairs[i].no_maps);
-    da_emu_plan_set_sms(pairs[i].one_tile ? 1 << 20 : 1);
-    bs_check(ctx, &s, pairs[i].b, pairs[i].n, 870 + (uint64_t)i,
-             pairs[i].no_maps    ? "wgmma-ws-tma pairs without tensor maps"
-             : pairs[i].one_tile ? "wgmma-ws-tma pairs, one tile a CTA"
-                                 : "wgmma-ws-tma pairs",
-             run_emu, (void *)&o);
+    da_emu_plan_set_tma(!ring[i].no_maps);
+    da_emu_plan_set_sms(ring[i].sms);
+    da_emu_plan_set_persist(ring[i].how == PERSIST);
+    const int persistent = da_emu_plan_persistent_launches();
+    char what[96];
+    snprintf(what, sizeof what, "wgmma-ws-tma ring case %zu (%s%s)", i,
+             ring[i].how == PAIRS ? "pairs" : ring[i].how == ONE_TILE ? "one tile a CTA" : "persistent",
+             ring[i].no_maps ? ", no tensor maps" : "");
+    bs_check(ctx, &s, ring[i].b, ring[i].n, 870 + (uint64_t)i, what, run_emu, (void *)&o);
+    TU_CHECK((da_emu_plan_persistent_launches() > persistent) == (ring[i].how == PERSIST),
+             "%s: %d persistent launches", what, da_emu_plan_persistent_launches() - persistent);
     da_emu_plan_set_tma(1);
     da_emu_plan_set_sms(1);
+    da_emu_plan_set_persist(0);
   }
   TU_CHECK(da_emu_tma_count() > before, "the wgmma-ws-tma runs issued no TMA copy");
   const unsigned long long with_maps = da_emu_tma_count();

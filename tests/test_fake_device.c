@@ -42,6 +42,7 @@ typedef struct {
   int dependent, tma;
   unsigned long long map0; /* tma: the first tensor map's global address */
   int dev;                 /* the device whose context was current */
+  long long ctr;           /* a persistent grid's counter at the launch (-1: none) */
 } launch_t;
 
 typedef struct { /* a tensor map encoded (tests/fake_cuda.c cuTensorMapEncodeTiled) */
@@ -84,9 +85,10 @@ static int read_launches(launch_t *out, int cap) {
   while (f && fgets(line, sizeof line, f)) {
     launch_t L;
     tmap_t t;
-    L.tma = 0, L.map0 = 0, L.dev = -1;
-    if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d stream %*s tma %d %llx dev %d", L.name,
-               &L.g[0], &L.g[1], &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent, &L.tma, &L.map0, &L.dev) >= 9 &&
+    L.tma = 0, L.map0 = 0, L.dev = -1, L.ctr = -1;
+    if (sscanf(line, "launch %255s grid %u %u %u block %u %u %u smem %u dependent %d stream %*s tma %d %llx dev %d ctr %lld",
+               L.name, &L.g[0], &L.g[1], &L.g[2], &L.b[0], &L.b[1], &L.b[2], &L.smem, &L.dependent, &L.tma, &L.map0, &L.dev,
+               &L.ctr) >= 9 &&
         n < cap)
       out[n++] = L;
     else if (parse_tmap(line, &t) && ntmaps < 128)
@@ -208,22 +210,34 @@ static void run(da_plan *p, const da_spec *s, int64_t N, da_status *st) { run_on
 /* CTAs of a launch of `tiles` blocks of a two-tiles-a-CTA kernel on the fake device's 132
  * SMs: two a CTA where that leaves a wave of CTAs, else one (cuda_backend.c launch_main) */
 static int64_t pair_ctas(int64_t tiles) { return tiles >= 2 * 132 ? (tiles + 1) / 2 : tiles; }
+/* The same with persistent grids (the default): a CTA an SM from DA_CUDA_PERSIST_WAVES waves
+ * of blocks (persist_waves; 0: none) */
+static int persists(int64_t tiles, int persist_waves) { return persist_waves && tiles >= (int64_t)persist_waves * 132; }
 
 /* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA
- * (pair_ctas; cta_tiles 1 or 2: that many in every launch, DILATTN_CTA_TILES), whatever
- * order the branches launch in: each branch's CTAs once. */
-static void check_grids_ct(const launch_t *L, const da_spec *s, int64_t tokens, int tq, int cta_tiles, const char *what) {
+ * (pair_ctas; cta_tiles 1 or 2: that many in every launch, DILATTN_CTA_TILES), persistent
+ * from persist_waves waves, whatever order the branches launch in: each branch's CTAs
+ * once, and a counter, zero at the launch, where persistent (none elsewhere). */
+static void check_grids_pw(const launch_t *L, const da_spec *s, int64_t tokens, int tq, int cta_tiles,
+                           int persist_waves, const char *what) {
   int used[5] = {0};
   for (int i = 0; i < 5; i++) {
     const int64_t tiles = branch_tiles(s, i, tokens, tq);
-    const int64_t want = cta_tiles == 1 ? tiles : cta_tiles == 2 ? (tiles + 1) / 2 : pair_ctas(tiles);
+    const int pers = cta_tiles == 0 && persists(tiles, persist_waves);
+    const int64_t want = pers ? 132 : cta_tiles == 1 ? tiles : cta_tiles == 2 ? (tiles + 1) / 2 : pair_ctas(tiles);
     int found = -1;
     for (int j = 0; j < 5 && found < 0; j++)
-      if (!used[j] && (int64_t)L[j].g[0] * L[j].g[1] * L[j].g[2] == want) found = j;
+      if (!used[j] && (int64_t)L[j].g[0] * L[j].g[1] * L[j].g[2] == want && (L[j].ctr == 0) == pers &&
+          (pers || L[j].ctr == -1))
+        found = j;
     if (found >= 0) used[found] = 1;
-    TU_CHECK(found >= 0, "%s: branch %d (w %lld, r %lld) over %lld tokens: no launch of %lld CTAs", what, i,
-             (long long)s->segment_lengths[i], (long long)s->dilation_rates[i], (long long)tokens, (long long)want);
+    TU_CHECK(found >= 0, "%s: branch %d (w %lld, r %lld) over %lld tokens: no launch of %lld CTAs %s", what, i,
+             (long long)s->segment_lengths[i], (long long)s->dilation_rates[i], (long long)tokens, (long long)want,
+             pers ? "with a counter zero at the launch" : "without a counter");
   }
+}
+static void check_grids_ct(const launch_t *L, const da_spec *s, int64_t tokens, int tq, int cta_tiles, const char *what) {
+  check_grids_pw(L, s, tokens, tq, cta_tiles, DA_CUDA_PERSIST_WAVES, what);
 }
 static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int tq, const char *what) {
   check_grids_ct(L, s, tokens, tq, 0, what);
@@ -264,6 +278,39 @@ static void test_launches(da_context *ctx) {
     if (n == 5) check_grids_ct(L, &s, N / 4, o.tile_q, ct, ct == 1 ? "DILATTN_CTA_TILES=1" : "DILATTN_CTA_TILES=2");
     da_plan_destroy(p);
   }
+  /* persistent grids (a CTA an SM drawing blocks from a counter) where a launch has
+   * DA_CUDA_PERSIST_WAVES (16) waves of blocks: at N = 256K the launches of w = 2048 to
+   * 16384 (16384, 8192, 4096 and 2816 blocks), not w = 32768's 1408 (pairs); their counters
+   * zero at each launch, though the pool's memory holds 0xa5 bytes and each launch leaves
+   * its counter nonzero (tests/fake_cuda.c), in two executions. DILATTN_CTA_TILES=pairs:
+   * none (the rule before persistent grids); persistent: every launch of a wave of blocks
+   * (at 16K all five, 1024 to 176 blocks). Without cuMemsetD32Async, the pairs. */
+  static const struct {
+    const char *env, *fake;
+    int64_t n;
+    int waves, persistent;
+  } PC[] = {{NULL, NULL, 4 * N, DA_CUDA_PERSIST_WAVES, 4}, {"pairs", NULL, 4 * N, 0, 0},
+            {"persistent", NULL, N / 4, 1, 5}, {NULL, "FAKE_CUDA_NO_MEMSET", 4 * N, 0, 0}};
+  for (size_t c = 0; c < sizeof PC / sizeof PC[0]; c++) {
+    if (PC[c].env) setenv("DILATTN_CTA_TILES", PC[c].env, 1);
+    if (PC[c].fake) setenv(PC[c].fake, "1", 1);
+    p = plan_with(ctx, &s, 0, 0, 0, &st);
+    unsetenv("DILATTN_CTA_TILES");
+    for (int rep = 0; rep < 2 && p; rep++) {
+      run(p, &s, PC[c].n, &st);
+      n = read_launches(L, 64);
+      int pers = 0;
+      for (int i = 0; i < n; i++) pers += L[i].ctr == 0;
+      char what[128];
+      snprintf(what, sizeof what, "%s%s, N = %lld, execution %d", PC[c].env ? "DILATTN_CTA_TILES=" : "",
+               PC[c].env ? PC[c].env : PC[c].fake ? PC[c].fake : "default", (long long)PC[c].n, rep + 1);
+      TU_CHECK(st == DA_OK && n == 5 && pers == PC[c].persistent, "%s: 5 launches, %d persistent (%d, %d: %s)", what,
+               PC[c].persistent, n, pers, da_context_last_error(ctx));
+      if (n == 5) check_grids_pw(L, &s, PC[c].n, o.tile_q, 0, PC[c].waves, what);
+    }
+    if (PC[c].fake) unsetenv(PC[c].fake);
+    da_plan_destroy(p);
+  }
   /* runs of tokens: a workspace of 100 MiB holds runs of 32768 (the lcm of the w) */
   setenv("DILATTN_WORKSPACE_LIMIT", "100M", 1);
   setenv("DILATTN_PDL", "0", 1);
@@ -279,10 +326,10 @@ static void test_launches(da_context *ctx) {
   unsetenv("DILATTN_PDL");
   da_plan_destroy(p);
   /* grouped LongNet 5-branch (groups of 2, 2, 2, 1 and 1 of 8 heads): _clear over every
-   * head, then each branch over its group's heads alone, two tiles a CTA where a launch has
-   * enough (the single plan's warp-specialized 192-row TMA kernel: a grid of CTAs in x
-   * alone, kernel.cu.tpl run_tiles); with 3 heads (groups of 1, 1, 1, 0, 0) the branches
-   * no head uses are not launched */
+   * head, then each branch over its group's heads alone, a tile a CTA (the single plan's
+   * warp-specialized 192-row TMA kernel, which runs no ring of tiles: planner.lua
+   * plan_lpt); with 3 heads (groups of 1, 1, 1, 0, 0) the branches no head uses are not
+   * launched */
   for (int heads = 8; heads >= 3; heads -= 5) {
     da_spec g = longnet(5, 0);
     g.mode = DA_MODE_GROUPED, g.num_heads = g.num_kv_heads = heads;
@@ -296,10 +343,11 @@ static void test_launches(da_context *ctx) {
              da_context_last_error(ctx));
     for (int i = 1; i < n && n == 1 + nb; i++) {
       const int64_t want = heads == 8 ? (i <= 3 ? 2 : 1) : 1, per_head = branch_tiles(&g, i - 1, N, o.tile_q) / heads;
-      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[0] == pair_ctas(per_head * want) && L[i].g[1] == 1 &&
-                   L[i].g[2] == 1,
-               "grouped, %d heads: branch launch %d of %u x %u CTAs (want %lld heads' %lld tiles, two a CTA where "
-               "that leaves 132 CTAs)", heads, i, L[i].g[0], L[i].g[1], (long long)want, (long long)(per_head * want));
+      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[0] == per_head && L[i].g[1] == want && L[i].g[2] == 1 &&
+                   L[i].ctr == -1,
+               "grouped, %d heads: branch launch %d of %u x %u CTAs, counter %lld (want %lld heads' %lld tiles, one a "
+               "CTA: 192-row tiles run no ring)", heads, i, L[i].g[0], L[i].g[1], L[i].ctr, (long long)want,
+               (long long)per_head);
     }
     da_plan_destroy(p);
   }
@@ -318,8 +366,8 @@ static void test_launches(da_context *ctx) {
  * The causal mma.sync plan of one 2048 branch over N = 2^24 has 2^17 blocks a head; at 8
  * heads that is 2^20 a batch entry, so batch 4095 launches and 4096 does not. */
 static da_status count_launch(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
-                        da__cuda_args *a) {
-  (void)which, (void)gx, (void)gy, (void)gz, (void)threads, (void)smem, (void)a;
+                        da__cuda_args *a, int persistent) {
+  (void)which, (void)gx, (void)gy, (void)gz, (void)threads, (void)smem, (void)a, (void)persistent;
   ++*(int *)user;
   return DA_OK;
 }
@@ -339,7 +387,7 @@ static void test_block_limit(da_context *ctx) {
     memset(&a, 0, sizeof a);
     a.batch = batch, a.seq_len = (int64_t)1 << 24, a.ws_len = a.seq_len;
     int launches = 0;
-    st = da__cuda_launch_sequence(ctx, &rd, 8, 64, 132, &a, count_launch, &launches, NULL);
+    st = da__cuda_launch_sequence(ctx, &rd, 8, 64, 132, DA_CUDA_PERSIST_WAVES, &a, count_launch, &launches, NULL);
     if (batch == 4095)
       TU_CHECK(st == DA_OK && launches == 1, "batch 4095: %u blocks launched (%d, %s)", 4095u << 20, launches,
                da_context_last_error(ctx));

@@ -507,9 +507,9 @@ function M.plan_cuda(p, opts)
       if p.wg_ws then -- as many stages as fit, up to 4 (227 KiB less the static shared memory:
         -- mbarriers, and under a sparse layout two buffers of partial-tile verdicts; with two
         -- CTAs per SM, half of the SM's 228 KiB less the 1 KiB the driver reserves per CTA)
-        -- (512 where run_tiles may run, causal plans and those without a sparse layout: room
-        -- for its tile references beside the mbarriers)
-        local static = ((p.causal or not p.sparse) and 512 or 256) + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
+        -- (768 where run_tiles may run, causal plans and those without a sparse layout: room
+        -- for its ring of tile references and their mbarriers beside the stages')
+        local static = ((p.causal or not p.sparse) and 768 or 256) + (p.sparse and 2 * p.tile_q * (p.tile_k // p.block + 2) or 0)
         local limit = p.min_blocks == 2 and 233472 // 2 - 1024 or 232448
         p.smem_room = limit - static -- dynamic shared memory a CTA may take (plan_lpt: a second Q tile)
         p.stages = 4
@@ -577,24 +577,27 @@ end
 -- A fused window's tiles go heaviest first by p.lpt_order (tile of each depth), their
 -- expected key tiles over the heads and the windows of a period of the segments (up to
 -- 16); past 4096 tiles a window, latest first.
--- Warp-specialized causal kernels run p.ws_tiles consecutive tiles of that order a CTA
--- (kernel.cu.tpl run_tiles): the producer loads the next tile's K / V while the consumers
--- write this one's out. Not where warpgroups leave their tiles (ws_skip_idle: the empty
--- barriers count the kept ones) or under a sparse layout (its verdict buffers). Untimed.
--- Warp-specialized branch kernels without a causal mask (split and single plans) take the
--- same order and pairs: a tile a CTA paid its cold start (the decode, Q and the first K
--- from memory with the tensor cores idle) and left its epilogue without loads in flight at
--- every tile (the non-causal LongNet 5-branch plan is split: 0.86 of SDPA at 1M on the
--- H200 at 30da0bd). Not the fused kernels (their grid order is plan_lpt_heads'), nor in
--- 64-row tiles (two CTAs an SM overlap there already). In 192-row tiles (the D = 64
--- defaults) with TMA's copies alone, and the split epilogue merges a row at a time there
--- (kernel.cu.tpl tile_end's BATCH: with two, the 160-register consumers spilled 948 bytes
--- through run_tiles' loop; wgmma-ws's copies, 160 bytes with one). Untimed.
+-- Warp-specialized kernels in 128-row tiles run several consecutive tiles of that order a
+-- CTA (kernel.cu.tpl run_tiles: p.ws_tiles > 1), causal or not: the producer loads the
+-- next tile's K / V while the consumers write this one's out. A tile a CTA paid its cold
+-- start (the decode, Q and the first K from memory with the tensor cores idle) and left
+-- its epilogue without loads in flight at every tile (the non-causal LongNet 5-branch
+-- plan is split: 0.86 of SDPA at 1M on the H200 at 30da0bd). The tiles go through a ring
+-- of slots, so a launch of many waves runs as a persistent grid (a CTA an SM drawing
+-- tiles from a counter: cuda_backend.c launch_main), else a->tpc a CTA. Not where
+-- warpgroups leave their tiles (ws_skip_idle: the empty barriers count the kept ones),
+-- under a sparse layout (its verdict buffers), in the fused kernels without a causal mask
+-- (their grid order is plan_lpt_heads'), in 64-row tiles (two CTAs an SM overlap there
+-- already), nor in 192-row tiles (the loop's count spilled their 160-register
+-- consumers, 168 to 260 bytes; the producer there has 32), nor with P in two register
+-- sets (wgmma-ws-p2: its consumers spilled 48 to 56 bytes with 224 registers). Its
+-- producer finds tiles after the first two itself: 56 registers, the consumers 224 (with
+-- 40, 40 to 108 bytes spilled). Untimed.
 -- Where shared memory holds a second Q tile beside the stages (p.q_bufs = 2: the D = 64
--- defaults; not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB) the
--- consumers request both tiles' Q at the CTA's start, so the second tile's lands during
--- the first one's key loop instead of stalling its start (and no barrier guards a shared
--- Q tile between the two). Untimed.
+-- defaults; not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB)
+-- the tiles alternate between the two and the consumers request the next tile's Q as a
+-- tile starts, so it lands during this one's key loop instead of stalling its start.
+-- Untimed.
 local LPT_CTAS = 2 * 132
 -- Without a causal mask a fused tile still costs what the branches covering its residue
 -- class attend: class c of a window is in branch j for head h where its position in j's
@@ -661,11 +664,13 @@ local function plan_lpt_heads(p, group)
 end
 
 function M.plan_lpt(p)
-  -- (warp-specialized branch kernels without a causal mask too, in 128-row tiles or TMA's
-  -- 192-row ones: their grid in this order is what run_tiles decodes; a segment's tiles
-  -- weigh the same there, but its last)
-  local ws_pairs = p.wg_ws and not p.sparse and not p.ws_skip_idle
-  p.lpt = p.causal or (ws_pairs and p.strategy ~= "fused" and (p.tile_q == 128 or p.tile_q == 192 and p.tma))
+  -- (warp-specialized branch kernels without a causal mask too, in 128-row tiles: their
+  -- grid in this order is what run_tiles decodes; a segment's tiles weigh the same there,
+  -- but its last. Not in 192-row tiles: run_tiles' loop over a ring of tiles holds its
+  -- count across the key loop, and those consumers' 160 registers have none to spare: 168
+  -- to 260 bytes spilled)
+  local ws_pairs = p.wg_ws and not p.sparse and not p.ws_skip_idle and p.tile_q == 128 and not p.ws_pbuf2
+  p.lpt = p.causal or (ws_pairs and p.strategy ~= "fused")
   p.ws_tiles = 1
   p.q_bufs = 1
   local per_sm = p.min_blocks or 1
@@ -673,6 +678,10 @@ function M.plan_lpt(p)
   if not p.lpt then return plan_lpt_heads(p, group) end
   if ws_pairs then
     p.ws_tiles = 2
+    -- (the producer finds the tiles after the first two: see above)
+    if p.setmaxnreg and p.setmaxnreg[1] == 40 and p.setmaxnreg[2] == 232 then
+      p.setmaxnreg = {56, 224, launch = p.setmaxnreg.launch}
+    end
     local q_bytes = p.tile_q * p.D * 2
     if p.smem_bytes + q_bytes <= p.smem_room then
       p.q_bufs = 2

@@ -312,6 +312,24 @@ __device__ __forceinline__ da_u16 da_f32_to_bf16(float f) {
  * prefetch into L1, before the wait would not be safe). The emulator checks p lies in a
  * buffer and notes the line for the CTA (DA_CHECK_PREFETCHED). */
 __device__ __forceinline__ void da_prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+/* *p + 1 into *p, atomically over the device; the old value (a persistent grid's tiles) */
+__device__ __forceinline__ unsigned da_atomic_inc(unsigned *p) {
+  unsigned old;
+  asm volatile("atom.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(p) : "memory");
+  return old;
+}
+/* Where on: da_atomic_inc(p), returned and stored into the shared *dst for other threads
+ * to read after a barrier (the caller's: no memory clobber here). Predicated instructions,
+ * not a branch (WIP: not measured against a branch with an up-to-date build). Elsewhere
+ * the value returned is 0. */
+__device__ __forceinline__ unsigned da_atomic_inc_to(unsigned *p, unsigned *dst, bool on) {
+  unsigned old = 0;
+  asm volatile("{\n.reg .pred on;\nsetp.ne.u32 on, %3, 0;\n"
+               "@on atom.global.add.u32 %0, [%1], 1;\n@on st.shared.u32 [%2], %0;\n}\n"
+               : "+r"(old)
+               : "l"(p), "r"(da_smem_addr(dst)), "r"((da_u32)on));
+  return old;
+}
 #define DA_CHECK_GLOBAL(p, bytes, write) ((void)0)
 #define DA_NOTE_SMEM_WRITE(p, bytes) ((void)0)
 #define DA_CHECK_ALIGNED(p, bytes) ((void)0)

@@ -80,6 +80,7 @@ struct da_cuda_args {
   da_i64 q_stride[3], k_stride[3], v_stride[3], out_stride[3];
   const unsigned char *const *masks; /* device array of per-branch device masks */
   float *ws;                         /* split: partial out [B][H][ws_len][HD], then lse [B][H][ws_len] */
+  unsigned *ctr; /* run_tiles kernels: this launch's tile counter (a persistent grid, da_cta_block), or NULL */
   int branch;                        /* branch launches */
   int vec16; /* q, k, v 16-byte aligned, strides multiples of 8: cp.async; else plain loads */
   int out16; /* out likewise: 16-byte stores of out (tensor-core paths); else 2-byte stores */
@@ -1371,9 +1372,8 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
    * above them: it cannot tell the rows apart). All rows up to D = 64 (NT_O <= 8: two on
    * the wgmma path, four on mma.sync), else one, after its row's result (ptxas, the
    * warp-specialized kernel at D = 128: 852 bytes spilled with both; a lambda holding every
-   * row's side and partial, 684 or 716 bytes with one before or after the result; the
-   * 192-row consumers' 160 registers with two tiles a CTA, 948 bytes with two rows) */
-  constexpr int BATCH = NT_O <= 8 && {{ (p.ws_tiles > 1 and p.tile_q == 192) and "false" or "true" }} ? 2 * MT : 1;
+   * row's side and partial, 684 or 716 bytes with one before or after the result) */
+  constexpr int BATCH = NT_O <= 8 ? 2 * MT : 1;
   float olds[BATCH];
   da_f32x2 ws_o[BATCH][NT_O];
   int sides[BATCH]; /* each row's da_split_side, found once */
@@ -1715,10 +1715,11 @@ template <class F> __device__ __forceinline__ void da_job_each(const da_job &J, 
   }
 }
 {% if p.lpt then %}
-/* Block l of the causal (or longest-first) grid: its job (false: none) */
-__device__ __forceinline__ bool da_block_job(da_i64 l, const da_cuda_args &A, da_job &J) {
+/* Block l of the causal (or longest-first) grid: its job (1), a block without a query (2),
+ * or 0 past the grid */
+__device__ __forceinline__ int da_block_job(da_i64 l, const da_cuda_args &A, da_job &J) {
   const da_i64 nwin = (A.seq_len + WIN_G - 1) / WIN_G, units = nwin * NUM_HEADS * A.batch;
-  if (l >= units * TILES_PER_WINDOW) return false;
+  if (l >= units * TILES_PER_WINDOW) return 0;
   da_i64 depth;
   const da_i64 u = da_lpt_unit(l, units, TILES_PER_WINDOW, {{ p.lpt_group }}, da_cdiv<{{ p.lpt_group }}>(),
                                da_cdiv<{{ p.lpt_group }}LL * TILES_PER_WINDOW>(), &depth);
@@ -1731,7 +1732,7 @@ __device__ __forceinline__ bool da_block_job(da_i64 l, const da_cuda_args &A, da
 {% end %}
   da_i64 b, win, h;
   da_unit_bih(u, NUM_HEADS, da_cdiv<NUM_HEADS>(), nwin, A, &b, &win, &h);
-  return da_job_at(J, A, b, h, win, tt);
+  return da_job_at(J, A, b, h, win, tt) ? 1 : 2;
 }
 {% end %}
 /* run_tiles' view of a tile: found before the roles split (da_block_ref), run by each
@@ -1803,21 +1804,22 @@ __device__ __forceinline__ void da_branch_block(da_i64 l, da_i64 nseg, da_i64 un
 }
 {% end %}
 {% if p.ws_tiles > 1 then %}
-/* run_tiles' view of a tile: found whole before the roles split (the decode and
- * da_branch_find, by one thread a tile, into shared memory), read by each side
- * (da_branch_run). Each side had derived it from (b, h, segment, first row) again, the
- * consumers twice (their Q requests, then the tile): ~250 of the ~660 instructions from the
- * CTA's barrier to its first wgmma. */
+/* run_tiles' view of a tile: found whole where few registers are live (the decode and
+ * da_branch_find, into shared memory), read by each side (da_branch_run). Each side had
+ * derived it from (b, h, segment, first row) again, the consumers twice (their Q requests,
+ * then the tile): ~250 of the ~660 instructions from the CTA's barrier to its first wgmma.
+ * Block l's tile (1), a block without a query (2: past its class's end), or 0 past the
+ * grid. */
 typedef da_btile da_ref;
-__device__ __forceinline__ bool da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
+__device__ __forceinline__ int da_block_ref(da_i64 l, const da_cuda_args &A, da_ref &R) {
   const int br = A.branch;
   const da_i64 w = BR_W[br];
   const da_i64 nseg = da_fq(min(A.seq_len - A.tok0, A.ws_len) + w - 1, BR_W_DIV[br]); /* the launch's segments */
   const da_i64 units = nseg * BR_HEADS(br) * A.batch;
-  if (l >= units * BR_TILES_PER_SEG[br]) return false;
+  if (l >= units * BR_TILES_PER_SEG[br]) return 0;
   da_i64 b, h, seg, a0;
   da_branch_block(l, nseg, units, A, &b, &h, &seg, &a0);
-  return da_branch_find(A, b, h, seg, a0, R);
+  return da_branch_find(A, b, h, seg, a0, R) ? 1 : 2;
 }
 template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_args &A, const da_ref &R, B &&body) {
   da_branch_run(A, R, body);
@@ -1827,55 +1829,99 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
 {% end %}
 
 {% if p.ws_tiles > 1 then %}
-/* WS_TILES tiles a CTA (at most: A.tpc of them, the runtime's choice per launch), blocks
- * blockIdx.x * A.tpc + i of the longest-first grid: the producer
- * walks their key tiles one after the other without a pause, so the next tile's K / V
- * load while the consumers write this one's out and load its Q (a CTA per tile leaves the
- * SM without loads then, and starts the next CTA's pipeline cold). The stages and their
- * parities run on across tiles; so does the consumers' turn: each warpgroup takes as many
- * turns a tile, and the hand-over the last warpgroup makes at the CTA's first tile stays
- * pending at every tile's end for warpgroup 0's first turn of the next. */
+/* Several tiles a CTA, blocks of the longest-first grid (da_cta_block): a persistent
+ * grid's CTAs (A.ctr: a CTA per SM, each drawing its next block from the launch's counter
+ * as it goes) or A.tpc consecutive blocks (the runtime's choice per launch,
+ * cuda_backend.c launch_main). The producer walks their key tiles one after the other
+ * without a pause, so the next tile's K / V load while the consumers write this one's out
+ * and load its Q (a CTA per tile leaves the SM without loads then, and starts the next
+ * CTA's pipeline cold). The stages and their parities run on across tiles; so does the
+ * consumers' turn: each warpgroup takes as many turns a tile, and the hand-over the last
+ * warpgroup makes at the CTA's first tile stays pending at every tile's end for warpgroup
+ * 0's first turn of the next.
+ * The tiles pass through a ring of DA_REF_SLOTS slots in shared memory (refs, has_ref),
+ * each found whole (da_block_ref) where few registers are live: tiles 0 and 1 by threads
+ * 0 and 1 before the CTA's barrier, tile k + 2 by the producer once it has issued tile k's
+ * copies, into the slot tile k + 2 - DA_REF_SLOTS left (ref_empty: the consumers'
+ * arrivals at that tile's end), announced through ref_full (thread 0's arrival). The
+ * consumers take tile k from slot k % DA_REF_SLOTS and request tile k + 1's Q at tile k's
+ * start, so it lands during tile k's key loop. has_ref: 1 a tile; 2 a block without a
+ * query (past its class's end: passed over, its slot released); 0 the end of the CTA's
+ * blocks. Not in 192-row tiles (planner.lua plan_lpt: the loop's count spilled those
+ * consumers). */
 #define WS_TILES {{ p.ws_tiles }}
+#define DA_REF_SLOTS 4
+#define DA_BAR_PROD 15 /* the producers' named barrier (where they all copy) */
 {% if p.ws_skip_idle or p.sparse or not p.wg_ws then %}
 #error "run_tiles: every consumer warpgroup on every tile (the turn hand-over, the empty barriers' counts), no sparse layout, warp-specialized"
 {% end %}
 {% if p.q_bufs == 2 and p.ws_tiles ~= 2 then %}
-#error "run_tiles: a Q tile each for two tiles a CTA (Qs, Q2), not more"
+#error "run_tiles: a Q tile each for two tiles in flight (Qs, Q2), not more"
 {% end %}
+/* The block of the grid order the CTA's tile k is (< 0: none): in a persistent grid
+ * (A.ctr) block blockIdx.x, then gridDim.x + each ticket it draws from the launch's
+ * counter (ticket: that draw, k > 0), in order, so the CTAs take the blocks longest first as
+ * they free; else blocks blockIdx.x * A.tpc to blockIdx.x * A.tpc + A.tpc - 1. */
+__device__ __forceinline__ da_i64 da_cta_block(const da_cuda_args &A, int k, unsigned ticket) {
+  if (A.ctr) return k ? (da_i64)gridDim.x + ticket : (da_i64)blockIdx.x;
+  return k < A.tpc ? (da_i64)blockIdx.x * A.tpc + k : -1;
+}
 template <class E>
 __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_args &A) {
 {% if p.q_bufs == 2 then %}
-  E *const Q2 = Vs + STAGES * TK * ROWH; /* the second tile's Q (and out) tile, after the stages */
+  E *const Q2 = Vs + STAGES * TK * ROWH; /* odd tiles' Q (and out) tile, after the stages */
 {% end %}
   __shared__ da_u64 bars[4 * STAGES]; /* as in run_tile (no warpgroup leaves a tile: DA_KEPT_WGS is NCWG) */
-  /* the CTA's tiles, each found by a thread of its own before the roles split (the
-   * producer's 40 registers hold none of the index arithmetic) */
-  __shared__ da_ref refs[WS_TILES];
-  __shared__ int has_ref[WS_TILES];
+  __shared__ da_u64 ref_full[DA_REF_SLOTS], ref_empty[DA_REF_SLOTS];
+  __shared__ da_ref refs[DA_REF_SLOTS];
+  __shared__ int has_ref[DA_REF_SLOTS];
+  __shared__ unsigned ticket; /* a persistent grid's next draw (thread 0's), for the other producers */
   /* (thread 32, warp 1: beside warp 0's decode below, not before it. One thread's loop:
    * mbarrier.init takes a uniform address, a lane each made ptxas loop over the lanes) */
   if (threadIdx.x == 32) {
     for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : NCWG * 128);
+    for (int i = 0; i < DA_REF_SLOTS; i++) da_mbar_init(&ref_full[i], 1), da_mbar_init(&ref_empty[i], NCWG * 128);
     if (DA_TMA) da_fence_mbar_init(); /* TMA completes on them through the async proxy */
   }
-  if (threadIdx.x < WS_TILES) /* (A.tpc of them: the runtime's per launch) */
-    has_ref[threadIdx.x] = (int)threadIdx.x < A.tpc && da_block_ref((da_i64)blockIdx.x * A.tpc + threadIdx.x, A, refs[threadIdx.x]);
+  if (threadIdx.x < 2) { /* tiles 0 and 1 */
+    const da_i64 l = da_cta_block(A, threadIdx.x, threadIdx.x && A.ctr ? da_atomic_inc(A.ctr) : 0u);
+    has_ref[threadIdx.x] = l >= 0 ? da_block_ref(l, A, refs[threadIdx.x]) : 0;
+  }
   __syncthreads(); /* the last CTA barrier */
   da_pipe P = {0, 0, 0};
   if (threadIdx.x < DA_PRODUCERS) {
 {% if p.setmaxnreg then %}
     da_setmaxnreg_dec<{{ p.setmaxnreg[1] }}>();
 {% end %}
-    if (DA_TMA && A.tma && threadIdx.x) return; /* one thread issues every copy (produce_tma) */
-#pragma unroll /* i a constant: its 40 registers hold no loop state */
-    for (int i = 0; i < WS_TILES; i++) {
-      if (!has_ref[i]) continue;
-      da_with_ref(A, refs[i], [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
-        (void)h, (void)mode;
-        each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
-          produce(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
+    const bool lead = threadIdx.x == 0;
+    if (DA_TMA && A.tma && !lead) return; /* one thread issues every copy (produce_tma) */
+    if (lead) da_mbar_arrive(&ref_full[0]), da_mbar_arrive(&ref_full[1]); /* (their phase 0, as later slots') */
+    for (int k = 0; has_ref[k % DA_REF_SLOTS]; k++) {
+      if (has_ref[k % DA_REF_SLOTS] == 1)
+        da_with_ref(A, refs[k % DA_REF_SLOTS], [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
+          (void)h, (void)mode;
+          each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+            produce(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
+          });
         });
-      });
+      /* tile k + 2, into the slot tile k + 2 - DA_REF_SLOTS's consumers have left, found by
+       * every producer thread still here alike (thread 0 alone where it issues TMA copies):
+       * thread 0 alone where all copy spilled 108 to 164 bytes, a loop in which the others
+       * waited on ref_full 356 to 528 (bench/results/untimed-since-30da0bd.md, session 24).
+       * A persistent grid's ticket is thread 0's draw; the others read it after the barrier */
+      const int k2 = k + 2, s2 = k2 % DA_REF_SLOTS;
+      const unsigned drawn = da_atomic_inc_to(A.ctr, &ticket, lead && A.ctr);
+      if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
+      if (k2 >= DA_REF_SLOTS) da_mbar_wait(&ref_empty[s2], (k2 / DA_REF_SLOTS - 1) & 1);
+      const da_i64 l = da_cta_block(A, k2, lead ? drawn : ticket);
+      /* (where every producer copies, each writes the same bytes: storing thread 0's alone, a
+       * branch, spilled 8 bytes of LongNet 2-branch causal) */
+      has_ref[s2] = l >= 0 ? da_block_ref(l, A, refs[s2]) : 0;
+      /* where every producer copies: each has written the slot before thread 0 announces it
+       * (its arrival releases what the barrier ordered before it), and has read tile k's,
+       * which tile k + 4 takes, and the ticket before thread 0 draws the next */
+      if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
+      if (lead) da_mbar_arrive(&ref_full[s2]);
     }
     da_cp_async_commit();
     da_cp_async_wait<0>();
@@ -1885,47 +1931,58 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   da_setmaxnreg_inc<{{ p.setmaxnreg[2] }}>();
 {% end %}
 {% if p.q_bufs == 2 then %}
-  /* every tile's Q requested now, a cp.async group each (empty where the block holds no
-   * tile), into a Q tile of its own: the second's lands during the first's key loop */
-#pragma unroll
-  for (int i = 0; i < WS_TILES; i++) {
-    if (has_ref[i])
-      da_with_ref(A, refs[i], [&](da_i64 b, da_i64 h, da_i64, const da_qtile &T, int, auto &&) {
-        tile_load_q(i ? Q2 : Qs, A, b, h, T);
-      });
-    da_cp_async_commit();
-  }
-{% end %}
-  bool first = true;
-  for (int i = 0; i < WS_TILES; i++) {
-    if (!has_ref[i]) continue;
-    const da_ref &R = refs[i]; /* (read where used: a copy held across the key loop spilled) */
-{% if p.q_bufs == 2 then %}
-    E *const Qt = i ? Q2 : Qs;
-{% end %}
-    da_with_ref(A, R, [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
-      da_state S;
-{% if p.q_bufs == 2 then %}
-      tile_begin(S, Qt, A, b, h, T, first, i + 1 < WS_TILES ? 1 : 0); /* (>= 0 as ptxas sees it: no Q load in the loop) */
-{% else %}
-      if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
-      tile_begin(S, Qs, A, b, h, T, first);
-{% end %}
-      first = false;
-      tile_prefetch_ws(A, b, h, T, mode);
-      each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
-        attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq, P, bars);
-      });
-{% if p.strategy ~= "fused" then %}
-      da_grid_wait(); /* the launch before: out, lse and the workspace are written after it */
-{% end %}
-      /* (b, h and T read again from shared memory, not held across the key loop: a register
-       * of the 192-row consumers' 160, whose loop counter spilled) */
-      tile_end(S, {{ p.q_bufs == 2 and "Qt" or "Qs" }}, A, R.b, R.h, R.T, mode);
+  if (has_ref[0]) /* tile 0's Q (tile k + 1's is requested at tile k's start) */
+    da_with_ref(A, refs[0], [&](da_i64 b, da_i64 h, da_i64, const da_qtile &T, int, auto &&) {
+      tile_load_q(Qs, A, b, h, T);
     });
+  da_cp_async_commit();
+{% end %}
+  bool first = true; /* the CTA's first tile (its turn hand-over: tile_begin) */
+  for (int k = 0;; k++) {
+    const int s = k % DA_REF_SLOTS;
+    da_mbar_wait(&ref_full[s], (k / DA_REF_SLOTS) & 1);
+    const int has = has_ref[s];
+    if (!has) break;
+{% if p.q_bufs == 2 then %}
+    /* tile k + 1's Q into the other Q tile once every consumer has copied tile k - 1's out
+     * from it; before tile_begin sets the accumulators, so their registers are not live
+     * while the request's addresses are worked out */
+    if (k) DA_SYNC_COMPUTE();
+    {
+      const int s1 = (k + 1) % DA_REF_SLOTS;
+      da_mbar_wait(&ref_full[s1], ((k + 1) / DA_REF_SLOTS) & 1);
+      if (has_ref[s1] == 1)
+        da_with_ref(A, refs[s1], [&](da_i64 b1, da_i64 h1, da_i64, const da_qtile &T1, int, auto &&) {
+          tile_load_q(k & 1 ? Qs : Q2, A, b1, h1, T1);
+        });
+      da_cp_async_commit();
+    }
+{% end %}
+    if (has == 1)
+      da_with_ref(A, refs[s], [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
+        da_state S;
+{% if p.q_bufs == 2 then %}
+        tile_begin(S, k & 1 ? Q2 : Qs, A, b, h, T, first, 1); /* (its Q: the group before tile k + 1's) */
+{% else %}
+        if (!first) DA_SYNC_COMPUTE(); /* every warp has copied the tile before's rows of out from the Q tile */
+        tile_begin(S, Qs, A, b, h, T, first);
+{% end %}
+        first = false;
+        tile_prefetch_ws(A, b, h, T, mode);
+        each([&](int br, da_i64 s0, da_i64 off, da_i64 a0, da_i64 astride) {
+          attend(br, S, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq, P, bars);
+        });
+{% if p.strategy ~= "fused" then %}
+        da_grid_wait(); /* the launch before: out, lse and the workspace are written after it */
+{% end %}
+        /* (b, h and T read again from shared memory, not held across the key loop) */
+        const da_ref &R = refs[s];
+        tile_end(S, {{ p.q_bufs == 2 and "k & 1 ? Q2 : Qs" or "Qs" }}, A, R.b, R.h, R.T, mode);
+      });
+    da_mbar_arrive(&ref_empty[s]);
   }
 {% if p.q_bufs == 2 then %}
-  da_cp_async_wait<0>(); /* the group of a last block without a query row */
+  da_cp_async_wait<0>(); /* the group of the slot without a tile */
 {% end %}
 {% if p.strategy ~= "fused" then %}
   da_grid_wait(); /* a CTA without a tile too (see _branch) */
@@ -1942,7 +1999,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, {{ p.min_blocks or 1 }}) 
 {% else %}
   da_job J;
 {% if p.lpt then %}
-  if (!da_block_job(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z), A, J)) return;
+  if (da_block_job(blockIdx.x + (da_i64)gridDim.x * (blockIdx.y + (da_i64)gridDim.y * blockIdx.z), A, J) != 1) return;
 {% else %}
   if (!da_job_at(J, A, blockIdx.z, blockIdx.y, blockIdx.x / TILES_PER_WINDOW, blockIdx.x % TILES_PER_WINDOW)) return;
 {% end %}

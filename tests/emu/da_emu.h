@@ -131,6 +131,13 @@ static inline da_u32 da_pack_bf16x2(float lo, float hi) {
 #define DA_NOTE_SMEM_WRITE(p, bytes) da_emu_smem_write((p), (bytes))
 #define DA_CHECK_ALIGNED(p, bytes) da_emu_check_aligned((p), (bytes))
 static inline void da_prefetch_l2(const void *p) { da_emu_prefetch_l2(p); }
+static inline unsigned da_atomic_inc(unsigned *p) { /* (CTAs run one at a time) */
+  da_emu_check_global(p, 4, 1);
+  return (*p)++;
+}
+static inline unsigned da_atomic_inc_to(unsigned *p, unsigned *dst, bool on) {
+  return on ? *dst = da_atomic_inc(p) : 0u;
+}
 #define DA_CHECK_PREFETCHED(p, bytes) da_emu_check_prefetched((p), (bytes))
 
 #endif

@@ -30,17 +30,23 @@ void da_emu_plan_done(int remove) {
   if (!remove) fprintf(stderr, "emulated kernels kept in %s\n", work_dir);
 }
 
-static int launches, tma_off, emu_sms = 1;
+static int launches, tma_off, emu_sms = 1, emu_persist, persistent_launches;
 
 void da_emu_plan_set_tma(int on) { tma_off = !on; }
 void da_emu_plan_set_sms(int sms) { emu_sms = sms; }
+void da_emu_plan_set_persist(int waves) { emu_persist = waves; }
+int da_emu_plan_persistent_launches(void) { return persistent_launches; }
 
 int da_emu_plan_launches(void) { return launches; }
 
+/* (a persistent launch's counter: DA_EMU_CTRS a sequence at most) */
+#define DA_EMU_CTRS 64
 typedef struct {
   const da_context *ctx;
   void *fn[DA_CUDA_K_COUNT];
   unsigned long long seed;
+  unsigned *ctrs; /* zeroed, DA_EMU_CTRS */
+  int used;
 } emu_launch_ctx;
 
 /* emulated kernels take their parameter by reference (kernel.cu.tpl DA_KPARAM): the
@@ -49,10 +55,13 @@ typedef struct {
 static void invoke(void *kernel, const void *args) { ((void (*)(const void *))kernel)(args); }
 
 static da_status emu_launch(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
-                            unsigned smem, da__cuda_args *a) {
+                            unsigned smem, da__cuda_args *a, int persistent) {
   emu_launch_ctx *L = user;
   char err[2048];
   launches++;
+  if (persistent && L->used >= DA_EMU_CTRS) return da__set_error(L->ctx, DA_ERR_INTERNAL, "emulator: counters used up");
+  a->ctr = persistent ? L->ctrs + L->used++ : NULL;
+  persistent_launches += persistent;
   if (da_emu_launch(invoke, L->fn[which], a, gx, gy, gz, threads, smem, L->seed++, err, sizeof err))
     return da__set_error(L->ctx, DA_ERR_DEVICE, "emulated launch (%u,%u,%u)x%u: %s", gx, gy, gz, threads, err);
   return DA_OK;
@@ -79,7 +88,8 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
     st = da__set_error(ctx, DA_ERR_COMPILE, "dlopen %s: %s", so, dlerror());
     goto out;
   }
-  emu_launch_ctx L = {ctx, {NULL}, 0x5eedull ^ (unsigned long long)args->seq_len};
+  unsigned ctrs[DA_EMU_CTRS] = {0};
+  emu_launch_ctx L = {ctx, {NULL}, 0x5eedull ^ (unsigned long long)args->seq_len, ctrs, 0};
   for (int i = 0; i < DA_CUDA_K_COUNT; i++) {
     const char *suffix = da__cuda_kernel_suffix(r.strategy, i);
     if (!suffix) continue;
@@ -120,7 +130,8 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
     a.ws = ws;
     da_emu_register_buffer(ws, wsb, 1);
   }
-  st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, emu_sms, &a, emu_launch, &L,
+  da_emu_register_buffer(ctrs, sizeof ctrs, 1);
+  st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, emu_sms, emu_persist, &a, emu_launch, &L,
                                 tma_off ? NULL : da_emu_tensor_map_encode);
 out:
   free(ws);

@@ -20,6 +20,11 @@ void da_emu_plan_set_tma(int on);
 /* The SM count the launches are sized for (da__cuda_launch_sequence's sms; default 1: a
  * plan of several tiles a CTA runs them wherever a launch has two blocks or more). */
 void da_emu_plan_set_sms(int sms);
+/* Launches of at least this many waves of blocks (on the SMs above) run as persistent
+ * grids, each with a counter of its own (0, the default: none; da__cuda_launch_sequence's
+ * persist_waves); how many did so far. */
+void da_emu_plan_set_persist(int waves);
+int da_emu_plan_persistent_launches(void);
 
 /* Run spec (render options opts, may be NULL) over args: host pointers; the q/k/v/out/
  * lse regions have the byte sizes given and are the only global memory the kernels may
