@@ -147,7 +147,7 @@ def static_ctas(costs, sms, c0, c1, snake):
     return out
 
 
-def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
+def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0, persist_waves=0.0):
     w, r = cfg["segment_lengths"], cfg["dilation_rates"]
     H = cfg["num_heads"]
     TQ, TK = define(src, "TQ"), define(src, "TK")
@@ -212,10 +212,10 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
                 a_last = min(a0 + TQ, L) - 1 if cfg.get("causal") else L - 1  # without a mask: the whole segment
                 return c0 + (a_last + TK) // TK
 
-            order["window"] += [cost(h, (tps[br] - 1 - x % tps[br]) * TQ)
-                                for b in range(B) for h in range(H) for x in range(nseg * tps[br])]
+            mine = [cost(h, (tps[br] - 1 - x % tps[br]) * TQ) for b in range(B) for h in range(H) for x in range(nseg * tps[br])]
+            order["window"] += mine
             launch_lists.append([cost(u % H, (tps[br] - 1 - d) * TQ) for u, d in lpt_blocks(B * H * nseg, tps[br], groups[br])]
-                                if groups else order["window"][-B * H * nseg * tps[br]:])  # no LPT table: grid order
+                                if groups else mine)  # no LPT table: grid order
             order["lpt"] += launch_lists[-1]
     work = sum(order["window"])
     assert abs(work - sum(order["lpt"])) < 1e-6, "the two orders hold different tiles"
@@ -228,6 +228,22 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
     ends = {k: makespan(v, sms) for k, v in (("window", order["window"]), ("lpt", order["lpt"]), ("kernel", kernel))}
     ends["persistent"] = makespan(order["lpt"], sms, later=c0 - c1)
     ends["ahead"] = makespan_ahead(order["lpt"], sms, c0 - c1)
+    # the runtime's rule (cuda_backend.c launch_main): a launch of persist_waves waves of
+    # tiles or more runs persistent (`ahead`) where the kernel has the ring (DA_RING), the
+    # others as the kernel schedule; launches in order, each starting as the one before ends
+    ring = re.search(r"#define DA_RING 1", src) is not None  # run_tiles' ring: persistent grids allowed
+    if persist_waves:
+        t = 0.0
+        for lst in launch_lists:
+            if ring and len(lst) >= persist_waves * sms:
+                t += makespan_ahead(lst, sms, c0 - c1)
+            else:
+                t += makespan(ctas(lst, per if len(lst) >= pair_waves * per * sms else 1, c0, c1), sms)
+        ends["rule"] = t
+        t = 0.0
+        for lst in launch_lists:
+            t += makespan(ctas(lst, per if len(lst) >= pair_waves * per * sms else 1, c0, c1), sms)
+        ends["kernel_seq"] = t
     for k, snake in (("stride", False), ("snake", True)):
         ends[k] = makespan([c for lst in launch_lists for c in static_ctas(lst, sms, c0, c1, snake)], sms)
     if "ideal" in order:  # every tile of the grid heaviest first: list scheduling's best order
@@ -240,6 +256,7 @@ def model(cfg, src, N, B, sms, c0, c1, ws_tiles=0, pair_waves=0.0):
                 efficiency_persistent=round(eff["persistent"], 4),
                 speedup_persistent_over_kernel=round(ends["kernel"] / ends["persistent"], 4),
                 speedup_ahead_over_kernel=round(ends["kernel"] / ends["ahead"], 4),
+                **({"speedup_rule_over_kernel": round(ends["kernel_seq"] / ends["rule"], 4)} if "rule" in ends else {}),
                 speedup_stride_over_kernel=round(ends["kernel"] / ends["stride"], 4),
                 speedup_snake_over_kernel=round(ends["kernel"] / ends["snake"], 4),
                 **({"efficiency_ideal": round(work / (sms * ends["ideal"]), 4)} if "ideal" in ends else {}))
@@ -256,6 +273,9 @@ def main():
     ap.add_argument("--ws-tiles", type=int, default=0, help="tiles a CTA in the kernel schedule (default: the kernel's WS_TILES)")
     ap.add_argument("--pair-waves", type=float, default=1.0,
                     help="a launch runs several tiles a CTA only where that leaves it this many waves of CTAs")
+    ap.add_argument("--persist-waves", type=float, default=0.0,
+                    help="also model the runtime's rule: launches of this many waves of tiles or more persistent "
+                         "(speedup_rule_over_kernel, launch by launch)")
     ap.add_argument("--dilattn", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "dilattn"))
     a = ap.parse_args()
     for path in a.configs:
@@ -265,7 +285,7 @@ def main():
             sys.exit(f"{path}: one branch, not causal: every tile costs the same")
         src = render(a.dilattn, path)
         for N in (int(x) for x in a.lengths.split(",")):
-            print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1, a.ws_tiles, a.pair_waves))))
+            print(json.dumps(dict(config=os.path.basename(path), **model(cfg, src, N, a.batch, a.sms, a.c0, a.c1, a.ws_tiles, a.pair_waves, a.persist_waves))))
 
 
 if __name__ == "__main__":

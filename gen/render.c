@@ -210,6 +210,7 @@ static void copy_facts(lua_State *L, const da_spec *spec, da__rendered *f) {
   f->lpt_group = fact_int(L, "lpt_group");
   f->ws_tiles = (int)fact_int_or(L, "ws_tiles", 1);
   f->ctas_per_sm = (int)fact_int_or(L, "ctas_per_sm", 1);
+  f->ws_ring = (int)fact_int_or(L, "ws_ring", 0);
   f->num_branches = fact_int_list(L, "branch_w", f->branch_w, DA_MAX_BRANCHES);
   fact_int_list(L, "branch_tiles", f->branch_tiles, DA_MAX_BRANCHES);
   f->tma_maps = (int)fact_int_or(L, "tma_maps", 0);

@@ -32,6 +32,8 @@ typedef struct {
                           blocks that many a CTA, in x, or as a persistent grid; 1: the grid as it is */
   int ctas_per_sm;     /* CTAs of the attention kernel an SM holds (its shared memory and
                           __launch_bounds__): a persistent grid's CTAs are this many an SM */
+  int ws_ring;         /* run_tiles takes any number of tiles a CTA (a ring of them): a launch may
+                          run as a persistent grid; 0: ws_tiles at most */
   int ws_runs;         /* CUDA: the branch kernels take a run of tokens (da_cuda_args tok0, ws_len), so a
                           split plan may launch the sequence in runs with a workspace of one run's rows */
   int64_t run_period;  /* runs are whole numbers of it (the lcm of the w; 0: runs unknown to the plan) */

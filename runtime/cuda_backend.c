@@ -326,7 +326,7 @@ static da_status launch_main(const da_context *ctx, const da__rendered *r, int64
   a->tpc = 1;
   if (r->ws_tiles > 1) {
     const int64_t resident = (int64_t)sms * (r->ctas_per_sm > 0 ? r->ctas_per_sm : 1);
-    if (persist_waves > 0 && sms > 0 && blocks >= (int64_t)persist_waves * resident)
+    if (r->ws_ring && persist_waves > 0 && sms > 0 && blocks >= (int64_t)persist_waves * resident)
       return launch(user, DA_CUDA_K_MAIN, (unsigned)(resident < blocks ? resident : blocks), 1, 1, threads, smem, a, 1);
     a->tpc = sms <= 0 || blocks >= (int64_t)r->ws_tiles * sms ? r->ws_tiles : 1;
     const int64_t ctas = (blocks + a->tpc - 1) / a->tpc;
@@ -591,7 +591,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   /* DILATTN_CTA_TILES 1: no launch fills a wave of pairs; 2: every one does */
   const int sms = p->cta_tiles == CTA_TILES_ONE ? INT_MAX : p->cta_tiles == CTA_TILES_TWO ? 0 : da__cuda_sm_count(p->dev);
   int waves = p->cta_tiles == CTA_TILES_AUTO ? DA_CUDA_PERSIST_WAVES : p->cta_tiles == CTA_TILES_PERSISTENT ? 1 : 0;
-  if (p->r.ws_tiles < 2 || !da__cuda_stream_ordered(p->dev)) waves = 0; /* (no counters without a stream's allocations) */
+  if (!p->r.ws_ring || !da__cuda_stream_ordered(p->dev)) waves = 0; /* (no counters without a stream's allocations) */
   if (waves) {
     /* a counter each persistent launch, zero on the stream before the first launch: this
      * execution's own (several may run at once, on streams of their own) */

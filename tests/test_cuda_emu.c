@@ -702,10 +702,12 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     s.causal = i % 3 == 0;
     bs_check(ctx, &s, 1, i % 2 ? 1536 : 1000, 860 + (uint64_t)i, "wgmma-ws-tma", run_emu, i < 2 ? &tma192 : &tma);
   }
-  /* plans of several tiles a CTA (run_tiles' ring of tiles) beside the causal ones above:
-   * split and single without a causal mask in 128-row tiles (D = 64 with tile_q 128, D =
-   * 128's default), a batch of two, a unit of 5 tiles (w0 = 576), a split without tensor
-   * maps (every producer thread copies: the named barrier of the ring); kernels of two
+  /* plans of several tiles a CTA (run_tiles) beside the causal ones above: split and
+   * single without a causal mask in 192-row tiles (the D = 64 default's two tiles a CTA at
+   * most, their merges a row at a time) and in 128-row ones (the ring of tiles: D = 64 with
+   * tile_q 128, D = 128's default), a batch of two, units of 3 and 5 tiles (w0 = 576),
+   * splits without tensor maps (every producer thread copies: the named barrier of the
+   * ring); kernels of two
    * tiles a CTA run with one (the runtime's a->tpc 1 where pairs would leave fewer CTAs than
    * SMs: the emulator's SM count raised), causal and not, a causal fused plan among them;
    * then persistent grids (a counter a launch: one CTA, which draws every tile after its
@@ -719,6 +721,9 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     int64_t w0, n;
     da_dtype t;
   } ring[] = {
+      {192, 64, 0, 0, 0, 1, 0, PAIRS, 1, 576, 1700, DA_DTYPE_FLOAT16},
+      {192, 64, 0, 0, 0, 2, 1, PAIRS, 1, 768, 1100, DA_DTYPE_BFLOAT16},
+      {192, 64, 1, 0, 0, 1, 0, ONE_TILE, 1 << 20, 768, 1700, DA_DTYPE_FLOAT16},
       {128, 64, 0, 0, 0, 1, 0, PAIRS, 1, 576, 1700, DA_DTYPE_FLOAT16},
       {128, 64, 0, 0, 0, 2, 0, PAIRS, 1, 768, 1100, DA_DTYPE_BFLOAT16},
       {128, 128, 0, 0, 0, 1, 0, PAIRS, 1, 768, 1700, DA_DTYPE_FLOAT16},

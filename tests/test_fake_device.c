@@ -311,6 +311,22 @@ static void test_launches(da_context *ctx) {
     if (PC[c].fake) unsetenv(PC[c].fake);
     da_plan_destroy(p);
   }
+  /* LongNet 5-branch without a causal mask: 192-row tiles (D = 64), two a CTA at most, so
+   * no launch persistent, though w = 2048's has 11264 blocks at 256K */
+  {
+    const da_spec nc = longnet(5, 0);
+    da_plan *q = plan_with(ctx, &nc, 0, 0, 0, &st);
+    da_plan_options qo;
+    da_plan_get_options(q, &qo);
+    run(q, &nc, 4 * N, &st);
+    n = read_launches(L, 64);
+    int pers = 0;
+    for (int i = 0; i < n; i++) pers += L[i].ctr != -1;
+    TU_CHECK(st == DA_OK && qo.tile_q == 192 && n >= 5 && !pers && branch_tiles(&nc, 0, 4 * N, 192) >= 16 * 132,
+             "LongNet 5-branch, 192-row tiles: no persistent launch (%d launches, %d persistent, tile_q %d: %s)", n, pers,
+             qo.tile_q, da_context_last_error(ctx));
+    da_plan_destroy(q);
+  }
   /* runs of tokens: a workspace of 100 MiB holds runs of 32768 (the lcm of the w) */
   setenv("DILATTN_WORKSPACE_LIMIT", "100M", 1);
   setenv("DILATTN_PDL", "0", 1);
@@ -326,8 +342,9 @@ static void test_launches(da_context *ctx) {
   unsetenv("DILATTN_PDL");
   da_plan_destroy(p);
   /* grouped LongNet 5-branch (groups of 2, 2, 2, 1 and 1 of 8 heads): _clear over every
-   * head, then each branch over its group's heads alone, a tile a CTA (the single plan's
-   * warp-specialized 192-row TMA kernel, which runs no ring of tiles: planner.lua
+   * head, then each branch over its group's heads alone, two tiles a CTA where a launch has
+   * enough (the single plan's warp-specialized 192-row TMA kernel: a grid of CTAs in x
+   * alone, kernel.cu.tpl run_tiles; two at most, never a persistent grid: planner.lua
    * plan_lpt); with 3 heads (groups of 1, 1, 1, 0, 0) the branches no head uses are not
    * launched */
   for (int heads = 8; heads >= 3; heads -= 5) {
@@ -343,11 +360,11 @@ static void test_launches(da_context *ctx) {
              da_context_last_error(ctx));
     for (int i = 1; i < n && n == 1 + nb; i++) {
       const int64_t want = heads == 8 ? (i <= 3 ? 2 : 1) : 1, per_head = branch_tiles(&g, i - 1, N, o.tile_q) / heads;
-      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[0] == per_head && L[i].g[1] == want && L[i].g[2] == 1 &&
-                   L[i].ctr == -1,
-               "grouped, %d heads: branch launch %d of %u x %u CTAs, counter %lld (want %lld heads' %lld tiles, one a "
-               "CTA: 192-row tiles run no ring)", heads, i, L[i].g[0], L[i].g[1], L[i].ctr, (long long)want,
-               (long long)per_head);
+      TU_CHECK(ends_with(L[i].name, "_branch") && L[i].g[0] == pair_ctas(per_head * want) && L[i].g[1] == 1 &&
+                   L[i].g[2] == 1 && L[i].ctr == -1,
+               "grouped, %d heads: branch launch %d of %u x %u CTAs, counter %lld (want %lld heads' %lld tiles, two a "
+               "CTA where that leaves 132 CTAs, none persistent: 192-row tiles run no ring)", heads, i, L[i].g[0],
+               L[i].g[1], L[i].ctr, (long long)want, (long long)(per_head * want));
     }
     da_plan_destroy(p);
   }

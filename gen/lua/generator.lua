@@ -132,6 +132,7 @@ function M.render(spec, target, opts, spec_json, version, text, chunkname)
     lpt_group = p.lpt_group or 0,
     ws_tiles = p.ws_tiles or 1,
     ctas_per_sm = p.min_blocks or 1,
+    ws_ring = p.ws_ring and 1 or 0,
     window_g = p.window_g,
     run_period = p.run_period,
     cuda_path = p.cuda_path or "",

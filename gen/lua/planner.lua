@@ -577,22 +577,27 @@ end
 -- A fused window's tiles go heaviest first by p.lpt_order (tile of each depth), their
 -- expected key tiles over the heads and the windows of a period of the segments (up to
 -- 16); past 4096 tiles a window, latest first.
--- Warp-specialized kernels in 128-row tiles run several consecutive tiles of that order a
--- CTA (kernel.cu.tpl run_tiles: p.ws_tiles > 1), causal or not: the producer loads the
--- next tile's K / V while the consumers write this one's out. A tile a CTA paid its cold
--- start (the decode, Q and the first K from memory with the tensor cores idle) and left
--- its epilogue without loads in flight at every tile (the non-causal LongNet 5-branch
--- plan is split: 0.86 of SDPA at 1M on the H200 at 30da0bd). The tiles go through a ring
--- of slots, so a launch of many waves runs as a persistent grid (a CTA an SM drawing
--- tiles from a counter: cuda_backend.c launch_main), else a->tpc a CTA. Not where
+-- Warp-specialized causal kernels run several consecutive tiles of that order a CTA
+-- (kernel.cu.tpl run_tiles: p.ws_tiles > 1): the producer loads the next tile's K / V
+-- while the consumers write this one's out. So do the split and single plans' without a
+-- causal mask in 128-row tiles, and in `wgmma-ws-tma`'s 192-row ones: a tile a CTA paid
+-- its cold start (the decode, Q and the first K from memory with the tensor cores idle)
+-- and left its epilogue without loads in flight at every tile (the non-causal LongNet
+-- 5-branch plan is split: 0.86 of SDPA at 1M on the H200 at 30da0bd). Not where
 -- warpgroups leave their tiles (ws_skip_idle: the empty barriers count the kept ones),
 -- under a sparse layout (its verdict buffers), in the fused kernels without a causal mask
--- (their grid order is plan_lpt_heads'), in 64-row tiles (two CTAs an SM overlap there
--- already), nor in 192-row tiles (the loop's count spilled their 160-register
--- consumers, 168 to 260 bytes; the producer there has 32), nor with P in two register
--- sets (wgmma-ws-p2: its consumers spilled 48 to 56 bytes with 224 registers). Its
--- producer finds tiles after the first two itself: 56 registers, the consumers 224 (with
--- 40, 40 to 108 bytes spilled). Untimed.
+-- (their grid order is plan_lpt_heads'), nor without one in 64-row tiles (two CTAs an SM
+-- overlap there already).
+-- In 128-row tiles (p.ws_ring; not wgmma-ws-p2) the tiles go through a ring of slots
+-- without end, so a launch of many waves runs as a persistent grid (a CTA an SM drawing
+-- tiles from a counter: cuda_backend.c launch_main), else a->tpc a CTA; its producer
+-- finds the tiles after the first two itself: 56 registers, the consumers 224 (with 40,
+-- 40 to 108 bytes spilled). Elsewhere two tiles a CTA at most, the loops unrolled: over
+-- a ring, the 192-row consumers spilled 168 to 260 bytes for the loop's count (160
+-- registers; the producer 32), wgmma-ws-p2's 48 to 56 with 224 registers, 64-row tiles 16
+-- at D = 128. In 192-row tiles the split epilogue merges a row at a time (kernel.cu.tpl
+-- tile_end's BATCH: with two, the 160-register consumers spilled 948 bytes); with
+-- wgmma-ws's copies they spilled 160 bytes with one: not without a causal mask. Untimed.
 -- Where shared memory holds a second Q tile beside the stages (p.q_bufs = 2: the D = 64
 -- defaults; not the D = 128 defaults, whose three stages of 128-key tiles leave no 32 KiB)
 -- the tiles alternate between the two and the consumers request the next tile's Q as a
@@ -669,8 +674,8 @@ function M.plan_lpt(p)
   -- but its last. Not in 192-row tiles: run_tiles' loop over a ring of tiles holds its
   -- count across the key loop, and those consumers' 160 registers have none to spare: 168
   -- to 260 bytes spilled)
-  local ws_pairs = p.wg_ws and not p.sparse and not p.ws_skip_idle and p.tile_q == 128 and not p.ws_pbuf2
-  p.lpt = p.causal or (ws_pairs and p.strategy ~= "fused")
+  local ws_pairs = p.wg_ws and not p.sparse and not p.ws_skip_idle
+  p.lpt = p.causal or (ws_pairs and p.strategy ~= "fused" and (p.tile_q == 128 or p.tile_q == 192 and p.tma))
   p.ws_tiles = 1
   p.q_bufs = 1
   local per_sm = p.min_blocks or 1
@@ -678,8 +683,9 @@ function M.plan_lpt(p)
   if not p.lpt then return plan_lpt_heads(p, group) end
   if ws_pairs then
     p.ws_tiles = 2
+    p.ws_ring = p.tile_q == 128 and not p.ws_pbuf2
     -- (the producer finds the tiles after the first two: see above)
-    if p.setmaxnreg and p.setmaxnreg[1] == 40 and p.setmaxnreg[2] == 232 then
+    if p.ws_ring and p.setmaxnreg and p.setmaxnreg[1] == 40 and p.setmaxnreg[2] == 232 then
       p.setmaxnreg = {56, 224, launch = p.setmaxnreg.launch}
     end
     local q_bytes = p.tile_q * p.D * 2

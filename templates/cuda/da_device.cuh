@@ -318,18 +318,6 @@ __device__ __forceinline__ unsigned da_atomic_inc(unsigned *p) {
   asm volatile("atom.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(p) : "memory");
   return old;
 }
-/* Where on: da_atomic_inc(p), returned and stored into the shared *dst for other threads
- * to read after a barrier (the caller's: no memory clobber here). Predicated instructions,
- * not a branch (WIP: not measured against a branch with an up-to-date build). Elsewhere
- * the value returned is 0. */
-__device__ __forceinline__ unsigned da_atomic_inc_to(unsigned *p, unsigned *dst, bool on) {
-  unsigned old = 0;
-  asm volatile("{\n.reg .pred on;\nsetp.ne.u32 on, %3, 0;\n"
-               "@on atom.global.add.u32 %0, [%1], 1;\n@on st.shared.u32 [%2], %0;\n}\n"
-               : "+r"(old)
-               : "l"(p), "r"(da_smem_addr(dst)), "r"((da_u32)on));
-  return old;
-}
 #define DA_CHECK_GLOBAL(p, bytes, write) ((void)0)
 #define DA_NOTE_SMEM_WRITE(p, bytes) ((void)0)
 #define DA_CHECK_ALIGNED(p, bytes) ((void)0)

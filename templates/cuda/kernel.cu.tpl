@@ -1372,8 +1372,9 @@ __device__ void tile_end(da_state &S, da_u16 *Qs, const da_cuda_args &A, da_i64 
    * above them: it cannot tell the rows apart). All rows up to D = 64 (NT_O <= 8: two on
    * the wgmma path, four on mma.sync), else one, after its row's result (ptxas, the
    * warp-specialized kernel at D = 128: 852 bytes spilled with both; a lambda holding every
-   * row's side and partial, 684 or 716 bytes with one before or after the result) */
-  constexpr int BATCH = NT_O <= 8 ? 2 * MT : 1;
+   * row's side and partial, 684 or 716 bytes with one before or after the result; the
+   * 192-row consumers' 160 registers with two tiles a CTA, 948 bytes with two rows) */
+  constexpr int BATCH = NT_O <= 8 && {{ (p.ws_tiles > 1 and p.tile_q == 192) and "false" or "true" }} ? 2 * MT : 1;
   float olds[BATCH];
   da_f32x2 ws_o[BATCH][NT_O];
   int sides[BATCH]; /* each row's da_split_side, found once */
@@ -1847,16 +1848,18 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
  * consumers take tile k from slot k % DA_REF_SLOTS and request tile k + 1's Q at tile k's
  * start, so it lands during tile k's key loop. has_ref: 1 a tile; 2 a block without a
  * query (past its class's end: passed over, its slot released); 0 the end of the CTA's
- * blocks. Not in 192-row tiles (planner.lua plan_lpt: the loop's count spilled those
- * consumers). */
+ * blocks. Only in plans of p.ws_ring (128-row tiles); the others run WS_TILES tiles at
+ * most, tiles 0 and 1 of the ring, the loops unrolled (planner.lua plan_lpt: a loop's
+ * count spilled their consumers). */
 #define WS_TILES {{ p.ws_tiles }}
 #define DA_REF_SLOTS 4
+#define DA_RING {{ p.ws_ring and 1 or 0 }} /* any number of tiles a CTA (a persistent grid's); 0: WS_TILES at most */
 #define DA_BAR_PROD 15 /* the producers' named barrier (where they all copy) */
 {% if p.ws_skip_idle or p.sparse or not p.wg_ws then %}
 #error "run_tiles: every consumer warpgroup on every tile (the turn hand-over, the empty barriers' counts), no sparse layout, warp-specialized"
 {% end %}
-{% if p.q_bufs == 2 and p.ws_tiles ~= 2 then %}
-#error "run_tiles: a Q tile each for two tiles in flight (Qs, Q2), not more"
+{% if p.ws_tiles ~= 2 then %}
+#error "run_tiles: tiles 0 and 1 found before the CTA barrier (a->tpc at most 2), two Q tiles (Qs, Q2)"
 {% end %}
 /* The block of the grid order the CTA's tile k is (< 0: none): in a persistent grid
  * (A.ctr) block blockIdx.x, then gridDim.x + each ticket it draws from the launch's
@@ -1872,15 +1875,19 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   E *const Q2 = Vs + STAGES * TK * ROWH; /* odd tiles' Q (and out) tile, after the stages */
 {% end %}
   __shared__ da_u64 bars[4 * STAGES]; /* as in run_tile (no warpgroup leaves a tile: DA_KEPT_WGS is NCWG) */
-  __shared__ da_u64 ref_full[DA_REF_SLOTS], ref_empty[DA_REF_SLOTS];
   __shared__ da_ref refs[DA_REF_SLOTS];
   __shared__ int has_ref[DA_REF_SLOTS];
+{% if p.ws_ring then %}
+  __shared__ da_u64 ref_full[DA_REF_SLOTS], ref_empty[DA_REF_SLOTS];
   __shared__ unsigned ticket; /* a persistent grid's next draw (thread 0's), for the other producers */
+{% end %}
   /* (thread 32, warp 1: beside warp 0's decode below, not before it. One thread's loop:
    * mbarrier.init takes a uniform address, a lane each made ptxas loop over the lanes) */
   if (threadIdx.x == 32) {
     for (int i = 0; i < 4 * STAGES; i++) da_mbar_init(&bars[i], i < 2 * STAGES ? DA_FULL_ARRIVALS(A) : NCWG * 128);
+{% if p.ws_ring then %}
     for (int i = 0; i < DA_REF_SLOTS; i++) da_mbar_init(&ref_full[i], 1), da_mbar_init(&ref_empty[i], NCWG * 128);
+{% end %}
     if (DA_TMA) da_fence_mbar_init(); /* TMA completes on them through the async proxy */
   }
   if (threadIdx.x < 2) { /* tiles 0 and 1 */
@@ -1895,8 +1902,13 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
 {% end %}
     const bool lead = threadIdx.x == 0;
     if (DA_TMA && A.tma && !lead) return; /* one thread issues every copy (produce_tma) */
+{% if p.ws_ring then %}
     if (lead) da_mbar_arrive(&ref_full[0]), da_mbar_arrive(&ref_full[1]); /* (their phase 0, as later slots') */
     for (int k = 0; has_ref[k % DA_REF_SLOTS]; k++) {
+{% else %}
+#pragma unroll /* (k a constant: the producer's registers hold no loop state) */
+    for (int k = 0; k < WS_TILES && has_ref[k]; k++) {
+{% end %}
       if (has_ref[k % DA_REF_SLOTS] == 1)
         da_with_ref(A, refs[k % DA_REF_SLOTS], [&](da_i64 b, da_i64 h, da_i64 hkv, const da_qtile &T, int mode, auto &&each) {
           (void)h, (void)mode;
@@ -1904,13 +1916,15 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
             produce(br, P, bars, Ks, Vs, A, b, hkv, s0, off, a0, astride, T.nq);
           });
         });
+{% if p.ws_ring then %}
       /* tile k + 2, into the slot tile k + 2 - DA_REF_SLOTS's consumers have left, found by
        * every producer thread still here alike (thread 0 alone where it issues TMA copies):
        * thread 0 alone where all copy spilled 108 to 164 bytes, a loop in which the others
        * waited on ref_full 356 to 528 (bench/results/untimed-since-30da0bd.md, session 24).
        * A persistent grid's ticket is thread 0's draw; the others read it after the barrier */
       const int k2 = k + 2, s2 = k2 % DA_REF_SLOTS;
-      const unsigned drawn = da_atomic_inc_to(A.ctr, &ticket, lead && A.ctr);
+      unsigned drawn = 0;
+      if (lead && A.ctr) ticket = drawn = da_atomic_inc(A.ctr);
       if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
       if (k2 >= DA_REF_SLOTS) da_mbar_wait(&ref_empty[s2], (k2 / DA_REF_SLOTS - 1) & 1);
       const da_i64 l = da_cta_block(A, k2, lead ? drawn : ticket);
@@ -1922,6 +1936,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
        * which tile k + 4 takes, and the ticket before thread 0 draws the next */
       if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
       if (lead) da_mbar_arrive(&ref_full[s2]);
+{% end %}
     }
     da_cp_async_commit();
     da_cp_async_wait<0>();
@@ -1938,9 +1953,15 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   da_cp_async_commit();
 {% end %}
   bool first = true; /* the CTA's first tile (its turn hand-over: tile_begin) */
+{% if p.ws_ring then %}
   for (int k = 0;; k++) {
     const int s = k % DA_REF_SLOTS;
     da_mbar_wait(&ref_full[s], (k / DA_REF_SLOTS) & 1);
+{% else %}
+#pragma unroll /* (k a constant: the 192-row consumers' 160 registers hold no loop state) */
+  for (int k = 0; k < WS_TILES; k++) {
+    const int s = k; /* (tiles 0 and 1, found before the CTA barrier) */
+{% end %}
     const int has = has_ref[s];
     if (!has) break;
 {% if p.q_bufs == 2 then %}
@@ -1950,8 +1971,12 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
     if (k) DA_SYNC_COMPUTE();
     {
       const int s1 = (k + 1) % DA_REF_SLOTS;
+{% if p.ws_ring then %}
       da_mbar_wait(&ref_full[s1], ((k + 1) / DA_REF_SLOTS) & 1);
       if (has_ref[s1] == 1)
+{% else %}
+      if (k + 1 < WS_TILES && has_ref[s1] == 1)
+{% end %}
         da_with_ref(A, refs[s1], [&](da_i64 b1, da_i64 h1, da_i64, const da_qtile &T1, int, auto &&) {
           tile_load_q(k & 1 ? Qs : Q2, A, b1, h1, T1);
         });
@@ -1979,7 +2004,9 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
         const da_ref &R = refs[s];
         tile_end(S, {{ p.q_bufs == 2 and "k & 1 ? Q2 : Qs" or "Qs" }}, A, R.b, R.h, R.T, mode);
       });
+{% if p.ws_ring then %}
     da_mbar_arrive(&ref_empty[s]);
+{% end %}
   }
 {% if p.q_bufs == 2 then %}
   da_cp_async_wait<0>(); /* the group of the slot without a tile */

@@ -135,9 +135,6 @@ static inline unsigned da_atomic_inc(unsigned *p) { /* (CTAs run one at a time) 
   da_emu_check_global(p, 4, 1);
   return (*p)++;
 }
-static inline unsigned da_atomic_inc_to(unsigned *p, unsigned *dst, bool on) {
-  return on ? *dst = da_atomic_inc(p) : 0u;
-}
 #define DA_CHECK_PREFETCHED(p, bytes) da_emu_check_prefetched((p), (bytes))
 
 #endif
