@@ -217,7 +217,9 @@ def main():
                          "TMA; a trailing @base renders it from "
                          "--base-templates instead, for an A/B of template changes in one process, @lib plans it "
                          "with --base-lib, @nopdl without programmatic dependent launches, @tiles1 / @tiles2 with "
-                         "DILATTN_CTA_TILES=1 / 2 (one / two query tiles a CTA in every launch), @wsM with "
+                         "DILATTN_CTA_TILES=1 / 2 (one / two query tiles a CTA in every launch), @pairs / "
+                         "@persistent with DILATTN_CTA_TILES=pairs / persistent (no persistent grid / one in every "
+                         "launch of a wave of blocks), @wsM with "
                          "DILATTN_WORKSPACE_LIMIT=M MiB: a split plan in runs of tokens); one that "
                          "the planner or the device refuses is recorded as such")
     ap.add_argument("--base-lib", default=os.environ.get("DILATTN_BASE_LIB", ""),
@@ -300,12 +302,14 @@ def main():
                         os.environ["DILATTN_PDL"] = "0"
                     elif tag in ("tiles1", "tiles2"):  # @tiles1 / @tiles2: DILATTN_CTA_TILES (plan creation)
                         os.environ["DILATTN_CTA_TILES"] = tag[-1]
+                    elif tag in ("pairs", "persistent"):  # likewise
+                        os.environ["DILATTN_CTA_TILES"] = tag
                     elif tag.startswith("ws") and tag[2:].isdigit():  # @wsM: workspace limit, M MiB (plan creation)
                         os.environ["DILATTN_WORKSPACE_LIMIT"] = tag[2:] + "M"
                     elif tag:  # @base: rendered from the baseline's templates (an A/B in one process)
                         if tag != "base" or not args.base_templates:
                             raise ValueError(f"@{tag}: @base with --base-templates, @lib with --base-lib, @nopdl, "
-                                             "@tiles1, @tiles2 or @wsM")
+                                             "@tiles1, @tiles2, @pairs, @persistent or @wsM")
                         os.environ["DILATTN_TEMPLATE_DIR"] = args.base_templates
                     fmq = {"": 0, "fused": 1, "split": 1 << 30}[strat]  # da_plan_options.fused_min_queries
                     vplan = use.plan(cfg, backend="cuda", tile_q=tq, tile_k=tk, fused_min_queries=fmq, cuda_mma=mma)

@@ -122,13 +122,15 @@ if [ "$phase" = first ]; then
   #    30da0bd the kernels decode their tiles by multiplying and trim the epilogue
   #    (untimed-since-30da0bd.md): causal rows above 1.00x @lib are that, if any
   step 200 $B/tests/test_gpu "$golden" wgmma-ws-tma # (116 s on an H200 with an empty kernel cache)
-  #    (0x0 against @lib: the 192-row split plans' two tiles a CTA, 9201ea5, where a launch
-  #    keeps a wave of CTAs, ad6f6c0; 0x0@tiles1: the same library with one tile a CTA, the
-  #    pairs alone; 128x0:wgmma-ws-tma: the pairs in 128-row tiles)
-  step 130 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
-    --tiles 0x0@lib,0x0@tiles1,128x0:wgmma-ws-tma --reps 10 --out "$out/first_full.json"
-  step 95 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
-    --causal --tiles 0x0@lib,0x0@tiles1,64x0:wgmma-ws-tma --reps 10 --out "$out/first_causal.json"
+  #    (0x0 against @lib: everything since 30da0bd; 0x0@pairs: the same library without
+  #    persistent grids (two tiles a CTA where a launch keeps a wave of CTAs, ad6f6c0), so
+  #    0x0 / @pairs is the persistent grids alone (launches of 16 waves of blocks and more:
+  #    at 64K, not 16K); 0x0@tiles1: one tile a CTA; 128x0:wgmma-ws-tma: 128-row tiles, the
+  #    ring's, where the default's 192-row ones run none)
+  step 150 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+    --tiles 0x0@lib,0x0@pairs,0x0@tiles1,128x0:wgmma-ws-tma --reps 10 --out "$out/first_full.json"
+  step 110 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+    --causal --tiles 0x0@lib,0x0@pairs,0x0@tiles1,64x0:wgmma-ws-tma --reps 10 --out "$out/first_causal.json"
   #    D = 128 without a causal mask: the split and single plans' two tiles a CTA (2d5e376,
   #    untimed-since-30da0bd.md) against @lib's one
   step 60 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,dense2048 \

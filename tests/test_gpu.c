@@ -22,7 +22,9 @@
  *   wgmma-ws-tma: the same with cuda_mma = 6 (K / V by TMA; sparse specs on 4), 192-row
  *             tiles, fused plans, unaligned tensors (its fallback: wgmma-ws's copies), N = 1M, and
  *             programmatic launches of its split plans (not in small)
- * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|pdl|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
+ *   persistent: (sm_90 only; in small too) persistent grids of the 128-row causal
+ *             plans bitwise the same as the pairs (DILATTN_CTA_TILES), with TMA and without
+ * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|pdl|persistent|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <dlfcn.h>
@@ -349,6 +351,7 @@ static void test_wgmma_probe(da_context *ctx) {
 }
 
 static void test_pdl(da_context *ctx, int mma);
+static void test_persistent(da_context *ctx);
 
 /* That the TMA kernel's executions since *with / *without all took their tensor maps (at
  * least one, none without): a real driver that refused a map (its rules stricter than
@@ -533,6 +536,89 @@ static void test_pdl(da_context *ctx, int mma) {
   da_plan_destroy(on), da_plan_destroy(off), da_plan_destroy(limited);
 }
 
+/* Persistent grids (kernel.cu.tpl run_tiles' ring of tiles; DILATTN_CTA_TILES, read at plan
+ * creation): causal plans in 128-row tiles at N = 65536, H = 8 (LongNet 5-branch, split:
+ * its w = 2048 and 4096 launches have 4096 and 2048 blocks, past the 16 waves of a
+ * persistent grid on 132 SMs; dense 2048, fused: 4096) give the same bits with every
+ * launch of a wave persistent, with the default rule, with none (pairs: the reference),
+ * and persistent with the producers' own copies (DILATTN_TMA=0: every producer thread
+ * finds the tiles, the ring's named barrier), two executions each back to back on one
+ * stream (each execution's counters from the pool, zeroed on the stream first). */
+static void test_persistent(da_context *ctx) {
+  static const int64_t w5[5] = {2048, 4096, 8192, 16384, 32768}, r5[5] = {1, 2, 4, 6, 12};
+  static const struct {
+    const char *ct;
+    int no_tma;
+  } modes[4] = {{"pairs", 0}, {"persistent", 0}, {NULL, 0}, {"persistent", 1}};
+  const int64_t N = 65536, n = N * 8 * 64, reps = 2;
+  const int nout = 4 * (int)reps;
+  const char *ct_was = getenv("DILATTN_CTA_TILES"), *tma_was = getenv("DILATTN_TMA");
+  char ct_saved[32] = "", tma_saved[32] = "";
+  if (ct_was) snprintf(ct_saved, sizeof ct_saved, "%s", ct_was);
+  if (tma_was) snprintf(tma_saved, sizeof tma_saved, "%s", tma_was);
+  uint16_t *hq = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * (size_t)nout);
+  for (int sp = 0; sp < 2 && hq && ho; sp++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = sp ? 1 : 5;
+    memcpy(s.segment_lengths, w5, sizeof w5), memcpy(s.dilation_rates, r5, sizeof r5);
+    s.num_heads = s.num_kv_heads = 8, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = 1;
+    const char *name = sp ? "dense 2048 causal" : "LongNet 5-branch causal";
+    da_plan *plans[4] = {NULL, NULL, NULL, NULL};
+    da_status st = DA_OK;
+    for (int m = 0; m < 4 && st == DA_OK; m++) {
+      if (modes[m].ct) setenv("DILATTN_CTA_TILES", modes[m].ct, 1);
+      else unsetenv("DILATTN_CTA_TILES");
+      /* (the causal defaults, named: no tuning database; LongNet 5-branch split, as its default) */
+      const da_plan_options o = {128, 0, sp ? 0 : 1 << 30, 0, 6};
+      st = da_plan_create_ex(ctx, &s, DA_BACKEND_CUDA, &o, &plans[m]);
+      da_plan_options used;
+      if (st == DA_OK && da_plan_get_options(plans[m], &used) == DA_OK &&
+          (used.cuda_mma != 6 || used.tile_q != 128 || strcmp(da_plan_strategy(plans[m]), sp ? "single" : "split"))) {
+        printf("persistent: %s: not wgmma-ws-tma in 128-row tiles here (cuda_mma %d, tile_q %d): skipped\n", name,
+               used.cuda_mma, used.tile_q);
+        st = DA_ERR_UNSUPPORTED;
+      }
+    }
+    if (ct_was) setenv("DILATTN_CTA_TILES", ct_saved, 1);
+    else unsetenv("DILATTN_CTA_TILES");
+    void *dq = NULL, *dout = NULL, *dlse = NULL;
+    if (st == DA_OK) {
+      uint64_t seed = 23 + (uint64_t)sp;
+      for (int64_t i = 0; i < n; i++) tu_store(DA_DTYPE_FLOAT16, hq, i, 2 * tu_uniform(&seed) - 1);
+      st = da__cuda_malloc(ctx, dev, (size_t)n * 2, &dq);
+      if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2 * (size_t)nout, &dout);
+      if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)(8 * N) * 4, &dlse);
+      if (st == DA_OK) st = da__cuda_memcpy_htod(ctx, dev, dq, hq, (size_t)n * 2);
+      for (int i = 0; i < nout && st == DA_OK; i++) {
+        const int m = i / (int)reps;
+        if (modes[m].no_tma) setenv("DILATTN_TMA", "0", 1);
+        da_args a;
+        da_args_init(&a, &s, 1, N, dq, dq, dq, (char *)dout + (size_t)i * (size_t)n * 2, dlse);
+        st = da_plan_execute(plans[m], &a);
+        if (tma_was) setenv("DILATTN_TMA", tma_saved, 1);
+        else unsetenv("DILATTN_TMA");
+      }
+      if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+      if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * (size_t)nout);
+      TU_CHECK(st == DA_OK, "persistent: %s: runs: %s", name, da_context_last_error(ctx));
+      int differ = 0, nans = 0;
+      for (int64_t i = 0; i < n && st == DA_OK; i++) nans += ho[i] == 0xffff || (ho[i] & 0x7c00) == 0x7c00;
+      for (int i = 1; i < nout && st == DA_OK; i++) differ += memcmp(ho, ho + (size_t)i * (size_t)n, (size_t)n * 2) != 0;
+      TU_CHECK(st == DA_OK && !differ && !nans, "persistent: %s: %d of %d runs differ from pairs' first (%d Inf / NaN there)",
+               name, differ, nout - 1, nans);
+      if (st == DA_OK && !differ)
+        printf("persistent: %s at N = %lld: persistent, default, without TMA and pairs bitwise the same (%d runs)\n", name,
+               (long long)N, nout);
+    } else if (st != DA_ERR_UNSUPPORTED) {
+      TU_CHECK(0, "persistent: %s: plans: %s", name, da_context_last_error(ctx));
+    }
+    da__cuda_free(dev, dq), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
+    for (int m = 0; m < 4; m++) da_plan_destroy(plans[m]);
+  }
+  free(hq), free(ho);
+}
+
 /* foreign: a stream of a CUDA context other than the device's primary one (a C engine on
  * the driver API makes its own with cuCtxCreate). The plans' modules and memory live in the
  * primary context, so such a stream must be refused with a clear error, never launched
@@ -686,6 +772,8 @@ int main(int argc, char **argv) {
     if (da__cuda_wgmma_arch(da__cuda_arch(dev))) test_pdl(ctx, 4);
     if (da__cuda_wgmma_arch(da__cuda_arch(dev))) test_pdl(ctx, 6); /* the default: its maps in every run */
   }
+  if ((all || small || !strcmp(which, "persistent")) && da__cuda_wgmma_arch(da__cuda_arch(dev)))
+    test_persistent(ctx); /* persistent grids against the pairs */
   if ((all || small || !strcmp(which, "sync")) && da__cuda_wgmma_arch(da__cuda_arch(dev))) {
     /* the default above was the wgmma path: mma.sync too */
     bs_golden(ctx, golden, "cuda sync", runner_sync, NULL);
