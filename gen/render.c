@@ -352,6 +352,18 @@ da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
     free(r.kernel_name);
     return st;
   }
+  /* The kernels' argument struct (runtime/cuda_args.h) has grown fields in its middle (tpc,
+   * then ctr): a kernel of older templates would read this runtime's arguments at the wrong
+   * offsets, silently. Its newest field tells. */
+  if (target == DA_TARGET_CUDA && !strstr(src, "\n  unsigned *ctr;")) {
+    free(src);
+    da_status st = da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                                 "%s: the CUDA templates predate this runtime's kernel arguments (da_cuda_args "
+                                 "without ctr: runtime/cuda_args.h); is DILATTN_TEMPLATE_DIR an older version's?",
+                                 r.kernel_name);
+    free(r.kernel_name);
+    return st;
+  }
   /* Likewise a plan of several tiles a CTA (ws_tiles: the runtime launches its blocks that
    * many a CTA, in x) from templates whose kernel runs one (kernel.cu.tpl run_tiles). */
   if (target == DA_TARGET_CUDA && r.ws_tiles > 1 && !strstr(src, "\n#define WS_TILES ")) {

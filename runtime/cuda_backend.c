@@ -201,6 +201,9 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
+  /* persistent grids allocate their counters at every execution: the pool made now, not
+   * inside a caller's stream capture */
+  if (r->ws_ring && da__cuda_stream_ordered(dev)) DA_TRY(da__cuda_pool_prepare(ctx, dev));
   da__cuda_plan *p = calloc(1, sizeof *p);
   DA_RETURN_IF(!p, DA_ERR_NO_MEMORY, "cuda plan: out of memory");
   p->dev = dev;
@@ -326,7 +329,9 @@ static da_status launch_main(const da_context *ctx, const da__rendered *r, int64
   a->tpc = 1;
   if (r->ws_tiles > 1) {
     const int64_t resident = (int64_t)sms * (r->ctas_per_sm > 0 ? r->ctas_per_sm : 1);
-    if (r->ws_ring && persist_waves > 0 && sms > 0 && blocks >= (int64_t)persist_waves * resident)
+    /* (the counter, 32 bits, runs to blocks plus two draws a CTA past the end) */
+    if (r->ws_ring && persist_waves > 0 && sms > 0 && blocks >= (int64_t)persist_waves * resident &&
+        blocks + 4 * resident < (int64_t)UINT32_MAX)
       return launch(user, DA_CUDA_K_MAIN, (unsigned)(resident < blocks ? resident : blocks), 1, 1, threads, smem, a, 1);
     a->tpc = sms <= 0 || blocks >= (int64_t)r->ws_tiles * sms ? r->ws_tiles : 1;
     const int64_t ctas = (blocks + a->tpc - 1) / a->tpc;
@@ -425,9 +430,12 @@ static int take_maps(const da__rendered *r, const da__cuda_tmap *maps, int br, d
 }
 
 /* wgmma-ws-tma executions with their tensor maps and without (the fallback), and the last
- * fallback's reason (a string literal), a process's: da__cuda_tma_stats */
-static unsigned long long tma_with, tma_without;
+ * fallback's reason (a string literal), a process's: da__cuda_tma_stats; launches that ran
+ * as persistent grids (da__cuda_persistent_launches) */
+static unsigned long long tma_with, tma_without, persistent_launches;
 static const char *tma_why;
+
+unsigned long long da__cuda_persistent_launches(void) { return __atomic_load_n(&persistent_launches, __ATOMIC_RELAXED); }
 
 void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, const char **why) {
   *with = __atomic_load_n(&tma_with, __ATOMIC_RELAXED);
@@ -534,10 +542,20 @@ static da_status launch_on_driver(void *user, int which, unsigned gx, unsigned g
   if (persistent && d->used >= d->nctrs)
     return da__set_error(d->ctx, DA_ERR_INTERNAL, "cuda: a persistent launch without a counter");
   a->ctr = persistent ? d->ctrs + d->used++ : NULL;
+  if (persistent) __atomic_add_fetch(&persistent_launches, 1, __ATOMIC_RELAXED);
   void *params[] = {a};
   const int dependent = d->p->pdl && d->launches++ > 0;
   return da__cuda_launch_ex(d->ctx, d->p->dev, &d->p->k[which], gx, gy, gz, threads, 1, 1, smem, d->stream, params,
                             dependent);
+}
+
+/* Free device memory of this execution on its stream, or where the driver cannot (no pool,
+ * a context it could not make current) wait for the stream, then free it */
+static da_status free_on(const da_context *ctx, da__cuda *dev, void *ptr, void *stream) {
+  if (da__cuda_free_async(dev, ptr, stream)) return DA_OK;
+  const da_status st = da__cuda_sync(ctx, dev, stream);
+  da__cuda_free(dev, ptr);
+  return st;
 }
 
 da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const da_args *args, size_t limit) {
@@ -608,7 +626,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
     if (cs != DA_OK) { /* the pairs then: the same results */
       da__log(DA_LOG_INFO, "cuda: no persistent grid (%s)", da_context_last_error(ctx));
       da__clear_error(ctx);
-      if (ctrs) da__cuda_free_async(p->dev, ctrs, stream);
+      if (ctrs) free_on(ctx, p->dev, ctrs, stream);
       ctrs = NULL, d.nctrs = 0;
     }
     d.ctrs = ctrs;
@@ -616,10 +634,12 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   }
   da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, sms, waves, &a, launch_on_driver, &d,
                                           da__cuda_tmap_encoder(p->dev));
-  if (d.ctrs) da__cuda_free_async(p->dev, d.ctrs, stream);
-  if (owned && !da__cuda_free_async(p->dev, owned, stream)) { /* no pool: wait, then free */
-    da_status s2 = da__cuda_sync(ctx, p->dev, stream);
-    da__cuda_free(p->dev, owned);
+  if (d.ctrs) {
+    const da_status s2 = free_on(ctx, p->dev, d.ctrs, stream);
+    if (st == DA_OK) st = s2;
+  }
+  if (owned) {
+    const da_status s2 = free_on(ctx, p->dev, owned, stream);
     if (st == DA_OK) st = s2;
   }
   return st;

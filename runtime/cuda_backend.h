@@ -86,6 +86,9 @@ typedef da_status (*da__cuda_launch_fn)(void *user, int which, unsigned gx, unsi
  * fallback: wgmma-ws's copies), and the reason of the last fallback (NULL: none). For
  * tests: a driver that refuses the maps would otherwise cost only speed. */
 DA_HIDDEN void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, const char **why);
+/* The process's launches that ran as persistent grids so far (tests: a fallback to the
+ * pairs would otherwise cost only speed). */
+DA_HIDDEN unsigned long long da__cuda_persistent_launches(void);
 DA_HIDDEN da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
                                              int sms, int persist_waves, da__cuda_args *a, da__cuda_launch_fn launch,
                                              void *user, da__tmap_encode_fn enc);

@@ -579,6 +579,24 @@ void da__cuda_trim_pool(const da_context *ctx) {
   if (pool && c->MemPoolTrimTo) c->MemPoolTrimTo(pool, 0);
 }
 
+/* pool_setup once a device, by whichever thread comes first (its context current) */
+static void pool_once(da__cuda *c) {
+  if (__atomic_load_n(&c->pool_tried, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&g_dev_mu);
+  if (!c->pool_tried) pool_setup(c);
+  __atomic_store_n(&c->pool_tried, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&g_dev_mu);
+}
+
+da_status da__cuda_pool_prepare(const da_context *ctx, da__cuda *c) {
+  if (!c || !c->MemAllocAsync) return DA_OK;
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  pool_once(c);
+  leave(c, pushed);
+  return DA_OK;
+}
+
 da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes, void *stream, void **dptr) {
   DA_RETURN_IF(!c || !dptr, DA_ERR_INVALID_ARGUMENT, "cuda: NULL argument to malloc");
   if (!c->MemAllocAsync || !c->MemFreeAsync) return da__cuda_malloc(ctx, c, bytes, dptr);
@@ -588,12 +606,7 @@ da_status da__cuda_malloc_async(const da_context *ctx, da__cuda *c, size_t bytes
   }
   int pushed;
   DA_TRY(enter(ctx, c, &pushed));
-  if (!__atomic_load_n(&c->pool_tried, __ATOMIC_ACQUIRE)) { /* once a device, by whichever thread allocates first */
-    pthread_mutex_lock(&g_dev_mu);
-    if (!c->pool_tried) pool_setup(c);
-    __atomic_store_n(&c->pool_tried, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&g_dev_mu);
-  }
+  pool_once(c);
   CUdeviceptr d = 0;
   void *pool = __atomic_load_n(&c->pool, __ATOMIC_ACQUIRE);
   CUresult r = pool ? c->MemAllocFromPoolAsync(&d, bytes, pool, (CUstream)stream) : CUDA_ERROR_NOT_SUPPORTED;

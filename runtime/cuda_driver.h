@@ -119,6 +119,10 @@ DA_HIDDEN void da__cuda_trim_pool(const da_context *ctx); /* ctx's device's, whe
  * grid's counters are allocated, zeroed and freed on the stream); zero `words` 32-bit words
  * at dptr on stream (DA_ERR_UNSUPPORTED without the entry point). */
 DA_HIDDEN int da__cuda_stream_ordered(const da__cuda *c);
+/* The library's pool set up now (it is made at the first stream-ordered allocation
+ * otherwise): plans that allocate at every execution (persistent grids' counters) make it
+ * when they are created, not inside a caller's stream capture. */
+DA_HIDDEN da_status da__cuda_pool_prepare(const da_context *ctx, da__cuda *c);
 DA_HIDDEN da_status da__cuda_zero_async(const da_context *ctx, da__cuda *c, void *dptr, size_t words, void *stream);
 DA_HIDDEN da_status da__cuda_memcpy_htod(const da_context *ctx, da__cuda *c, void *dst,
                                          const void *src, size_t bytes);

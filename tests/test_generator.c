@@ -414,6 +414,41 @@ static int open_fds(void) {
   return n;
 }
 
+/* CUDA templates of an older version (DILATTN_TEMPLATE_DIR: a bench baseline's) whose
+ * kernels' argument struct lacks this runtime's newest field (ctr, runtime/cuda_args.h):
+ * refused by name, not rendered to read the arguments at shifted offsets. (The stub
+ * template stands for such a kernel; it mentions da_split_side, which split plans need
+ * first.) With the field the same stub renders. */
+static void test_old_cuda_args(void) {
+  char dir[] = "/tmp/dilattn-tpl-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  char sub[256], path[256];
+  snprintf(sub, sizeof sub, "%s/cuda", dir);
+  mkdir(sub, 0700);
+  snprintf(path, sizeof path, "%s/cuda/kernel.cu.tpl", dir);
+  da_context *ctx;
+  da_context_create(&ctx);
+  const da_spec s = base_spec();
+  setenv("DILATTN_TEMPLATE_DIR", dir, 1);
+  for (int with = 0; with < 2; with++) {
+    write_file(path, with ? "struct da_cuda_args {\n  float *ws;\n  unsigned *ctr;\n  int tpc;\n}; /* da_split_side( */\n"
+                          : "struct da_cuda_args {\n  float *ws;\n  int tpc;\n}; /* da_split_side( */\n");
+    char *src = NULL, *name = NULL;
+    const da_status st = da_render(ctx, &s, DA_TARGET_CUDA, &src, &name);
+    if (with)
+      TU_CHECK(st == DA_OK, "CUDA templates with ctr: %s (%s)", da_status_name(st), da_context_last_error(ctx));
+    else
+      TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(ctx), "predate this runtime's kernel arguments"),
+               "CUDA templates without ctr refused: %s (%s)", da_status_name(st), da_context_last_error(ctx));
+    free(src), free(name);
+  }
+  unsetenv("DILATTN_TEMPLATE_DIR");
+  da_context_destroy(ctx);
+  unlink(path);
+  rmdir(sub);
+  rmdir(dir);
+}
+
 /* A template from DILATTN_TEMPLATE_DIR larger than the generator's memory limit: the
  * render fails with the memory error, and the file it was reading is closed (the read
  * raised a Lua error with the FILE open: one descriptor lost a render). */
@@ -449,6 +484,7 @@ static void test_template_dir_oom(void) {
 
 int main(void) {
   test_template_dir_oom();
+  test_old_cuda_args();
   test_fdiv();
   test_lpt_heads();
   test_run_period();

@@ -595,9 +595,19 @@ static void test_persistent(da_context *ctx) {
         if (modes[m].no_tma) setenv("DILATTN_TMA", "0", 1);
         da_args a;
         da_args_init(&a, &s, 1, N, dq, dq, dq, (char *)dout + (size_t)i * (size_t)n * 2, dlse);
+        unsigned long long with, without;
+        const char *why;
+        da__cuda_tma_stats(&with, &without, &why);
+        const unsigned long long before = da__cuda_persistent_launches();
         st = da_plan_execute(plans[m], &a);
         if (tma_was) setenv("DILATTN_TMA", tma_saved, 1);
         else unsetenv("DILATTN_TMA");
+        /* each mode did what it is named for (a fallback to the pairs would match them) */
+        const unsigned long long pers = da__cuda_persistent_launches() - before, w0 = with, wo0 = without;
+        da__cuda_tma_stats(&with, &without, &why);
+        TU_CHECK(st != DA_OK || ((pers > 0) == (m != 0) && (modes[m].no_tma ? without > wo0 : with > w0)),
+                 "persistent: %s, %s%s: %llu persistent launches, tensor maps %s", name, modes[m].ct ? modes[m].ct : "default",
+                 modes[m].no_tma ? " without TMA" : "", pers, with > w0 ? "used" : "not used");
       }
       if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
       if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * (size_t)nout);

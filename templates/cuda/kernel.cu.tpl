@@ -1852,6 +1852,14 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
  * most, tiles 0 and 1 of the ring, the loops unrolled (planner.lua plan_lpt: a loop's
  * count spilled their consumers). */
 #define WS_TILES {{ p.ws_tiles }}
+/* The emulator runs __shared__ variables as C statics, which keep the CTA before's values:
+ * a slot is filled with 0x7f bytes before it is found, so a read of one that holds no tile
+ * (has_ref 0 or 2: da_block_ref writes nothing) shows */
+#ifdef DA_EMULATE
+#define DA_POISON_REF(r) memset((void *)(r), 0x7f, sizeof(da_ref))
+#else
+#define DA_POISON_REF(r) ((void)0)
+#endif
 #define DA_REF_SLOTS 4
 #define DA_RING {{ p.ws_ring and 1 or 0 }} /* any number of tiles a CTA (a persistent grid's); 0: WS_TILES at most */
 #define DA_BAR_PROD 15 /* the producers' named barrier (where they all copy) */
@@ -1891,6 +1899,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
     if (DA_TMA) da_fence_mbar_init(); /* TMA completes on them through the async proxy */
   }
   if (threadIdx.x < 2) { /* tiles 0 and 1 */
+    DA_POISON_REF(&refs[threadIdx.x]);
     const da_i64 l = da_cta_block(A, threadIdx.x, threadIdx.x && A.ctr ? da_atomic_inc(A.ctr) : 0u);
     has_ref[threadIdx.x] = l >= 0 ? da_block_ref(l, A, refs[threadIdx.x]) : 0;
   }
@@ -1927,6 +1936,10 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
       if (lead && A.ctr) ticket = drawn = da_atomic_inc(A.ctr);
       if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
       if (k2 >= DA_REF_SLOTS) da_mbar_wait(&ref_empty[s2], (k2 / DA_REF_SLOTS - 1) & 1);
+#ifdef DA_EMULATE /* (the slot's last tile must not show through: thread 0 poisons it, then all find it) */
+      if (lead) DA_POISON_REF(&refs[s2]);
+      if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
+#endif
       const da_i64 l = da_cta_block(A, k2, lead ? drawn : ticket);
       /* (where every producer copies, each writes the same bytes: storing thread 0's alone, a
        * branch, spilled 8 bytes of LongNet 2-branch causal) */
@@ -1946,7 +1959,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   da_setmaxnreg_inc<{{ p.setmaxnreg[2] }}>();
 {% end %}
 {% if p.q_bufs == 2 then %}
-  if (has_ref[0]) /* tile 0's Q (tile k + 1's is requested at tile k's start) */
+  if (has_ref[0] == 1) /* tile 0's Q (tile k + 1's is requested at tile k's start; 2: a block without a query) */
     da_with_ref(A, refs[0], [&](da_i64 b, da_i64 h, da_i64, const da_qtile &T, int, auto &&) {
       tile_load_q(Qs, A, b, h, T);
     });
