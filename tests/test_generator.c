@@ -202,13 +202,19 @@ static void write_file(const char *path, const char *text) {
   }
 }
 
-static void test_template_dir(void) {
-  char dir[] = "/tmp/dilattn-tpl-XXXXXX";
-  if (!mkdtemp(dir)) return;
-  char sub[256], path[256];
-  snprintf(sub, sizeof sub, "%s/host", dir);
+/* A new folder for DILATTN_TEMPLATE_DIR (dir: a mkdtemp template) with a folder `kind`
+ * (host, cuda) in it for `file`, whose path goes to path[256]; 0 where it cannot be made */
+static int template_dir(char *dir, char sub[256], const char *kind, const char *file, char path[256]) {
+  if (!mkdtemp(dir)) return 0;
+  snprintf(sub, 256, "%s/%s", dir, kind);
   mkdir(sub, 0700);
-  snprintf(path, sizeof path, "%s/host/kernel.c.tpl", dir);
+  snprintf(path, 256, "%s/%s", sub, file);
+  return 1;
+}
+
+static void test_template_dir(void) {
+  char dir[] = "/tmp/dilattn-tpl-XXXXXX", sub[256], path[256];
+  if (!template_dir(dir, sub, "host", "kernel.c.tpl", path)) return;
   da_context *ctx;
   da_context_create(&ctx);
   da_spec s = base_spec();
@@ -420,12 +426,8 @@ static int open_fds(void) {
  * template stands for such a kernel; it mentions da_split_side, which split plans need
  * first.) With the field the same stub renders. */
 static void test_old_cuda_args(void) {
-  char dir[] = "/tmp/dilattn-tpl-XXXXXX";
-  if (!mkdtemp(dir)) return;
-  char sub[256], path[256];
-  snprintf(sub, sizeof sub, "%s/cuda", dir);
-  mkdir(sub, 0700);
-  snprintf(path, sizeof path, "%s/cuda/kernel.cu.tpl", dir);
+  char dir[] = "/tmp/dilattn-tpl-XXXXXX", sub[256], path[256];
+  if (!template_dir(dir, sub, "cuda", "kernel.cu.tpl", path)) return;
   da_context *ctx;
   da_context_create(&ctx);
   const da_spec s = base_spec();
