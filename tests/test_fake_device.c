@@ -236,11 +236,8 @@ static void check_grids_pw(const launch_t *L, const da_spec *s, int64_t tokens, 
              pers ? "with a counter zero at the launch" : "without a counter");
   }
 }
-static void check_grids_ct(const launch_t *L, const da_spec *s, int64_t tokens, int tq, int cta_tiles, const char *what) {
-  check_grids_pw(L, s, tokens, tq, cta_tiles, DA_CUDA_PERSIST_WAVES, what);
-}
 static void check_grids(const launch_t *L, const da_spec *s, int64_t tokens, int tq, const char *what) {
-  check_grids_ct(L, s, tokens, tq, 0, what);
+  check_grids_pw(L, s, tokens, tq, 0, DA_CUDA_PERSIST_WAVES, what);
 }
 
 static void test_launches(da_context *ctx) {
@@ -275,7 +272,7 @@ static void test_launches(da_context *ctx) {
     run(p, &s, N / 4, &st);
     n = read_launches(L, 64);
     TU_CHECK(st == DA_OK && n == 5, "DILATTN_CTA_TILES=%d: 5 launches (%d, %s)", ct, n, da_context_last_error(ctx));
-    if (n == 5) check_grids_ct(L, &s, N / 4, o.tile_q, ct, ct == 1 ? "DILATTN_CTA_TILES=1" : "DILATTN_CTA_TILES=2");
+    if (n == 5) check_grids_pw(L, &s, N / 4, o.tile_q, ct, 0, ct == 1 ? "DILATTN_CTA_TILES=1" : "DILATTN_CTA_TILES=2");
     da_plan_destroy(p);
   }
   /* persistent grids (a CTA an SM drawing blocks from a counter) where a launch has

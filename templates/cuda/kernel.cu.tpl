@@ -1740,9 +1740,8 @@ __device__ __forceinline__ int da_block_job(da_i64 l, const da_cuda_args &A, da_
  * side (da_with_ref: body(b, h, hkv, T, mode, each)) */
 typedef da_job da_ref;
 #define da_block_ref da_block_job
-template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_args &A, const da_ref &J, B &&body) {
+template <class B> __device__ __forceinline__ void da_with_ref(const da_cuda_args &A, const da_ref &J, B &&body) {
   body(J.b, J.h, J.hkv, J.T, J.mode, [&](auto &&f) { da_job_each(J, A, f); });
-  return true;
 }
 {% else %}
 /* The slot of branch br among head h's (HEAD_BR[h][k] == br): a branch launch's heads all
@@ -1822,9 +1821,8 @@ __device__ __forceinline__ int da_block_ref(da_i64 l, const da_cuda_args &A, da_
   da_branch_block(l, nseg, units, A, &b, &h, &seg, &a0);
   return da_branch_find(A, b, h, seg, a0, R) ? 1 : 2;
 }
-template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_args &A, const da_ref &R, B &&body) {
+template <class B> __device__ __forceinline__ void da_with_ref(const da_cuda_args &A, const da_ref &R, B &&body) {
   da_branch_run(A, R, body);
-  return true;
 }
 {% end %}
 {% end %}
@@ -1876,6 +1874,10 @@ template <class B> __device__ __forceinline__ bool da_with_ref(const da_cuda_arg
 __device__ __forceinline__ da_i64 da_cta_block(const da_cuda_args &A, int k, unsigned ticket) {
   if (A.ctr) return k ? (da_i64)gridDim.x + ticket : (da_i64)blockIdx.x;
   return k < A.tpc ? (da_i64)blockIdx.x * A.tpc + k : -1;
+}
+/* Request tile R's Q rows into Qt (a cp.async group the caller commits) */
+template <class E> __device__ __forceinline__ void da_ref_load_q(E *Qt, const da_cuda_args &A, const da_ref &R) {
+  da_with_ref(A, R, [&](da_i64 b, da_i64 h, da_i64, const da_qtile &T, int, auto &&) { tile_load_q(Qt, A, b, h, T); });
 }
 template <class E>
 __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_args &A) {
@@ -1959,10 +1961,7 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
   da_setmaxnreg_inc<{{ p.setmaxnreg[2] }}>();
 {% end %}
 {% if p.q_bufs == 2 then %}
-  if (has_ref[0] == 1) /* tile 0's Q (tile k + 1's is requested at tile k's start; 2: a block without a query) */
-    da_with_ref(A, refs[0], [&](da_i64 b, da_i64 h, da_i64, const da_qtile &T, int, auto &&) {
-      tile_load_q(Qs, A, b, h, T);
-    });
+  if (has_ref[0] == 1) da_ref_load_q(Qs, A, refs[0]); /* tile 0's Q (tile k + 1's at tile k's start; 2: no query) */
   da_cp_async_commit();
 {% end %}
   bool first = true; /* the CTA's first tile (its turn hand-over: tile_begin) */
@@ -1981,18 +1980,17 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
     /* tile k + 1's Q into the other Q tile once every consumer has copied tile k - 1's out
      * from it; before tile_begin sets the accumulators, so their registers are not live
      * while the request's addresses are worked out */
-    if (k) DA_SYNC_COMPUTE();
     {
       const int s1 = (k + 1) % DA_REF_SLOTS;
 {% if p.ws_ring then %}
+      if (k) DA_SYNC_COMPUTE();
       da_mbar_wait(&ref_full[s1], ((k + 1) / DA_REF_SLOTS) & 1);
-      if (has_ref[s1] == 1)
+      if (has_ref[s1] == 1) da_ref_load_q(k & 1 ? Qs : Q2, A, refs[s1]);
 {% else %}
-      if (k + 1 < WS_TILES && has_ref[s1] == 1)
+      /* (two tiles at most: tile 1's Q goes to Q2, which tile 0 never used, and no tile
+       * comes after it: no barrier) */
+      if (k + 1 < WS_TILES && has_ref[s1] == 1) da_ref_load_q(Q2, A, refs[s1]);
 {% end %}
-        da_with_ref(A, refs[s1], [&](da_i64 b1, da_i64 h1, da_i64, const da_qtile &T1, int, auto &&) {
-          tile_load_q(k & 1 ? Qs : Q2, A, b1, h1, T1);
-        });
       da_cp_async_commit();
     }
 {% end %}
