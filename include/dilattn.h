@@ -239,8 +239,13 @@ DA_API const char *da_plan_cache_key(const da_plan *plan);
 /* Bytes of workspace an execution with this batch and sequence length takes when the
  * caller supplies it (0 is possible): the most it uses, enough to run in one piece; where
  * DILATTN_WORKSPACE_LIMIT was set when the plan was made, the most that limit allows (the
- * least, da_plan_workspace_min_size, where the limit is below it). Only split plans need
- * workspace (da_plan_strategy). */
+ * least, da_plan_workspace_min_size, where the limit is below it). Split plans need
+ * workspace (da_plan_strategy) for their partial rows; on CUDA, an execution with
+ * persistent launches (README, DILATTN_CTA_TILES) takes 4 bytes a launch for their tile
+ * counters after the rows (from the next 16 bytes), which it zeroes on the stream. Given
+ * a workspace without that room, those launches run two tiles a CTA instead, with the same
+ * results; given none, the plan allocates the counters with the rows from the stream's
+ * pool and frees them on the stream. */
 DA_API da_status da_plan_workspace_size(const da_plan *plan, int64_t batch, int64_t seq_len,
                                         size_t *bytes);
 /* The least workspace an execution accepts (<= da_plan_workspace_size). Given less than

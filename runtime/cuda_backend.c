@@ -201,8 +201,8 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
-  /* persistent grids allocate their counters at every execution: the pool made now, not
-   * inside a caller's stream capture */
+  /* persistent grids allocate their counters at every execution without a caller's
+   * workspace: the pool made now, not inside a caller's stream capture */
   if (r->ws_ring && da__cuda_stream_ordered(dev)) DA_TRY(da__cuda_pool_prepare(ctx, dev));
   da__cuda_plan *p = calloc(1, sizeof *p);
   DA_RETURN_IF(!p, DA_ERR_NO_MEMORY, "cuda plan: out of memory");
@@ -284,10 +284,58 @@ int64_t da__cuda_ws_min_tokens(const da__rendered *r, int64_t seq_len) {
   return r->ws_floats_per_token && r->ws_runs ? run_period(r, seq_len) : seq_len;
 }
 
+/* The launch rule of a plan's executions (DILATTN_CTA_TILES): the SMs launch_main fills
+ * (1: no launch fills a wave of pairs, INT_MAX; 2: every one does, 0) and the waves of tiles
+ * from which a launch is persistent (0: none; ring plans only, where the driver zeroes the
+ * counters on the stream and allocates on it) */
+static int launch_rule(const da__cuda_plan *p, int *waves) {
+  *waves = p->cta_tiles == CTA_TILES_AUTO ? DA_CUDA_PERSIST_WAVES : p->cta_tiles == CTA_TILES_PERSISTENT ? 1 : 0;
+  if (!p->r.ws_ring || !da__cuda_stream_ordered(p->dev)) *waves = 0;
+  return p->cta_tiles == CTA_TILES_ONE ? INT_MAX : p->cta_tiles == CTA_TILES_TWO ? 0 : da__cuda_sm_count(p->dev);
+}
+
+/* Counts the persistent launches of a sequence (run without launching) */
+static da_status count_persistent(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
+                                  unsigned smem, da__cuda_args *a, int persistent) {
+  (void)which, (void)gx, (void)gy, (void)gz, (void)threads, (void)smem, (void)a;
+  *(int *)user += persistent;
+  return DA_OK;
+}
+
+/* The workspace of an execution of a's shape in runs of run tokens: the partial rows
+ * (da__cuda_workspace_bytes), then from the next 16 bytes a counter (4 bytes) for each
+ * persistent launch, *nctrs of them. Where budget (the caller's workspace or the limit)
+ * has no room for the counters, none (*nctrs 0): those launches run two tiles a CTA, with
+ * the same results. SIZE_MAX where the rows' size overflows. */
+static size_t exec_bytes(const da__cuda_plan *p, const da__cuda_args *a, int64_t run, size_t budget, int *nctrs) {
+  *nctrs = 0;
+  const size_t rows = da__cuda_workspace_bytes(&p->r, p->heads, a->batch, run);
+  int waves;
+  const int sms = launch_rule(p, &waves);
+  if (!waves || rows > SIZE_MAX - 64) return rows;
+  /* a dry run of the sequence, no maps encoded (nor counted in da__cuda_tma_stats); where
+   * it fails, the launches meet the failure again */
+  da__cuda_args dry = *a;
+  dry.ws_len = run;
+  da__rendered dr = p->r;
+  dr.tma_maps = 0;
+  int n = 0;
+  if (da__cuda_launch_sequence(NULL, &dr, p->heads, p->head_dim, sms, waves, &dry, count_persistent, &n, NULL) != DA_OK)
+    return rows;
+  const size_t off = (rows + 15) & ~(size_t)15;
+  if (!n || off + (size_t)n * sizeof(unsigned) > budget) return rows;
+  *nctrs = n;
+  return off + (size_t)n * sizeof(unsigned);
+}
+
 size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget) {
   int64_t run = da__cuda_ws_tokens(&p->r, p->heads, batch, seq_len, budget);
   if (run == 0) run = da__cuda_ws_min_tokens(&p->r, seq_len); /* a limit below one run: the least */
-  return da__cuda_workspace_bytes(&p->r, p->heads, batch, run);
+  da__cuda_args a;
+  memset(&a, 0, sizeof a);
+  a.batch = batch, a.seq_len = seq_len;
+  int nctrs;
+  return exec_bytes(p, &a, run, budget, &nctrs);
 }
 
 size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t batch, int64_t seq_len) {
@@ -523,14 +571,6 @@ typedef struct {
   int nctrs, used;
 } driver_launch;
 
-/* Counts the persistent launches of a sequence (run without launching) */
-static da_status count_persistent(void *user, int which, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
-                                  unsigned smem, da__cuda_args *a, int persistent) {
-  (void)which, (void)gx, (void)gy, (void)gz, (void)threads, (void)smem, (void)a;
-  *(int *)user += persistent;
-  return DA_OK;
-}
-
 /* Every launch of a sequence but the first is a programmatic dependent one where the plan
  * allows (p->pdl): it may start while the launch before it finishes, running up to its
  * griddepcontrol.wait (kernel.cu.tpl da_grid_wait), so one branch's key loops overlap the
@@ -569,75 +609,60 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   a.masks = p->dmasks;
   void *stream = args->stream, *owned = NULL;
   /* the workspace: one run's rows (da__cuda_launch_sequence), all the tokens where it fits
-   * the caller's workspace, or the limit (DILATTN_WORKSPACE_LIMIT), or the device's pool */
+   * the caller's workspace, or the limit (DILATTN_WORKSPACE_LIMIT), or the device's pool;
+   * then the persistent launches' counters where there is room (exec_bytes) */
+  const size_t budget = args->workspace ? args->workspace_bytes : limit;
   const int64_t least = da__cuda_ws_min_tokens(&p->r, args->seq_len);
-  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len,
-                                   args->workspace ? args->workspace_bytes : limit);
-  size_t need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run ? run : least);
+  int64_t run = da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len, budget);
+  int nctrs = 0;
+  size_t need = run ? exec_bytes(p, &a, run, budget, &nctrs) : da__cuda_workspace_bytes(&p->r, p->heads, args->batch, least);
   DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   DA_RETURN_IF(!run, args->workspace ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,
                "workspace: %zu bytes %s, %zu needed (runs of %lld tokens; %zu for one run of all %lld: "
                "da_plan_workspace_min_size, da_plan_workspace_size)",
-               args->workspace ? args->workspace_bytes : limit,
-               args->workspace ? "given" : "allowed by DILATTN_WORKSPACE_LIMIT", need, (long long)least,
+               budget, args->workspace ? "given" : "allowed by DILATTN_WORKSPACE_LIMIT", need, (long long)least,
                da__cuda_workspace_bytes(&p->r, p->heads, args->batch, args->seq_len), (long long)args->seq_len);
-  if (need) {
-    if (args->workspace) {
-      /* the kernels access it in 8-byte vectors: a misaligned one would fault the context */
-      DA_RETURN_IF((uintptr_t)args->workspace % 16, DA_ERR_INVALID_ARGUMENT,
-                   "workspace: %p is not 16-byte aligned", args->workspace);
-      a.ws = args->workspace;
-    } else {
-      /* stream-ordered pool; where the device has not that much free, shorter runs */
-      da_status st;
-      int shortened = 0;
-      while ((st = da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)) == DA_ERR_NO_MEMORY && run > least) {
-        shortened = 1;
-        const int64_t shorter = run / 2 / least * least;
-        run = shorter > least ? shorter : least;
-        da__log(DA_LOG_INFO, "workspace: %zu bytes not available on the device; runs of %lld tokens instead", need,
-                (long long)run);
-        need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run);
-      }
-      DA_TRY(st);
-      if (shortened) da__clear_error(ctx); /* the out-of-memory of a longer run, taken care of */
-      a.ws = owned;
+  void *ws = args->workspace;
+  if (ws) {
+    /* the kernels access the rows in 8-byte vectors: a misaligned one would fault the
+     * context (the counters alone, at its start: 4 bytes, plan.c's check) */
+    DA_RETURN_IF(da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run) && (uintptr_t)ws % 16,
+                 DA_ERR_INVALID_ARGUMENT, "workspace: %p is not 16-byte aligned", ws);
+  } else if (need) {
+    /* stream-ordered pool; where the device has not that much free, shorter runs */
+    da_status st;
+    int shortened = 0;
+    while ((st = da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)) == DA_ERR_NO_MEMORY && run > least) {
+      shortened = 1;
+      const int64_t shorter = run / 2 / least * least;
+      run = shorter > least ? shorter : least;
+      da__log(DA_LOG_INFO, "workspace: %zu bytes not available on the device; runs of %lld tokens instead", need,
+              (long long)run);
+      need = exec_bytes(p, &a, run, budget, &nctrs);
     }
+    DA_TRY(st);
+    if (shortened) da__clear_error(ctx); /* the out-of-memory of a longer run, taken care of */
+    ws = owned;
   }
+  a.ws = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run) ? ws : NULL;
   a.ws_len = run;
   driver_launch d = {ctx, p, stream, 0, NULL, 0, 0};
-  /* DILATTN_CTA_TILES 1: no launch fills a wave of pairs; 2: every one does */
-  const int sms = p->cta_tiles == CTA_TILES_ONE ? INT_MAX : p->cta_tiles == CTA_TILES_TWO ? 0 : da__cuda_sm_count(p->dev);
-  int waves = p->cta_tiles == CTA_TILES_AUTO ? DA_CUDA_PERSIST_WAVES : p->cta_tiles == CTA_TILES_PERSISTENT ? 1 : 0;
-  if (!p->r.ws_ring || !da__cuda_stream_ordered(p->dev)) waves = 0; /* (no counters without a stream's allocations) */
-  if (waves) {
-    /* a counter each persistent launch, zero on the stream before the first launch: this
-     * execution's own (several may run at once, on streams of their own) */
-    da__cuda_args dry = a;
-    da__rendered dr = p->r;
-    dr.tma_maps = 0; /* (no maps encoded, nor counted in da__cuda_tma_stats) */
-    if (da__cuda_launch_sequence(ctx, &dr, p->heads, p->head_dim, sms, waves, &dry, count_persistent, &d.nctrs, NULL) !=
-        DA_OK)
-      d.nctrs = 0; /* (the launches below meet it again) */
-    void *ctrs = NULL;
-    da_status cs = d.nctrs ? da__cuda_malloc_async(ctx, p->dev, (size_t)d.nctrs * sizeof(unsigned), stream, &ctrs)
-                           : DA_OK;
-    if (cs == DA_OK && ctrs) cs = da__cuda_zero_async(ctx, p->dev, ctrs, (size_t)d.nctrs, stream);
-    if (cs != DA_OK) { /* the pairs then: the same results */
+  int waves;
+  const int sms = launch_rule(p, &waves);
+  if (nctrs) {
+    /* the counters, this execution's own (several may run at once, on streams of their
+     * own), zero on the stream before the first launch */
+    unsigned *ctrs = (unsigned *)((char *)ws + (need - (size_t)nctrs * sizeof(unsigned)));
+    if (da__cuda_zero_async(ctx, p->dev, ctrs, (size_t)nctrs, stream) == DA_OK)
+      d.ctrs = ctrs, d.nctrs = nctrs;
+    else { /* the pairs then: the same results */
       da__log(DA_LOG_INFO, "cuda: no persistent grid (%s)", da_context_last_error(ctx));
       da__clear_error(ctx);
-      if (ctrs) free_on(ctx, p->dev, ctrs, stream);
-      ctrs = NULL, d.nctrs = 0;
     }
-    d.ctrs = ctrs;
-    if (!d.nctrs) waves = 0;
   }
+  if (!d.nctrs) waves = 0;
   da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, sms, waves, &a, launch_on_driver, &d,
                                           da__cuda_tmap_encoder(p->dev));
-  if (d.ctrs) {
-    const da_status s2 = free_on(ctx, p->dev, d.ctrs, stream);
-    if (st == DA_OK) st = s2;
-  }
   if (owned) {
     const da_status s2 = free_on(ctx, p->dev, owned, stream);
     if (st == DA_OK) st = s2;

@@ -213,6 +213,12 @@ static int64_t pair_ctas(int64_t tiles) { return tiles >= 2 * 132 ? (tiles + 1) 
 /* The same with persistent grids (the default): a CTA an SM from DA_CUDA_PERSIST_WAVES waves
  * of blocks (persist_waves; 0: none) */
 static int persists(int64_t tiles, int persist_waves) { return persist_waves && tiles >= (int64_t)persist_waves * 132; }
+/* The persistent launches of s's branches over N tokens in one run (the default rule) */
+static int persistent_launches(const da_spec *s, int64_t N, int tq) {
+  int n = 0;
+  for (int i = 0; i < s->num_branches; i++) n += persists(branch_tiles(s, i, N, tq), DA_CUDA_PERSIST_WAVES);
+  return n;
+}
 
 /* The grids of 5 launches of s's branches over runs of `tokens` tokens, two tiles a CTA
  * (pair_ctas; cta_tiles 1 or 2: that many in every launch, DILATTN_CTA_TILES), persistent
@@ -895,7 +901,11 @@ static void test_workspace(da_context *ctx) {
   size_t least = 0, all = 0;
   da_plan_workspace_min_size(p, 1, N, &least);
   da_plan_workspace_size(p, 1, N, &all);
-  TU_CHECK(least > 0 && least * 2 == all, "workspace: %zu bytes for one run of 32768 tokens, %zu for all", least, all);
+  da_plan_options po;
+  da_plan_get_options(p, &po);
+  /* (one run of all the tokens: the rows, then a counter each persistent launch) */
+  TU_CHECK(least > 0 && least * 2 + 4 * (size_t)persistent_launches(&s, N, po.tile_q) == all,
+           "workspace: %zu bytes for one run of 32768 tokens, %zu for all", least, all);
   const size_t nq = (size_t)N * 8 * 64;
   uint16_t *q = calloc(nq, 2), *k = calloc(nq, 2), *v = calloc(nq, 2), *o = calloc(nq, 2);
   float *lse = calloc((size_t)N * 8, 4);
@@ -923,6 +933,100 @@ static void test_workspace(da_context *ctx) {
            "batch 65536: refused (%s: %s)", da_status_name(st), da_context_last_error(ctx));
   free(q), free(k), free(v), free(o), free(lse), free(ws);
   da_plan_destroy(p);
+}
+
+/* Persistent launches' counters in the caller's workspace, after the partial rows
+ * (da_plan_workspace_size counts them): zeroed there, nothing allocated from the pool (a
+ * stream capture gets one memset node); a byte short of them, the pairs; without a caller's
+ * workspace, one allocation of rows and counters together. A fused plan (no rows) takes
+ * the counters alone, 4-byte aligned. */
+static void test_workspace_ctrs(da_context *ctx, const char *fake) {
+  void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  void (*stats)(int *, int *, int *, int *) = lib ? (void (*)(int *, int *, int *, int *))dlsym(lib, "fake_cuda_pool_stats") : NULL;
+  TU_CHECK(stats != NULL, "the fake driver's pool counts");
+  if (!stats) return;
+  launch_t L[64];
+  const int64_t N = 262144;
+  static const struct {
+    int branches;
+    const char *strategy;
+  } C[] = {{5, "split"}, {2, "fused"}};
+  for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+    const da_spec s = longnet(C[c].branches, 1);
+    da_status st;
+    setenv("DILATTN_CTA_TILES", "pairs", 1);
+    da_plan *pairs = plan_with(ctx, &s, 0, 0, 0, &st);
+    unsetenv("DILATTN_CTA_TILES");
+    da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+    if (!p || !pairs) {
+      TU_CHECK(0, "LongNet %d-branch causal plans: %s", C[c].branches, da_context_last_error(ctx));
+      da_plan_destroy(p), da_plan_destroy(pairs);
+      continue;
+    }
+    da_plan_options o;
+    da_plan_get_options(p, &o);
+    size_t rows = 0, all = 0;
+    da_plan_workspace_size(pairs, 1, N, &rows);
+    da_plan_workspace_size(p, 1, N, &all);
+    const int npers = C[c].branches == 5 ? persistent_launches(&s, N, o.tile_q) : 1;
+    const size_t off = (rows + 15) & ~(size_t)15;
+    TU_CHECK(!strcmp(da_plan_strategy(p), C[c].strategy) && o.tile_q == 128 && npers > 0 &&
+                 (rows > 0) == !strcmp(C[c].strategy, "split") && all == off + 4 * (size_t)npers,
+             "LongNet %d-branch causal (%s, tile_q %d) at N = %lld: workspace %zu = rows %zu, then %d counters",
+             C[c].branches, da_plan_strategy(p), o.tile_q, (long long)N, all, rows, npers);
+    const da_spec *sp = &s;
+    const size_t nq = (size_t)N * sp->num_heads * sp->head_dim;
+    uint16_t *q = calloc(nq, 2), *k = calloc(nq, 2), *v = calloc(nq, 2), *out = calloc(nq, 2);
+    float *lse = calloc((size_t)N * sp->num_heads, 4);
+    char *ws = aligned_alloc(256, (all + 16 + 255) / 256 * 256);
+    if (!q || !k || !v || !out || !lse || !ws) {
+      TU_CHECK(0, "host memory for N = %lld", (long long)N);
+      free(q), free(k), free(v), free(out), free(lse), free(ws);
+      da_plan_destroy(p), da_plan_destroy(pairs);
+      return;
+    }
+    da_args a;
+    da_args_init(&a, &s, 1, N, q, k, v, out, lse);
+    /* the caller's workspace: da_plan_workspace_size, then a byte short of it; at a 4-byte
+     * (not 16) offset for the fused plan, whose counters are alone */
+    for (int shortened = 0; shortened < 2; shortened++) {
+      char *w = ws + (rows ? 0 : 4);
+      memset(w + off, 0xa5, all - off);
+      a.workspace = w, a.workspace_bytes = all - (size_t)shortened;
+      int created0, allocs0, dflt0, trims0, created, allocs, dflt, trims;
+      read_launches(L, 64);
+      stats(&created0, &allocs0, &dflt0, &trims0);
+      st = da_plan_execute(p, &a);
+      stats(&created, &allocs, &dflt, &trims);
+      const int n = read_launches(L, 64);
+      int pers = 0, left = 0;
+      for (int i = 0; i < n; i++) pers += L[i].ctr == 0;
+      /* (the fake driver leaves each launch's counter 0xd00d) */
+      for (int i = 0; i < npers; i++) left += ((unsigned *)(void *)(w + off))[i] == 0xd00du;
+      TU_CHECK(st == DA_OK && n == C[c].branches - (C[c].branches == 2) && allocs == allocs0 &&
+                   pers == (shortened ? 0 : npers) && left == (shortened ? 0 : npers),
+               "LongNet %d-branch causal, a workspace of %s bytes: %d launches, %d persistent (want %d), counters in "
+               "the workspace %d, %d allocations from the pool (want 0): %s",
+               C[c].branches, shortened ? "da_plan_workspace_size - 1" : "da_plan_workspace_size", n, pers,
+               shortened ? 0 : npers, left, allocs - allocs0, da_context_last_error(ctx));
+      if (C[c].branches == 5 && n == 5) check_grids_pw(L, &s, N, o.tile_q, 0, shortened ? 0 : DA_CUDA_PERSIST_WAVES, "caller's workspace");
+    }
+    /* no workspace: one allocation, rows and counters */
+    a.workspace = NULL, a.workspace_bytes = 0;
+    int created0, allocs0, dflt0, trims0, created, allocs, dflt, trims;
+    read_launches(L, 64);
+    stats(&created0, &allocs0, &dflt0, &trims0);
+    st = da_plan_execute(p, &a);
+    stats(&created, &allocs, &dflt, &trims);
+    const int n = read_launches(L, 64);
+    int pers = 0;
+    for (int i = 0; i < n; i++) pers += L[i].ctr == 0;
+    TU_CHECK(st == DA_OK && pers == npers && allocs - allocs0 == 1,
+             "LongNet %d-branch causal, no workspace: %d persistent (want %d), %d allocations from the pool (want 1): %s",
+             C[c].branches, pers, npers, allocs - allocs0, da_context_last_error(ctx));
+    free(q), free(k), free(v), free(out), free(lse), free(ws);
+    da_plan_destroy(p), da_plan_destroy(pairs);
+  }
 }
 
 static void test_tuned(const char *cache) {
@@ -1096,6 +1200,7 @@ int main(int argc, char **argv) {
   test_callers_context(ctx, argv[1]);
   test_pool(argv[1]);
   test_workspace(ctx);
+  test_workspace_ctrs(ctx, argv[1]);
   da_context_destroy(ctx);
   test_fallbacks(argv[2], cache);
   test_tuned(cache);
