@@ -140,6 +140,9 @@ if [ "$phase" = first ]; then
   step 120 $B/tests/test_gpu "$golden" wgmma-ws
   step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" golden
   step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" default-tma
+  #    the persistent ring (untimed-since-30da0bd.md, session 24): without TMA every producer
+  #    thread writes the same slot bytes; a racecheck hazard there wants one writer a word
+  step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" persistent-race
   step 100 $B/tests/test_gpu "$golden" huge
 fi
 if [ "$phase" = second ]; then
@@ -194,6 +197,7 @@ if [ "$phase" = suite ]; then
   # (every default kernel on every golden case) in 10 s, then pdl as time allows
   run timeout 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
   run timeout 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" default-tma
+  run timeout 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" persistent-race
   run timeout 240 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" pdl
 fi
 if [ "$phase" = check ]; then
@@ -266,6 +270,7 @@ fi
 if [ "$phase" = sanitize ] || [ "$phase" = all ]; then
   run tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden"
   run tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
+  run tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" persistent-race
   run tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" pdl
 fi
 if [ "$phase" = bench ] || [ "$phase" = all ]; then

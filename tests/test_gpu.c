@@ -24,7 +24,8 @@
  *             programmatic launches of its split plans (not in small)
  *   persistent: (sm_90 only; in small too) persistent grids of the 128-row causal
  *             plans bitwise the same as the pairs (DILATTN_CTA_TILES), with TMA and without
- * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|pdl|persistent|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
+ *   persistent-race: the same at N = 16384, H = 2 (not in small; for racecheck)
+ * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|pdl|persistent|persistent-race|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <dlfcn.h>
@@ -353,7 +354,7 @@ static void test_wgmma_probe(da_context *ctx) {
 }
 
 static void test_pdl(da_context *ctx, int mma);
-static void test_persistent(da_context *ctx);
+static void test_persistent(da_context *ctx, int64_t N, int H);
 
 /* That the TMA kernel's executions since *with / *without all took their tensor maps (at
  * least one, none without): a real driver that refused a map (its rules stricter than
@@ -541,20 +542,24 @@ static void test_pdl(da_context *ctx, int mma) {
 /* Persistent grids (kernel.cu.tpl run_tiles' ring of tiles; DILATTN_CTA_TILES, read at plan
  * creation): causal plans in 128-row tiles at N = 65536, H = 8 (LongNet 5-branch, split:
  * its w = 2048 and 4096 launches have 4096 and 2048 blocks, past the 16 waves of a
- * persistent grid on 132 SMs; dense 2048, fused: 4096) give the same bits with every
+ * persistent grid on 132 SMs; dense 2048, fused: 4096; or shorter, where the default rule
+ * is DILATTN_CTA_TILES=persistent again) give the same bits with every
  * launch of a wave persistent, with the default rule, with none (pairs: the reference),
  * and persistent with the producers' own copies (DILATTN_TMA=0: every producer thread
  * finds the tiles, the ring's named barrier), two executions each back to back on one
  * stream (each execution's counters from the pool, zeroed on the stream first; the default
  * rule's in one caller's workspace of da_plan_workspace_size bytes, both executions: the
  * second finds the first's counters there, spent, unless it zeroes them). */
-static void test_persistent(da_context *ctx) {
+static void test_persistent(da_context *ctx, int64_t N, int H) {
   static const int64_t w5[5] = {2048, 4096, 8192, 16384, 32768}, r5[5] = {1, 2, 4, 6, 12};
-  static const struct {
+  struct {
     const char *ct;
     int no_tma;
   } modes[4] = {{"pairs", 0}, {"persistent", 0}, {NULL, 0}, {"persistent", 1}};
-  const int64_t N = 65536, n = N * 8 * 64, reps = 2;
+  /* (shorter: no launch has the default rule's 16 waves, so the caller's workspace goes to
+   * a persistent plan) */
+  if (N * H < 65536 * 8) modes[2].ct = "persistent";
+  const int64_t n = N * H * 64, reps = 2;
   const int nout = 4 * (int)reps;
   const char *ct_was = getenv("DILATTN_CTA_TILES"), *tma_was = getenv("DILATTN_TMA");
   char ct_saved[32] = "", tma_saved[32] = "";
@@ -566,7 +571,7 @@ static void test_persistent(da_context *ctx) {
     da_spec_init(&s);
     s.num_branches = sp ? 1 : 5;
     memcpy(s.segment_lengths, w5, sizeof w5), memcpy(s.dilation_rates, r5, sizeof r5);
-    s.num_heads = s.num_kv_heads = 8, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = 1;
+    s.num_heads = s.num_kv_heads = H, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = 1;
     const char *name = sp ? "dense 2048 causal" : "LongNet 5-branch causal";
     da_plan *plans[4] = {NULL, NULL, NULL, NULL};
     da_status st = DA_OK;
@@ -595,7 +600,7 @@ static void test_persistent(da_context *ctx) {
       for (int64_t i = 0; i < n; i++) tu_store(DA_DTYPE_FLOAT16, hq, i, 2 * tu_uniform(&seed) - 1);
       st = da__cuda_malloc(ctx, dev, (size_t)n * 2, &dq);
       if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2 * (size_t)nout, &dout);
-      if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)(8 * N) * 4, &dlse);
+      if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)(H * N) * 4, &dlse);
       if (st == DA_OK) st = da__cuda_memcpy_htod(ctx, dev, dq, hq, (size_t)n * 2);
       for (int i = 0; i < nout && st == DA_OK; i++) {
         const int m = i / (int)reps;
@@ -614,8 +619,9 @@ static void test_persistent(da_context *ctx) {
         const unsigned long long pers = da__cuda_persistent_launches() - before, w0 = with, wo0 = without;
         da__cuda_tma_stats(&with, &without, &why);
         TU_CHECK(st != DA_OK || ((pers > 0) == (m != 0) && (modes[m].no_tma ? without > wo0 : with > w0)),
-                 "persistent: %s, %s%s: %llu persistent launches, tensor maps %s", name, modes[m].ct ? modes[m].ct : "default",
-                 modes[m].no_tma ? " without TMA" : "", pers, with > w0 ? "used" : "not used");
+                 "persistent: %s, %s%s%s: %llu persistent launches, tensor maps %s", name,
+                 modes[m].ct ? modes[m].ct : "default", modes[m].no_tma ? " without TMA" : "",
+                 m == 2 ? " (a caller's workspace)" : "", pers, with > w0 ? "used" : "not used");
       }
       if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
       if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * (size_t)nout);
@@ -626,8 +632,9 @@ static void test_persistent(da_context *ctx) {
       TU_CHECK(st == DA_OK && !differ && !nans, "persistent: %s: %d of %d runs differ from pairs' first (%d Inf / NaN there)",
                name, differ, nout - 1, nans);
       if (st == DA_OK && !differ)
-        printf("persistent: %s at N = %lld: persistent, default (a caller's workspace of %zu bytes), without TMA and "
-               "pairs bitwise the same (%d runs)\n", name, (long long)N, ws_bytes, nout);
+        printf("persistent: %s at N = %lld, H = %d: persistent, %s (a caller's workspace of %zu bytes), without TMA "
+               "and pairs bitwise the same (%d runs)\n", name, (long long)N, H, modes[2].ct ? modes[2].ct : "default",
+               ws_bytes, nout);
     } else if (st != DA_ERR_UNSUPPORTED) {
       TU_CHECK(0, "persistent: %s: plans: %s", name, da_context_last_error(ctx));
     }
@@ -791,7 +798,10 @@ int main(int argc, char **argv) {
     if (da__cuda_wgmma_arch(da__cuda_arch(dev))) test_pdl(ctx, 6); /* the default: its maps in every run */
   }
   if ((all || small || !strcmp(which, "persistent")) && da__cuda_wgmma_arch(da__cuda_arch(dev)))
-    test_persistent(ctx); /* persistent grids against the pairs */
+    test_persistent(ctx, 65536, 8); /* persistent grids against the pairs */
+  /* (short enough for racecheck: the ring's slots, found by every producer thread alike
+   * where they all copy) */
+  if (!strcmp(which, "persistent-race") && da__cuda_wgmma_arch(da__cuda_arch(dev))) test_persistent(ctx, 16384, 2);
   if ((all || small || !strcmp(which, "sync")) && da__cuda_wgmma_arch(da__cuda_arch(dev))) {
     /* the default above was the wgmma path: mma.sync too */
     bs_golden(ctx, golden, "cuda sync", runner_sync, NULL);
