@@ -1875,6 +1875,21 @@ __device__ __forceinline__ da_i64 da_cta_block(const da_cuda_args &A, int k, uns
   if (A.ctr) return k ? (da_i64)gridDim.x + ticket : (da_i64)blockIdx.x;
   return k < A.tpc ? (da_i64)blockIdx.x * A.tpc + k : -1;
 }
+/* Store slot R of the ring from X, where every producer thread found X alike: a 32-bit word
+ * of it a thread (racecheck sees no two threads write one byte, as it would had each
+ * stored it whole); thread 0 alone stores it whole where it alone issues the copies */
+__device__ __forceinline__ void da_ref_store(da_ref &R, const da_ref &X, bool alone) {
+  static_assert(sizeof(da_ref) % 4 == 0 && sizeof(da_ref) / 4 <= DA_PRODUCERS, "da_ref: a word a producer thread");
+  if (alone) {
+    R = X;
+    return;
+  }
+  unsigned w[sizeof(da_ref) / 4];
+  memcpy(w, &X, sizeof w);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(da_ref) / 4); i++)
+    if (threadIdx.x == i) reinterpret_cast<unsigned *>(&R)[i] = w[i];
+}
 /* Request tile R's Q rows into Qt (a cp.async group the caller commits) */
 template <class E> __device__ __forceinline__ void da_ref_load_q(E *Qt, const da_cuda_args &A, const da_ref &R) {
   da_with_ref(A, R, [&](da_i64 b, da_i64 h, da_i64, const da_qtile &T, int, auto &&) { tile_load_q(Qt, A, b, h, T); });
@@ -1938,14 +1953,14 @@ __device__ __forceinline__ void run_tiles(E *Qs, E *Ks, E *Vs, const da_cuda_arg
       if (lead && A.ctr) ticket = drawn = da_atomic_inc(A.ctr);
       if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
       if (k2 >= DA_REF_SLOTS) da_mbar_wait(&ref_empty[s2], (k2 / DA_REF_SLOTS - 1) & 1);
-#ifdef DA_EMULATE /* (the slot's last tile must not show through: thread 0 poisons it, then all find it) */
-      if (lead) DA_POISON_REF(&refs[s2]);
-      if (!(DA_TMA && A.tma)) da_named_sync(DA_BAR_PROD, DA_PRODUCERS);
-#endif
       const da_i64 l = da_cta_block(A, k2, lead ? drawn : ticket);
-      /* (where every producer copies, each writes the same bytes: storing thread 0's alone, a
-       * branch, spilled 8 bytes of LongNet 2-branch causal) */
-      has_ref[s2] = l >= 0 ? da_block_ref(l, A, refs[s2]) : 0;
+      /* (storing thread 0's alone where every producer copies, a branch, spilled 8 bytes of
+       * LongNet 2-branch causal: a word of it each) */
+      da_ref X;
+      DA_POISON_REF(&X); /* (emulation: what the decode leaves unwritten shows) */
+      const int has = l >= 0 ? da_block_ref(l, A, X) : 0;
+      da_ref_store(refs[s2], X, DA_TMA && A.tma);
+      if (lead) has_ref[s2] = has;
       /* where every producer copies: each has written the slot before thread 0 announces it
        * (its arrival releases what the barrier ordered before it), and has read tile k's,
        * which tile k + 4 takes, and the ticket before thread 0 draws the next */
