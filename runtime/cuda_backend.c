@@ -201,9 +201,10 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
-  /* persistent grids allocate their counters at every execution without a caller's
-   * workspace: the pool made now, not inside a caller's stream capture */
-  if (r->ws_ring && da__cuda_stream_ordered(dev)) DA_TRY(da__cuda_pool_prepare(ctx, dev));
+  /* split plans' rows and persistent grids' counters come from the pool at every
+   * execution without a caller's workspace: the pool made now, not inside a caller's
+   * stream capture (tests/test_gpu.c graph) */
+  if ((r->ws_ring || r->ws_floats_per_token) && da__cuda_stream_ordered(dev)) DA_TRY(da__cuda_pool_prepare(ctx, dev));
   da__cuda_plan *p = calloc(1, sizeof *p);
   DA_RETURN_IF(!p, DA_ERR_NO_MEMORY, "cuda plan: out of memory");
   p->dev = dev;

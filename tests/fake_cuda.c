@@ -25,7 +25,15 @@
  * address (runtime/cuda_args.h), D the device whose context was current, C the value of a
  * persistent grid's counter at the launch (-1: none; the launch then sets it nonzero);
  * FAKE_CUDA_NO_MEMSET (cuMemsetD32Async refuses); each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
- * box .. swizzle S", after checking cuda.h's rules for the parameters the runtime passes). */
+ * box .. swizzle S", after checking cuda.h's rules for the parameters the runtime passes).
+ * Stream capture (cuStreamBeginCapture_v2, cuStreamEndCapture: a test's own calls, one
+ * capture at a time): while one is open in global mode, the calls a real driver prohibits
+ * then (those that may synchronize: cuMemAlloc, cuMemFree, the synchronous copies,
+ * cuCtxSynchronize, cuStreamSynchronize; work on the legacy stream) fail with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate it (cuStreamEndCapture:
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED); work on the capturing stream is counted
+ * (fake_cuda_captured) and, this driver running nothing anyway, done at once; a graph of it
+ * instantiates and launches (running nothing). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
@@ -104,7 +112,8 @@ CUresult cuDriverGetVersion(int *v) {
 }
 CUresult cuGetErrorName(CUresult r, const char **s) {
   *s = r == INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : r == NOT_FOUND ? "CUDA_ERROR_NOT_FOUND"
-     : r == INVALID_IMAGE ? "CUDA_ERROR_INVALID_IMAGE" : "CUDA_ERROR_UNKNOWN";
+     : r == INVALID_IMAGE ? "CUDA_ERROR_INVALID_IMAGE" : r == 900 ? "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+     : r == 901 ? "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED" : "CUDA_ERROR_UNKNOWN";
   return OK;
 }
 CUresult cuGetErrorString(CUresult r, const char **s) {
@@ -145,6 +154,7 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
   *ctx = &context_tokens[dev];
   return OK;
 }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return dev < 0 || dev >= ndevices() ? 101 : OK; }
 CUresult cuCtxGetCurrent(void **ctx) {
   *ctx = current;
   return OK;
@@ -197,10 +207,74 @@ CUresult cuCtxPopCurrent_v2(void **ctx) {
   return OK;
 }
 static CUresult need_context(void) { return device_of(current) >= 0 ? OK : 201 /* INVALID_CONTEXT */; }
-CUresult cuCtxSynchronize(void) { return need_context(); }
+
+/* Stream capture: the stream capturing (NULL: none), its mode, whether a prohibited call
+ * invalidated it, and the stream work captured */
+static void *capturing;
+static int capture_mode, capture_broken, captured_ops;
+enum { CAPTURE_UNSUPPORTED = 900, CAPTURE_INVALIDATED = 901 };
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
+  if ((uintptr_t)stream <= 2 || capturing || mode < 0 || mode > 2) return INVALID_VALUE;
+  capturing = stream, capture_mode = mode, capture_broken = 0, captured_ops = 0;
+  return OK;
+}
+CUresult cuStreamEndCapture(void *stream, void **graph) {
+  if (!capturing || stream != capturing || !graph) return INVALID_VALUE;
+  capturing = NULL;
+  *graph = capture_broken ? NULL : &captured_ops;
+  return capture_broken ? CAPTURE_INVALIDATED : OK;
+}
+int fake_cuda_captured(void) { return captured_ops; }
+/* a graph of the capture (runs nothing, as launches here do not) */
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+  if (!exec || graph != &captured_ops || flags) return INVALID_VALUE;
+  *exec = graph;
+  return OK;
+}
+CUresult cuGraphLaunch(void *exec, void *stream);
+CUresult cuGraphExecDestroy(void *exec) { return exec == &captured_ops ? OK : INVALID_VALUE; }
+CUresult cuGraphDestroy(void *graph) { return graph == &captured_ops ? OK : INVALID_VALUE; }
+/* a call that may synchronize, under a global-mode capture */
+static CUresult unsafe_call(void) {
+  if (!capturing || capture_mode != 0) return OK;
+  capture_broken = 1;
+  return CAPTURE_UNSUPPORTED;
+}
+/* work on stream s: the legacy stream waits for a capturing (blocking) stream, which the
+ * capture refuses; the capturing stream's is captured */
+static CUresult stream_work(void *s) {
+  if (!capturing) return OK;
+  if ((uintptr_t)s <= 2 || s == capturing) {
+    if ((uintptr_t)s <= 2) {
+      capture_broken = 1;
+      return CAPTURE_UNSUPPORTED;
+    }
+    captured_ops++;
+  }
+  return OK;
+}
+
+CUresult cuGraphLaunch(void *exec, void *stream) {
+  if (need_context()) return need_context();
+  if (stream_work(stream)) return CAPTURE_UNSUPPORTED;
+  return exec == &captured_ops ? OK : INVALID_VALUE;
+}
+/* a stream of the current context's device (the primary context's: the device's stream) */
+CUresult cuStreamCreate(void **stream, unsigned flags) {
+  if (need_context()) return need_context();
+  if (!stream || flags > 1) return INVALID_VALUE;
+  *stream = fake_cuda_stream(device_of(current));
+  return OK;
+}
+CUresult cuStreamDestroy_v2(void *stream) { return stream ? OK : INVALID_VALUE; }
+CUresult cuCtxSynchronize(void) {
+  const CUresult u = unsafe_call();
+  return u ? u : need_context();
+}
 CUresult cuStreamSynchronize(void *s) {
   (void)s;
-  return need_context();
+  const CUresult u = unsafe_call();
+  return u ? u : need_context();
 }
 
 /* A cubin is an ELF64 image: its size from the section header table at its end. */
@@ -257,6 +331,7 @@ CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
 static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned smem, void *stream, void **params, int dependent) {
   if (need_context()) return need_context();
+  if (stream_work(stream)) return CAPTURE_UNSUPPORTED;
   const int dev = device_of(current);
   for (int d = 0; d < FAKE_MAX_DEVICES; d++) { /* a stream of another device than the current context's */
     if ((stream == &stream_tokens[d] || stream == &green_streams[d]) && d != dev) return 400; /* INVALID_HANDLE */
@@ -339,44 +414,53 @@ static CUresult launch_ex(const fake_config *c, void *fn, void **params, void **
   return launch(fn, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem, c->stream, params, dependent);
 }
 
-CUresult cuMemAlloc_v2(unsigned long long *d, size_t bytes) {
+static CUresult mem_alloc(unsigned long long *d, size_t bytes) {
   if (need_context()) return need_context();
   void *p = calloc(1, bytes ? bytes : 1);
   if (!p) return 2;
   *d = (uintptr_t)p;
   return OK;
 }
+CUresult cuMemAlloc_v2(unsigned long long *d, size_t bytes) {
+  const CUresult u = unsafe_call();
+  return u ? u : mem_alloc(d, bytes);
+}
 CUresult cuMemFree_v2(unsigned long long d) {
+  const CUresult u = unsafe_call();
+  if (u) return u;
   free((void *)(uintptr_t)d);
   return OK;
 }
 CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *src, size_t n) {
+  const CUresult u = unsafe_call();
+  if (u) return u;
   memcpy((void *)(uintptr_t)d, src, n);
   return OK;
 }
 CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long d, size_t n) {
+  const CUresult u = unsafe_call();
+  if (u) return u;
   memcpy(dst, (const void *)(uintptr_t)d, n);
   return OK;
 }
 /* Stream-ordered allocations hold what the pool's last user left: bytes 0xa5 here (a
  * counter the runtime forgot to zero shows) */
-static CUresult alloc_async(unsigned long long *d, size_t bytes) {
-  CUresult r = cuMemAlloc_v2(d, bytes);
+static CUresult alloc_async(unsigned long long *d, size_t bytes, void *stream) {
+  if (stream_work(stream)) return CAPTURE_UNSUPPORTED;
+  CUresult r = mem_alloc(d, bytes);
   if (r == OK) memset((void *)(uintptr_t)*d, 0xa5, bytes);
   return r;
 }
-CUresult cuMemAllocAsync(unsigned long long *d, size_t bytes, void *stream) {
-  (void)stream;
-  return alloc_async(d, bytes);
-}
+CUresult cuMemAllocAsync(unsigned long long *d, size_t bytes, void *stream) { return alloc_async(d, bytes, stream); }
 CUresult cuMemFreeAsync(unsigned long long d, void *stream) {
-  (void)stream;
-  return cuMemFree_v2(d);
+  if (stream_work(stream)) return CAPTURE_UNSUPPORTED;
+  free((void *)(uintptr_t)d);
+  return OK;
 }
 /* (FAKE_CUDA_NO_MEMSET: refused, as a driver that cannot would) */
 CUresult cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, void *stream) {
-  (void)stream;
   if (need_context()) return need_context();
+  if (stream_work(stream)) return CAPTURE_UNSUPPORTED;
   if (getenv("FAKE_CUDA_NO_MEMSET")) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
   unsigned *p = (unsigned *)(uintptr_t)d;
   for (size_t i = 0; i < n; i++) p[i] = v;
@@ -403,10 +487,9 @@ CUresult cuMemPoolCreate(void **pool, const void *props) {
   return OK;
 }
 CUresult cuMemAllocFromPoolAsync(unsigned long long *d, size_t bytes, void *pool, void *stream) {
-  (void)stream;
   if (pool != &own_pool) return INVALID_VALUE;
   __atomic_add_fetch(&pool_allocs, 1, __ATOMIC_RELAXED);
-  return alloc_async(d, bytes);
+  return alloc_async(d, bytes, stream);
 }
 CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
   (void)keep;

@@ -1029,6 +1029,70 @@ static void test_workspace_ctrs(da_context *ctx, const char *fake) {
   }
 }
 
+/* Stream capture (a CUDA graph, as an inference engine records its step): an execution
+ * under a global-mode capture of its stream makes no call that capture prohibits
+ * (tests/fake_cuda.c: nothing that may synchronize, no legacy-stream work), whether it
+ * takes its workspace from the pool (split rows, persistent counters: allocation, memset,
+ * launches, free on the stream), from the caller (memset and launches) or in runs
+ * (DILATTN_WORKSPACE_LIMIT); and the same plan on the legacy stream during another
+ * stream's capture is refused by the driver (the check can fail). */
+static void test_capture(da_context *ctx, const char *fake) {
+  void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
+  int (*begin)(void *, int) = lib ? (int (*)(void *, int))dlsym(lib, "cuStreamBeginCapture_v2") : NULL;
+  int (*end)(void *, void **) = lib ? (int (*)(void *, void **))dlsym(lib, "cuStreamEndCapture") : NULL;
+  int (*captured)(void) = lib ? (int (*)(void))dlsym(lib, "fake_cuda_captured") : NULL;
+  void *(*stream_of)(int) = lib ? (void *(*)(int))dlsym(lib, "fake_cuda_stream") : NULL;
+  TU_CHECK(begin && end && captured && stream_of, "the fake driver's capture calls");
+  if (!begin || !end || !captured || !stream_of) return;
+  launch_t L[64];
+  static const struct {
+    int causal, caller_ws, legacy;
+    const char *limit, *what;
+    int64_t n;
+    int launches, ops; /* stream work captured: allocations, memsets, launches, frees */
+  } C[] = {{1, 0, 0, NULL, "causal, persistent, the pool's workspace", 262144, 5, 1 + 1 + 5 + 1},
+           {1, 1, 0, NULL, "causal, persistent, a caller's workspace", 262144, 5, 1 + 5},
+           {0, 0, 0, "100M", "runs of tokens (DILATTN_WORKSPACE_LIMIT)", 65536, 10, 1 + 10 + 1},
+           {0, 0, 1, NULL, "the legacy stream during another stream's capture", 16384, 0, 0}};
+  for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+    const da_spec s = longnet(5, C[c].causal);
+    if (C[c].limit) setenv("DILATTN_WORKSPACE_LIMIT", C[c].limit, 1);
+    da_status st;
+    da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+    unsetenv("DILATTN_WORKSPACE_LIMIT");
+    if (!p) {
+      TU_CHECK(0, "capture, %s: plan: %s", C[c].what, da_context_last_error(ctx));
+      continue;
+    }
+    const int64_t N = C[c].n;
+    const size_t nq = (size_t)N * s.num_heads * s.head_dim;
+    size_t wsb = 0;
+    da_plan_workspace_size(p, 1, N, &wsb);
+    uint16_t *q = calloc(nq, 2), *k = calloc(nq, 2), *v = calloc(nq, 2), *o = calloc(nq, 2);
+    float *lse = calloc((size_t)N * s.num_heads, 4);
+    char *ws = C[c].caller_ws ? aligned_alloc(256, (wsb + 255) / 256 * 256) : NULL;
+    da_args a;
+    da_args_init(&a, &s, 1, N, q, k, v, o, lse);
+    a.stream = C[c].legacy ? NULL : stream_of(0);
+    if (ws) a.workspace = ws, a.workspace_bytes = wsb;
+    read_launches(L, 64);
+    const int bs = begin(stream_of(0), 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL */);
+    st = q && k && v && o && lse && (ws || !C[c].caller_ws) ? da_plan_execute(p, &a) : DA_ERR_NO_MEMORY;
+    void *graph = NULL;
+    const int es = end(stream_of(0), &graph);
+    const int n = read_launches(L, 64), ops = captured();
+    if (C[c].legacy)
+      TU_CHECK(bs == 0 && st == DA_ERR_DEVICE && es == 901, "capture, %s: refused (%s: %s; end of capture %d)",
+               C[c].what, da_status_name(st), da_context_last_error(ctx), es);
+    else
+      TU_CHECK(bs == 0 && st == DA_OK && es == 0 && graph && ops == C[c].ops && n == C[c].launches,
+               "capture, %s: %s, end of capture %d, %d operations captured (want %d), %d launches: %s", C[c].what,
+               da_status_name(st), es, ops, C[c].ops, n, da_context_last_error(ctx));
+    free(q), free(k), free(v), free(o), free(lse), free(ws);
+    da_plan_destroy(p);
+  }
+}
+
 static void test_tuned(const char *cache) {
   const da_spec s = longnet(2, 0);
   char db[600], name[512];
@@ -1201,6 +1265,7 @@ int main(int argc, char **argv) {
   test_pool(argv[1]);
   test_workspace(ctx);
   test_workspace_ctrs(ctx, argv[1]);
+  test_capture(ctx, argv[1]);
   da_context_destroy(ctx);
   test_fallbacks(argv[2], cache);
   test_tuned(cache);

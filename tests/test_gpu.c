@@ -11,6 +11,7 @@
  *   unaligned: random specs with q, k, v 2 bytes past 16-byte alignment (plain loads
  *            instead of cp.async); an odd pointer refused
  *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
+ *   graph: (in small too) executions captured into a CUDA graph, bitwise the direct ones
  *   foreign: a stream of a non-primary CUDA context on the device: refused, by name; a
  *            green context's stream: taken, out as the default stream's
  *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
@@ -25,7 +26,7 @@
  *   persistent: (sm_90 only; in small too) persistent grids of the 128-row causal
  *             plans bitwise the same as the pairs (DILATTN_CTA_TILES), with TMA and without
  *   persistent-race: the same at N = 16384, H = 2 (not in small; for racecheck)
- * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|pdl|persistent|persistent-race|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
+ * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|graph|pdl|persistent|persistent-race|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <dlfcn.h>
@@ -644,6 +645,125 @@ static void test_persistent(da_context *ctx, int64_t N, int H) {
   free(hq), free(ho);
 }
 
+/* graph: executions captured into a CUDA graph (cuStreamBeginCapture_v2, global mode, as an
+ * inference engine records a step) give the bits of the same executions run directly,
+ * over two launches of the graph with out cleared between them (a second launch that
+ * found the first's spent persistent counters would leave rows zero): LongNet 5-branch
+ * causal (split: the pool's rows and counters, allocated, zeroed and freed inside the
+ * graph; programmatic launches), the same from a caller's workspace (a memset node), dense
+ * 2048 causal (single) and LongNet 5-branch without a causal mask (192-row tiles), at
+ * N = 65536, H = 8. */
+typedef int (*graph_begin_fn)(void *, int);
+typedef int (*graph_end_fn)(void *, void **);
+typedef int (*graph_inst_fn)(void **, void *, unsigned long long);
+typedef int (*graph_launch_fn)(void *, void *);
+static void test_graph(da_context *ctx) {
+  /* (the driver the library opened: DILATTN_CUDA_LIB, the fake one here, runs the code) */
+  const char *lib = getenv("DILATTN_CUDA_LIB");
+  void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  typedef int (*retain_fn)(void **, int);
+  typedef int (*release_fn)(int);
+  typedef int (*ctx_out_fn2)(void **);
+  retain_fn retain = h ? (retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain") : NULL;
+  release_fn release = h ? (release_fn)dlsym(h, "cuDevicePrimaryCtxRelease_v2") : NULL;
+  int (*push)(void *) = h ? (int (*)(void *))dlsym(h, "cuCtxPushCurrent_v2") : NULL;
+  ctx_out_fn2 pop = h ? (ctx_out_fn2)dlsym(h, "cuCtxPopCurrent_v2") : NULL;
+  int (*screate)(void **, unsigned) = h ? (int (*)(void **, unsigned))dlsym(h, "cuStreamCreate") : NULL;
+  int (*sdestroy)(void *) = h ? (int (*)(void *))dlsym(h, "cuStreamDestroy_v2") : NULL;
+  graph_begin_fn begin = h ? (graph_begin_fn)dlsym(h, "cuStreamBeginCapture_v2") : NULL;
+  graph_end_fn end = h ? (graph_end_fn)dlsym(h, "cuStreamEndCapture") : NULL;
+  graph_inst_fn inst = h ? (graph_inst_fn)dlsym(h, "cuGraphInstantiateWithFlags") : NULL;
+  graph_launch_fn glaunch = h ? (graph_launch_fn)dlsym(h, "cuGraphLaunch") : NULL;
+  int (*gxdestroy)(void *) = h ? (int (*)(void *))dlsym(h, "cuGraphExecDestroy") : NULL;
+  int (*gdestroy)(void *) = h ? (int (*)(void *))dlsym(h, "cuGraphDestroy") : NULL;
+  if (!retain || !release || !push || !pop || !screate || !sdestroy || !begin || !end || !inst || !glaunch ||
+      !gxdestroy || !gdestroy) {
+    printf("graph: skipped, the driver lacks stream capture or graph calls\n");
+    return;
+  }
+  void *pctx = NULL, *popped = NULL, *stream = NULL;
+  const int ordinal = da__cuda_device_ordinal(dev);
+  int rc = retain(&pctx, ordinal);
+  if (rc == 0) rc = push(pctx);
+  if (rc == 0) {
+    rc = screate(&stream, 1 /* non-blocking */);
+    pop(&popped);
+  }
+  TU_CHECK(rc == 0 && stream, "graph: a stream of the primary context: %d", rc);
+  static const int64_t w5[5] = {2048, 4096, 8192, 16384, 32768}, r5[5] = {1, 2, 4, 6, 12};
+  static const struct {
+    int branches, causal, caller_ws;
+    const char *what;
+  } C[] = {{5, 1, 0, "LongNet 5-branch causal, the pool's workspace"},
+           {5, 1, 1, "LongNet 5-branch causal, a caller's workspace"},
+           {1, 1, 0, "dense 2048 causal"},
+           {5, 0, 0, "LongNet 5-branch"}};
+  const int64_t N = 65536, n = N * 8 * 64;
+  uint16_t *hq = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * 2);
+  for (size_t c = 0; c < sizeof C / sizeof C[0] && rc == 0 && hq && ho; c++) {
+    da_spec s;
+    da_spec_init(&s);
+    s.num_branches = C[c].branches;
+    memcpy(s.segment_lengths, w5, sizeof w5), memcpy(s.dilation_rates, r5, sizeof r5);
+    s.num_heads = s.num_kv_heads = 8, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = C[c].causal;
+    da_plan *plan = NULL;
+    void *dq = NULL, *dout = NULL, *dlse = NULL, *dws = NULL, *graph = NULL, *exec = NULL;
+    size_t wsb = 0;
+    da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &plan);
+    if (st == DA_OK) st = da_plan_workspace_size(plan, 1, N, &wsb);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2, &dq);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2 * 2, &dout);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)(8 * N) * 4, &dlse);
+    if (st == DA_OK && C[c].caller_ws && wsb) st = da__cuda_malloc(ctx, dev, wsb, &dws);
+    uint64_t seed = 41 + c;
+    for (int64_t i = 0; i < n; i++) tu_store(DA_DTYPE_FLOAT16, hq, i, 2 * tu_uniform(&seed) - 1);
+    if (st == DA_OK) st = da__cuda_memcpy_htod(ctx, dev, dq, hq, (size_t)n * 2);
+    da_args a;
+    da_args_init(&a, &s, 1, N, dq, dq, dq, dout, dlse);
+    a.stream = stream;
+    if (dws) a.workspace = dws, a.workspace_bytes = wsb;
+    if (st == DA_OK) st = da_plan_execute(plan, &a); /* directly: out slot 0 */
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, stream);
+    a.out = (char *)dout + (size_t)n * 2;
+    int brc = st == DA_OK ? begin(stream, 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL */) : -1, erc = -1, irc = -1, lrc = -1;
+    da_status cst = brc == 0 ? da_plan_execute(plan, &a) : DA_ERR_DEVICE;
+    if (brc == 0) erc = end(stream, &graph);
+    push(pctx); /* (the graph calls work in the current context) */
+    if (erc == 0 && cst == DA_OK) irc = inst(&exec, graph, 0);
+    lrc = irc;
+    for (int l = 0; l < 2 && lrc == 0; l++) {
+      da_status zs = da__cuda_zero_async(ctx, dev, a.out, (size_t)n / 2, stream);
+      lrc = zs == DA_OK ? glaunch(exec, stream) : -2;
+    }
+    pop(&popped);
+    if (lrc == 0) st = da__cuda_sync(ctx, dev, stream);
+    if (lrc == 0 && st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * 2);
+    TU_CHECK(st == DA_OK && brc == 0 && cst == DA_OK && erc == 0 && irc == 0 && lrc == 0,
+             "graph: %s: capture %d, execute %s (%s), end %d, instantiate %d, launches %d, then %s", C[c].what, brc,
+             da_status_name(cst), cst ? da_context_last_error(ctx) : "", erc, irc, lrc, da_status_name(st));
+    if (st == DA_OK && lrc == 0) {
+      const int same = !memcmp(ho, ho + n, (size_t)n * 2);
+      TU_CHECK(same, "graph: %s: the graph's out differs from the direct execution's", C[c].what);
+      if (same)
+        printf("graph: %s at N = %lld (%s, workspace %zu bytes%s): two graph launches bitwise the direct run\n",
+               C[c].what, (long long)N, da_plan_strategy(plan), wsb, dws ? ", the caller's" : "");
+    }
+    push(pctx);
+    if (exec) gxdestroy(exec);
+    if (graph) gdestroy(graph);
+    pop(&popped);
+    da__cuda_free(dev, dq), da__cuda_free(dev, dout), da__cuda_free(dev, dlse), da__cuda_free(dev, dws);
+    da_plan_destroy(plan);
+  }
+  free(hq), free(ho);
+  if (stream) {
+    push(pctx);
+    sdestroy(stream);
+    pop(&popped);
+  }
+  if (pctx) release(ordinal);
+}
+
 /* foreign: a stream of a CUDA context other than the device's primary one (a C engine on
  * the driver API makes its own with cuCtxCreate). The plans' modules and memory live in the
  * primary context, so such a stream must be refused with a clear error, never launched
@@ -818,6 +938,7 @@ int main(int argc, char **argv) {
     test_wgmma_suite(ctx, golden, mma, small);
   }
   if (all || small || !strcmp(which, "foreign")) test_foreign_stream(ctx);
+  if (all || small || !strcmp(which, "graph")) test_graph(ctx);
   if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, 0, "N=1048576 H=8 D=64");
   if (all || !strcmp(which, "huge")) test_long(ctx, (1 << 20) + 4096, 16, 128, 0, "q > 2^31 elements");
   da_context_destroy(ctx);
