@@ -308,20 +308,21 @@ static da_status count_persistent(void *user, int which, unsigned gx, unsigned g
  * persistent launch, *nctrs of them. Where budget (the caller's workspace or the limit)
  * has no room for the counters, none (*nctrs 0): those launches run two tiles a CTA, with
  * the same results. SIZE_MAX where the rows' size overflows. */
-static size_t exec_bytes(const da__cuda_plan *p, const da__cuda_args *a, int64_t run, size_t budget, int *nctrs) {
+static size_t exec_bytes(const da_context *ctx, const da__cuda_plan *p, const da__cuda_args *a, int64_t run, size_t budget,
+                         int *nctrs) {
   *nctrs = 0;
   const size_t rows = da__cuda_workspace_bytes(&p->r, p->heads, a->batch, run);
   int waves;
   const int sms = launch_rule(p, &waves);
   if (!waves || rows > SIZE_MAX - 64) return rows;
   /* a dry run of the sequence, no maps encoded (nor counted in da__cuda_tma_stats); where
-   * it fails, the launches meet the failure again */
+   * it fails (its error left in ctx), the launches meet the failure again */
   da__cuda_args dry = *a;
   dry.ws_len = run;
   da__rendered dr = p->r;
   dr.tma_maps = 0;
   int n = 0;
-  if (da__cuda_launch_sequence(NULL, &dr, p->heads, p->head_dim, sms, waves, &dry, count_persistent, &n, NULL) != DA_OK)
+  if (da__cuda_launch_sequence(ctx, &dr, p->heads, p->head_dim, sms, waves, &dry, count_persistent, &n, NULL) != DA_OK)
     return rows;
   const size_t off = (rows + 15) & ~(size_t)15;
   if (!n || off + (size_t)n * sizeof(unsigned) > budget) return rows;
@@ -329,14 +330,15 @@ static size_t exec_bytes(const da__cuda_plan *p, const da__cuda_args *a, int64_t
   return off + (size_t)n * sizeof(unsigned);
 }
 
-size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget) {
+size_t da__cuda_plan_workspace(const da_context *ctx, const da__cuda_plan *p, int64_t batch, int64_t seq_len,
+                               size_t budget) {
   int64_t run = da__cuda_ws_tokens(&p->r, p->heads, batch, seq_len, budget);
   if (run == 0) run = da__cuda_ws_min_tokens(&p->r, seq_len); /* a limit below one run: the least */
   da__cuda_args a;
   memset(&a, 0, sizeof a);
   a.batch = batch, a.seq_len = seq_len;
   int nctrs;
-  return exec_bytes(p, &a, run, budget, &nctrs);
+  return exec_bytes(ctx, p, &a, run, budget, &nctrs);
 }
 
 size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t batch, int64_t seq_len) {
@@ -616,13 +618,14 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   const int64_t least = da__cuda_ws_min_tokens(&p->r, args->seq_len);
   int64_t run = da__cuda_ws_tokens(&p->r, p->heads, args->batch, args->seq_len, budget);
   int nctrs = 0;
-  size_t need = run ? exec_bytes(p, &a, run, budget, &nctrs) : da__cuda_workspace_bytes(&p->r, p->heads, args->batch, least);
+  size_t need = run ? exec_bytes(ctx, p, &a, run, budget, &nctrs)
+                    : da__cuda_workspace_bytes(&p->r, p->heads, args->batch, least);
   DA_RETURN_IF(need == SIZE_MAX, DA_ERR_INVALID_ARGUMENT, "workspace size overflows");
   DA_RETURN_IF(!run, args->workspace ? DA_ERR_INVALID_ARGUMENT : DA_ERR_NO_MEMORY,
                "workspace: %zu bytes %s, %zu needed (runs of %lld tokens; %zu for one run of all %lld: "
                "da_plan_workspace_min_size, da_plan_workspace_size)",
                budget, args->workspace ? "given" : "allowed by DILATTN_WORKSPACE_LIMIT", need, (long long)least,
-               da__cuda_workspace_bytes(&p->r, p->heads, args->batch, args->seq_len), (long long)args->seq_len);
+               da__cuda_plan_workspace(ctx, p, args->batch, args->seq_len, SIZE_MAX), (long long)args->seq_len);
   void *ws = args->workspace;
   if (ws) {
     /* the kernels access the rows in 8-byte vectors: a misaligned one would fault the
@@ -630,19 +633,32 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
     DA_RETURN_IF(da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run) && (uintptr_t)ws % 16,
                  DA_ERR_INVALID_ARGUMENT, "workspace: %p is not 16-byte aligned", ws);
   } else if (need) {
-    /* stream-ordered pool; where the device has not that much free, shorter runs */
+    /* stream-ordered pool; where it fails, the rows without the counters (the pairs: the
+     * same results), then where the device has not that much free, shorter runs */
     da_status st;
-    int shortened = 0;
-    while ((st = da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)) == DA_ERR_NO_MEMORY && run > least) {
-      shortened = 1;
-      const int64_t shorter = run / 2 / least * least;
-      run = shorter > least ? shorter : least;
-      da__log(DA_LOG_INFO, "workspace: %zu bytes not available on the device; runs of %lld tokens instead", need,
-              (long long)run);
-      need = exec_bytes(p, &a, run, budget, &nctrs);
+    int retried = 0;
+    while ((st = da__cuda_malloc_async(ctx, p->dev, need, stream, &owned)) != DA_OK) {
+      if (nctrs) {
+        da__log(DA_LOG_INFO, "workspace: %zu bytes not available (%s); no persistent grid", need,
+                da_context_last_error(ctx));
+        nctrs = 0, need = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run);
+      } else if (st == DA_ERR_NO_MEMORY && run > least) {
+        const int64_t shorter = run / 2 / least * least;
+        run = shorter > least ? shorter : least;
+        da__log(DA_LOG_INFO, "workspace: %zu bytes not available on the device; runs of %lld tokens instead", need,
+                (long long)run);
+        need = exec_bytes(ctx, p, &a, run, budget, &nctrs);
+      } else {
+        break;
+      }
+      retried = 1;
+      if (!need) {
+        st = DA_OK;
+        break;
+      }
     }
     DA_TRY(st);
-    if (shortened) da__clear_error(ctx); /* the out-of-memory of a longer run, taken care of */
+    if (retried) da__clear_error(ctx); /* the failure of a larger allocation, taken care of */
     ws = owned;
   }
   a.ws = da__cuda_workspace_bytes(&p->r, p->heads, args->batch, run) ? ws : NULL;

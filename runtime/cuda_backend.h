@@ -50,10 +50,13 @@ DA_HIDDEN da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache
                                          const da__rendered *r, const da_spec *spec,
                                          da__cuda_plan **out);
 DA_HIDDEN void da__cuda_plan_destroy(da__cuda_plan *p);
-/* Workspace bytes an execution takes under budget (bytes; SIZE_MAX: no limit): one run of all the
- * tokens where that fits, else the longest runs that fit, else (a budget below one run) the
- * least; _min: the least, one run of the shortest a plan allows (da__cuda_ws_min_tokens). */
-DA_HIDDEN size_t da__cuda_plan_workspace(const da__cuda_plan *p, int64_t batch, int64_t seq_len, size_t budget);
+/* Workspace bytes an execution takes under budget (bytes; SIZE_MAX: no limit): the rows of
+ * one run of all the tokens where that fits, else of the longest runs that fit, else (a
+ * budget below one run) of the least; then, from the next 16 bytes, 4 bytes for each of
+ * that execution's persistent launches' counters where budget has room for them. _min:
+ * the rows of the least, one run of the shortest a plan allows (da__cuda_ws_min_tokens). */
+DA_HIDDEN size_t da__cuda_plan_workspace(const da_context *ctx, const da__cuda_plan *p, int64_t batch, int64_t seq_len,
+                                         size_t budget);
 DA_HIDDEN size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t batch, int64_t seq_len);
 /* The kernels of a strategy and the order they run in (DESIGN.md decision 4):
  *   fused:  <name>_fused                 grid (ceil(N/g) * tiles_per_window, H, B)

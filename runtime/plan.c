@@ -611,7 +611,7 @@ static da_status workspace_size(const da_plan *p, int64_t batch, int64_t seq_len
   size_t b;
   if (p->cuda)
     b = least ? da__cuda_plan_workspace_min(p->cuda, batch, seq_len)
-              : da__cuda_plan_workspace(p->cuda, batch, seq_len, p->ws_limit);
+              : da__cuda_plan_workspace(ctx, p->cuda, batch, seq_len, p->ws_limit);
   else {
     const int nt = least ? 1 : host_workers(p, batch * p->spec.num_heads, seq_len, p->ws_limit);
     b = ws_bytes(p, seq_len, nt > 0 ? nt : 1); /* a limit below one worker's: the least */

@@ -24,7 +24,8 @@
  * tma T ADDR dev D ctr C", T the arguments' tma flag and, where it is set, the first tensor map's
  * address (runtime/cuda_args.h), D the device whose context was current, C the value of a
  * persistent grid's counter at the launch (-1: none; the launch then sets it nonzero);
- * FAKE_CUDA_NO_MEMSET (cuMemsetD32Async refuses); each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
+ * FAKE_CUDA_NO_MEMSET (cuMemsetD32Async refuses); FAKE_CUDA_POOL_LIMIT (bytes: a larger
+ * cuMemAllocFromPoolAsync is out of memory); each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
  * box .. swizzle S", after checking cuda.h's rules for the parameters the runtime passes).
  * Stream capture (cuStreamBeginCapture_v2, cuStreamEndCapture: a test's own calls, one
  * capture at a time): while one is open in global mode, the calls a real driver prohibits
@@ -488,6 +489,8 @@ CUresult cuMemPoolCreate(void **pool, const void *props) {
 }
 CUresult cuMemAllocFromPoolAsync(unsigned long long *d, size_t bytes, void *pool, void *stream) {
   if (pool != &own_pool) return INVALID_VALUE;
+  const char *limit = getenv("FAKE_CUDA_POOL_LIMIT"); /* (bytes the pool has free) */
+  if (limit && *limit && bytes > strtoull(limit, NULL, 10)) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
   __atomic_add_fetch(&pool_allocs, 1, __ATOMIC_RELAXED);
   return alloc_async(d, bytes, stream);
 }

@@ -937,9 +937,13 @@ static void test_workspace(da_context *ctx) {
 
 /* Persistent launches' counters in the caller's workspace, after the partial rows
  * (da_plan_workspace_size counts them): zeroed there, nothing allocated from the pool (a
- * stream capture gets one memset node); a byte short of them, the pairs; without a caller's
- * workspace, one allocation of rows and counters together. A fused plan (no rows) takes
- * the counters alone, 4-byte aligned. */
+ * stream capture gets one memset node), no byte outside them touched; a byte short of
+ * them, the pairs; half the rows and room for the counters, runs of half the tokens each
+ * with its own; without cuMemsetD32Async, the pairs. Without a caller's workspace, one
+ * allocation of rows and counters together, and where the pool has room for the rows
+ * alone (FAKE_CUDA_POOL_LIMIT), the rows and the pairs. A fused plan (no rows) takes the
+ * counters alone, at a 4-byte (not 16) offset, and runs the pairs where the pool has
+ * nothing. */
 static void test_workspace_ctrs(da_context *ctx, const char *fake) {
   void *lib = dlopen(fake, RTLD_NOW | RTLD_NOLOAD);
   void (*stats)(int *, int *, int *, int *) = lib ? (void (*)(int *, int *, int *, int *))dlsym(lib, "fake_cuda_pool_stats") : NULL;
@@ -950,16 +954,24 @@ static void test_workspace_ctrs(da_context *ctx, const char *fake) {
   static const struct {
     int branches;
     const char *strategy;
-  } C[] = {{5, "split"}, {2, "fused"}};
-  for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
-    const da_spec s = longnet(C[c].branches, 1);
+  } P[] = {{5, "split"}, {2, "fused"}};
+  enum { FULL, SHORT, HALF, NO_MEMSET, POOL, POOL_ROWS, NCASES };
+  static const char *const what[NCASES] = {"a workspace of da_plan_workspace_size bytes",
+                                           "a workspace a byte short of it",
+                                           "half the rows and room for the counters (runs of half the tokens)",
+                                           "a workspace of da_plan_workspace_size bytes, no cuMemsetD32Async",
+                                           "the pool's workspace",
+                                           "the pool's workspace, room for the rows alone"};
+  for (size_t c = 0; c < sizeof P / sizeof P[0]; c++) {
+    const da_spec s = longnet(P[c].branches, 1);
+    const int split = !strcmp(P[c].strategy, "split");
     da_status st;
     setenv("DILATTN_CTA_TILES", "pairs", 1);
     da_plan *pairs = plan_with(ctx, &s, 0, 0, 0, &st);
     unsetenv("DILATTN_CTA_TILES");
     da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
     if (!p || !pairs) {
-      TU_CHECK(0, "LongNet %d-branch causal plans: %s", C[c].branches, da_context_last_error(ctx));
+      TU_CHECK(0, "LongNet %d-branch causal plans: %s", P[c].branches, da_context_last_error(ctx));
       da_plan_destroy(p), da_plan_destroy(pairs);
       continue;
     }
@@ -968,17 +980,17 @@ static void test_workspace_ctrs(da_context *ctx, const char *fake) {
     size_t rows = 0, all = 0;
     da_plan_workspace_size(pairs, 1, N, &rows);
     da_plan_workspace_size(p, 1, N, &all);
-    const int npers = C[c].branches == 5 ? persistent_launches(&s, N, o.tile_q) : 1;
+    const int npers = split ? persistent_launches(&s, N, o.tile_q) : 1;
+    const int nhalf = split ? 2 * persistent_launches(&s, N / 2, o.tile_q) : 0; /* (two runs) */
     const size_t off = (rows + 15) & ~(size_t)15;
-    TU_CHECK(!strcmp(da_plan_strategy(p), C[c].strategy) && o.tile_q == 128 && npers > 0 &&
-                 (rows > 0) == !strcmp(C[c].strategy, "split") && all == off + 4 * (size_t)npers,
+    TU_CHECK(!strcmp(da_plan_strategy(p), P[c].strategy) && o.tile_q == 128 && npers > 0 && (rows > 0) == split &&
+                 all == off + 4 * (size_t)npers,
              "LongNet %d-branch causal (%s, tile_q %d) at N = %lld: workspace %zu = rows %zu, then %d counters",
-             C[c].branches, da_plan_strategy(p), o.tile_q, (long long)N, all, rows, npers);
-    const da_spec *sp = &s;
-    const size_t nq = (size_t)N * sp->num_heads * sp->head_dim;
+             P[c].branches, da_plan_strategy(p), o.tile_q, (long long)N, all, rows, npers);
+    const size_t nq = (size_t)N * s.num_heads * s.head_dim;
     uint16_t *q = calloc(nq, 2), *k = calloc(nq, 2), *v = calloc(nq, 2), *out = calloc(nq, 2);
-    float *lse = calloc((size_t)N * sp->num_heads, 4);
-    char *ws = aligned_alloc(256, (all + 16 + 255) / 256 * 256);
+    float *lse = calloc((size_t)N * s.num_heads, 4);
+    char *ws = aligned_alloc(256, (all + 32 + 255) / 256 * 256);
     if (!q || !k || !v || !out || !lse || !ws) {
       TU_CHECK(0, "host memory for N = %lld", (long long)N);
       free(q), free(k), free(v), free(out), free(lse), free(ws);
@@ -987,43 +999,48 @@ static void test_workspace_ctrs(da_context *ctx, const char *fake) {
     }
     da_args a;
     da_args_init(&a, &s, 1, N, q, k, v, out, lse);
-    /* the caller's workspace: da_plan_workspace_size, then a byte short of it; at a 4-byte
-     * (not 16) offset for the fused plan, whose counters are alone */
-    for (int shortened = 0; shortened < 2; shortened++) {
-      char *w = ws + (rows ? 0 : 4);
-      memset(w + off, 0xa5, all - off);
-      a.workspace = w, a.workspace_bytes = all - (size_t)shortened;
+    for (int cs = 0; cs < NCASES; cs++) {
+      if (cs == HALF && !split) continue;
+      const int caller = cs < POOL;
+      /* (the counters' offset and count, the launches and the bytes given) */
+      const size_t at = cs == HALF ? rows / 2 : off;
+      const int want = cs == FULL ? npers : cs == HALF ? nhalf : cs == POOL ? npers : 0;
+      const int launches = (cs == HALF ? 2 : 1) * (split ? 5 : 1);
+      const size_t given = cs == SHORT ? all - 1 : cs == HALF ? at + 4 * (size_t)nhalf : all;
+      char *w = ws + (split ? 0 : 4);
+      /* canaries: 4 bytes before a fused plan's, 16 after the bytes given; the counters'
+       * bytes as the pool leaves them */
+      memset(ws, 0x5a, (size_t)(w - ws));
+      memset(w + at, 0xa5, given - at);
+      memset(w + given, 0x5a, 16);
+      a.workspace = caller ? w : NULL, a.workspace_bytes = caller ? given : 0;
+      if (cs == NO_MEMSET) setenv("FAKE_CUDA_NO_MEMSET", "1", 1);
+      char limit[32];
+      snprintf(limit, sizeof limit, "%zu", rows);
+      if (cs == POOL_ROWS) setenv("FAKE_CUDA_POOL_LIMIT", limit, 1);
       int created0, allocs0, dflt0, trims0, created, allocs, dflt, trims;
       read_launches(L, 64);
       stats(&created0, &allocs0, &dflt0, &trims0);
       st = da_plan_execute(p, &a);
       stats(&created, &allocs, &dflt, &trims);
+      unsetenv("FAKE_CUDA_NO_MEMSET"), unsetenv("FAKE_CUDA_POOL_LIMIT");
       const int n = read_launches(L, 64);
-      int pers = 0, left = 0;
+      int pers = 0, left = 0, canaries = 1;
       for (int i = 0; i < n; i++) pers += L[i].ctr == 0;
       /* (the fake driver leaves each launch's counter 0xd00d) */
-      for (int i = 0; i < npers; i++) left += ((unsigned *)(void *)(w + off))[i] == 0xd00du;
-      TU_CHECK(st == DA_OK && n == C[c].branches - (C[c].branches == 2) && allocs == allocs0 &&
-                   pers == (shortened ? 0 : npers) && left == (shortened ? 0 : npers),
-               "LongNet %d-branch causal, a workspace of %s bytes: %d launches, %d persistent (want %d), counters in "
-               "the workspace %d, %d allocations from the pool (want 0): %s",
-               C[c].branches, shortened ? "da_plan_workspace_size - 1" : "da_plan_workspace_size", n, pers,
-               shortened ? 0 : npers, left, allocs - allocs0, da_context_last_error(ctx));
-      if (C[c].branches == 5 && n == 5) check_grids_pw(L, &s, N, o.tile_q, 0, shortened ? 0 : DA_CUDA_PERSIST_WAVES, "caller's workspace");
+      for (int i = 0; caller && i < want; i++) left += ((unsigned *)(void *)(w + at))[i] == 0xd00du;
+      for (char *b = ws; b < w; b++) canaries &= *b == 0x5a;
+      for (int i = 0; i < 16; i++) canaries &= w[given + (size_t)i] == 0x5a;
+      const int want_allocs = caller ? 0 : cs == POOL_ROWS ? split : 1;
+      TU_CHECK(st == DA_OK && n == launches && pers == want && (!caller || left == want) && canaries &&
+                   allocs - allocs0 == want_allocs,
+               "LongNet %d-branch causal, %s: %d launches (want %d), %d persistent (want %d), %d counters in the "
+               "workspace, canaries %s, %d allocations from the pool (want %d): %s",
+               P[c].branches, what[cs], n, launches, pers, want, left, canaries ? "intact" : "overwritten",
+               allocs - allocs0, want_allocs, st ? da_context_last_error(ctx) : "");
+      if (split && n == 5 && cs != HALF)
+        check_grids_pw(L, &s, N, o.tile_q, 0, want ? DA_CUDA_PERSIST_WAVES : 0, what[cs]);
     }
-    /* no workspace: one allocation, rows and counters */
-    a.workspace = NULL, a.workspace_bytes = 0;
-    int created0, allocs0, dflt0, trims0, created, allocs, dflt, trims;
-    read_launches(L, 64);
-    stats(&created0, &allocs0, &dflt0, &trims0);
-    st = da_plan_execute(p, &a);
-    stats(&created, &allocs, &dflt, &trims);
-    const int n = read_launches(L, 64);
-    int pers = 0;
-    for (int i = 0; i < n; i++) pers += L[i].ctr == 0;
-    TU_CHECK(st == DA_OK && pers == npers && allocs - allocs0 == 1,
-             "LongNet %d-branch causal, no workspace: %d persistent (want %d), %d allocations from the pool (want 1): %s",
-             C[c].branches, pers, npers, allocs - allocs0, da_context_last_error(ctx));
     free(q), free(k), free(v), free(out), free(lse), free(ws);
     da_plan_destroy(p), da_plan_destroy(pairs);
   }
