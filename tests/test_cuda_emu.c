@@ -766,6 +766,37 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     da_emu_plan_set_sms(1);
     da_emu_plan_set_persist(0);
   }
+  /* persistent grids over more heads than the cases above: 4 heads on 2 K/V heads (the
+   * ring's tiles carry hkv), split and fused, and the grouped head mode (each head's one
+   * branch: BR_HEAD0 in the launch's blocks), with and without tensor maps, on 2 CTAs */
+  static const struct {
+    int kv, grouped, fused, no_maps;
+  } heads4[] = {{2, 0, 0, 0}, {2, 0, 1, 1}, {4, 1, 0, 1}, {2, 1, 0, 0}};
+  for (size_t i = 0; i < sizeof heads4 / sizeof heads4[0]; i++) {
+    da_spec s;
+    wide_spec(&s, i % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16, 4, 64, 576, 1536);
+    s.num_kv_heads = heads4[i].kv;
+    s.mode = heads4[i].grouped ? DA_MODE_GROUPED : DA_MODE_LONGNET;
+    const da_plan_options o = {128, 0, heads4[i].fused ? 0 : 1 << 30, 0, 6};
+    da__rendered r;
+    const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK ? r.ws_tiles : 0;
+    const int fused = ws_tiles && !strcmp(r.strategy, "fused"), ring_plan = ws_tiles && r.ws_ring;
+    if (ws_tiles) da__rendered_free(&r);
+    TU_CHECK(ring_plan && fused == heads4[i].fused, "heads case %zu: a %s ring plan (%s)", i, fused ? "fused" : "branch",
+             da_context_last_error(ctx));
+    da_emu_plan_set_tma(!heads4[i].no_maps);
+    da_emu_plan_set_sms(2);
+    da_emu_plan_set_persist(1);
+    const int persistent = da_emu_plan_persistent_launches();
+    char what[112];
+    snprintf(what, sizeof what, "wgmma-ws-tma persistent, 4 heads on %d K/V heads%s%s", heads4[i].kv,
+             heads4[i].grouped ? ", grouped" : "", heads4[i].no_maps ? ", no tensor maps" : "");
+    bs_check(ctx, &s, 1 + (int)(i % 2), 1300, 890 + (uint64_t)i, what, run_emu, (void *)&o);
+    TU_CHECK(da_emu_plan_persistent_launches() > persistent, "%s: no persistent launch", what);
+    da_emu_plan_set_tma(1);
+    da_emu_plan_set_sms(1);
+    da_emu_plan_set_persist(0);
+  }
   TU_CHECK(da_emu_tma_count() > before, "the wgmma-ws-tma runs issued no TMA copy");
   const unsigned long long with_maps = da_emu_tma_count();
   da_emu_plan_set_tma(0);
