@@ -681,6 +681,57 @@ static void test_tma_layout(da_context *ctx, const da_plan_options *opts) {
  * copies), rising maxima, three consumer warpgroups, warpgroups without rows
  * (bs_idle_wgs), and a few specs with no encoder
  * (the fallback over 16-byte-aligned tensors). Fails if no copy went through TMA. */
+/* Random specs of the ring (kernel.cu.tpl run_tiles in 128-row tiles on wgmma-ws-tma: fp16
+ * or bf16, D = 64 or 128, no sparse layout; causal, or split and single without a causal
+ * mask), seeds first .. first + count - 1: 1 to 3 branches of w 64 to 1024 and r 1 to 4,
+ * LongNet or grouped heads, 2 or 4 heads on fewer K/V heads, a batch of 1 or 2, N 100 to
+ * 1500, every launch of a wave of blocks a persistent grid on 2 to 5 CTAs (an emulated SM
+ * each), every other one without tensor maps. Specs whose plan runs no ring are drawn again. */
+static void persistent_random(da_context *ctx, int first, int count) {
+  const int launched = da_emu_plan_persistent_launches();
+  for (int i = first; i < first + count; i++) {
+    uint64_t seed = 0x9e11ull * (uint64_t)(i + 1);
+    da_spec s;
+    da_plan_options o;
+    int ring = 0;
+    for (int tries = 0; tries < 64 && !ring; tries++) {
+      da_spec_init(&s);
+      s.num_branches = 1 + (int)(tu_rand(&seed) % 3);
+      int64_t w = 64 + (int64_t)(tu_rand(&seed) % 256);
+      for (int b = 0; b < s.num_branches; b++, w *= 2)
+        s.segment_lengths[b] = w, s.dilation_rates[b] = 1 + (int64_t)(tu_rand(&seed) % 4);
+      s.num_heads = tu_rand(&seed) % 2 ? 4 : 2;
+      s.num_kv_heads = s.num_heads >> (int)(tu_rand(&seed) % 2);
+      s.mode = s.num_branches > 1 && tu_rand(&seed) % 3 == 0 ? DA_MODE_GROUPED : DA_MODE_LONGNET;
+      s.head_dim = tu_rand(&seed) % 3 ? 64 : 128;
+      s.dtype = tu_rand(&seed) % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
+      s.causal = tu_rand(&seed) % 3 != 0;
+      o = (da_plan_options){128, 0, tu_rand(&seed) % 2 ? 1 << 30 : 0, 0, 6};
+      da__rendered r;
+      if (da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK) {
+        ring = r.ws_ring;
+        da__rendered_free(&r);
+      }
+    }
+    TU_CHECK(ring, "persistent random %d: no spec of the ring drawn", i);
+    if (!ring) continue;
+    const int64_t B = 1 + (int64_t)(tu_rand(&seed) % 2), N = 100 + (int64_t)(tu_rand(&seed) % 1401);
+    da_emu_plan_set_sms(2 + (int)(tu_rand(&seed) % 4));
+    da_emu_plan_set_persist(1);
+    da_emu_plan_set_tma(i % 2 == 0);
+    char what[160];
+    snprintf(what, sizeof what, "persistent random %d (%d branches from w %lld, H %d / %d, D %d, %s%s, B %lld, N %lld%s)",
+             i, s.num_branches, (long long)s.segment_lengths[0], s.num_heads, s.num_kv_heads, s.head_dim,
+             s.causal ? "causal" : "no mask", s.mode == DA_MODE_GROUPED ? ", grouped" : "", (long long)B, (long long)N,
+             i % 2 ? ", no maps" : "");
+    bs_check(ctx, &s, B, N, 1000 + (uint64_t)i, what, run_emu, (void *)&o);
+  }
+  da_emu_plan_set_tma(1);
+  da_emu_plan_set_sms(1);
+  da_emu_plan_set_persist(0);
+  TU_CHECK(da_emu_plan_persistent_launches() > launched, "random specs of the ring: no persistent launch");
+}
+
 static void test_tma_suite(da_context *ctx, const char *golden) {
   static const int counts[4] = {6, 4, 4, 6};
   da_plan_options tma = {0, 0, 0, 0, 6}, tma192 = {192, 0, 0, 0, 6};
@@ -797,6 +848,7 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     da_emu_plan_set_sms(1);
     da_emu_plan_set_persist(0);
   }
+  persistent_random(ctx, 0, 6); /* random specs of the ring, persistent */
   TU_CHECK(da_emu_tma_count() > before, "the wgmma-ws-tma runs issued no TMA copy");
   const unsigned long long with_maps = da_emu_tma_count();
   da_emu_plan_set_tma(0);
@@ -889,7 +941,7 @@ static void test_emu_self(const char *include_dir) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|idle-wgs|runs|all|wgmma-random|wgmma-ws-random|fused-ws-random] [FIRST COUNT]\n");
+    fprintf(stderr, "usage: test_cuda_emu INCLUDE_DIR GOLDEN_DIR [golden|random|edge|wide|tiles|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|idle-wgs|runs|all|wgmma-random|wgmma-ws-random|fused-ws-random|persistent-random] [FIRST COUNT]\n");
     return 2;
   }
   const char *which = argc > 3 ? argv[3] : "all";
@@ -971,6 +1023,7 @@ int main(int argc, char **argv) {
   if (all || !strcmp(which, "random")) bs_random(ctx, first, count, 400, run_emu, NULL);
   if (!strcmp(which, "wgmma-random")) bs_random(ctx, first, count, 400, run_emu_wgmma, NULL); /* replay on the wgmma path */
   if (!strcmp(which, "fused-ws-random")) bs_fused_ws_random(ctx, first, count, "cuda-emu", run_emu, 4);
+  if (!strcmp(which, "persistent-random")) persistent_random(ctx, first, count); /* more of the suite's */
   if (!strcmp(which, "wgmma-ws-random")) { /* the same on the warp-specialized variant, two consumer warpgroups */
     da_plan_options ws = {128, 0, 0, 0, 4};
     bs_random(ctx, first, count, 400, run_emu_wgmma, &ws);
