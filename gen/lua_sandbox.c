@@ -28,7 +28,7 @@ struct da__lua {
   const da_context *ctx;
   size_t used, limit;
   long long budget, spent;
-  int oom; /* set when the allocator refused a request */
+  int oom; /* set when the allocator refused a request: 1 past the limit, 2 out of memory */
 };
 
 static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -45,7 +45,7 @@ static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   }
   void *np = realloc(ptr, nsize);
   if (!np) {
-    S->oom = 1;
+    S->oom = 2;
     return NULL;
   }
   S->used = S->used - old + nsize;
@@ -305,10 +305,14 @@ da_status da__lua_pcall(da__lua *S, int nargs, int nresults, const char *what) {
     return DA_ERR_INVALID_ARGUMENT;
   }
   const char *msg = lua_tostring(L, -1);
-  da_status st = (rc == LUA_ERRMEM || S->oom) ? DA_ERR_NO_MEMORY : DA_ERR_GENERATOR;
+  /* the template past the sandbox's limit: a generator failure (CLI exit 3); the process
+   * out of memory below it: DA_ERR_NO_MEMORY */
+  const int limit = S->oom == 1, oom = rc == LUA_ERRMEM || S->oom;
+  da_status st = oom && !limit ? DA_ERR_NO_MEMORY : DA_ERR_GENERATOR;
   if (rc == LUA_ERRMEM || !msg) msg = "not enough memory";
-  if (st == DA_ERR_NO_MEMORY)
-    da__set_error(ctx, st, "%s: memory limit of %zu bytes exceeded (%s)", what, S->limit, msg);
+  if (oom)
+    da__set_error(ctx, st, "%s: %s%zu bytes exceeded (%s)", what, limit ? "memory limit of " : "out of memory below the limit of ",
+                  S->limit, msg);
   else
     da__set_error(ctx, st, "%s: %s", what, msg);
   lua_pop(L, 1);

@@ -189,8 +189,8 @@ int da__cli_load_config(const char *path, da_spec *spec) {
   return EXIT_OK;
 }
 
-/* Split "sm_80,sm_90" into archs[]; each item must be sm_ and two or more digits,
- * optionally followed by one 'a' (sm_90a). -1 with why (cap bytes) for anything else: an
+/* Split "sm_80,sm_90" into archs[]; each item must be sm_ and two or more digits, the
+ * first not 0, optionally followed by one 'a' from sm_90 on (sm_90a). -1 with why (cap bytes) for anything else: an
  * empty item (a leading, trailing or doubled comma), junk, more than cap items. Whether
  * NVRTC takes the arch is for the compile to say. */
 static int parse_archs(const char *list, char archs[][16], int cap, char *why, size_t why_cap) {
@@ -206,7 +206,7 @@ static int parse_archs(const char *list, char archs[][16], int cap, char *why, s
     size_t digits = 0;
     if (len >= 3 && !strncmp(p, "sm_", 3))
       while (3 + digits < len && p[3 + digits] >= '0' && p[3 + digits] <= '9') digits++;
-    int ok = digits >= 2 && (3 + digits == len || (3 + digits + 1 == len && p[len - 1] == 'a'));
+    int ok = digits >= 2 && p[3] != '0' && (3 + digits == len || (3 + digits + 1 == len && p[len - 1] == 'a'));
     item++;
     if (!len) {
       snprintf(why, why_cap, "item %d is empty (a stray comma)", item);
@@ -215,6 +215,10 @@ static int parse_archs(const char *list, char archs[][16], int cap, char *why, s
     if (!ok || len > 15) {
       snprintf(why, why_cap, "item %d '%.*s' is not sm_NN or sm_NNa (sm_ and digits, e.g. sm_80, sm_90a)", item,
                (int)(len > 40 ? 40 : len), p);
+      return -1;
+    }
+    if (p[len - 1] == 'a' && atoi(p + 3) < 90) {
+      snprintf(why, why_cap, "item %d '%.*s': arch-specific targets ('a') start at sm_90 (sm_90a)", item, (int)len, p);
       return -1;
     }
     if (n >= cap) {

@@ -219,6 +219,14 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
     if (!keep) remove_dir(dir, build_files);
     return st;
   }
+  /* a "compiler" that exits 0 without writing the module (CC=true): a compile failure */
+  if (known && (stat(so, &so_st) != 0 || !S_ISREG(so_st.st_mode) || so_st.st_size == 0)) {
+    char text[6000];
+    read_log(log, text, sizeof text);
+    remove_dir(dir, build_files);
+    return da__set_error(ctx, DA_ERR_COMPILE, "host compile: %s exited 0 but left no module %s (is CC a C compiler?):\n%s",
+                         cc, so, text);
+  }
   if (ms) *ms = now_ms() - t0;
   return DA_OK;
 }

@@ -178,7 +178,8 @@ static da_status build_host(const da_context *ctx, void *arg, void **bytes, size
   DA_TRY(da__host_build(ctx, j->source, dir, sizeof dir, so, sizeof so, NULL));
   *bytes = da__read_file(so, n);
   da__host_build_cleanup(dir);
-  DA_RETURN_IF(!*bytes, DA_ERR_IO, "host compile: cannot read back %s", so);
+  /* (a compiler that exits 0 without writing it: a compile failure, CLI exit 3) */
+  DA_RETURN_IF(!*bytes, DA_ERR_COMPILE, "host compile: the compiler left no readable %s", so);
   return DA_OK;
 }
 

@@ -324,13 +324,19 @@ static int dump(const char *name, const char *source, const char *log, int fresh
 
 /* ---- compile -------------------------------------------------------------------- */
 
-/* Check arch is "sm_<digits>[suffix]" and one NVRTC can target. */
+/* Check arch is "sm_<digits>[a]" (no leading zero; "a", the arch-specific features, from
+ * sm_90 on: sm_80a is no target) and one NVRTC can target. */
 static da_status check_arch(const da_context *ctx, const char *arch) {
   DA_RETURN_IF(strlen(arch) >= sizeof(((da__nvrtc_result *)0)->arch) || strncmp(arch, "sm_", 3) != 0 ||
-                   arch[3] < '0' || arch[3] > '9',
+                   arch[3] < '1' || arch[3] > '9',
                DA_ERR_INVALID_ARGUMENT, "nvrtc: arch '%s' is not of the form sm_XY (a cubin target)",
                arch);
-  int cc = atoi(arch + 3);
+  char *end;
+  const long cc = strtol(arch + 3, &end, 10);
+  DA_RETURN_IF(*end && strcmp(end, "a"), DA_ERR_INVALID_ARGUMENT,
+               "nvrtc: arch '%s' is not of the form sm_XY or sm_XYa (a cubin target)", arch);
+  DA_RETURN_IF(*end && cc < 90, DA_ERR_UNSUPPORTED,
+               "nvrtc: %s: arch-specific targets ('a') start at sm_90 (sm_90a); use sm_%ld", arch, cc);
   if (g.n_archs == 0) return DA_OK; /* the library cannot tell us; let NVRTC decide */
   char list[512] = "";
   for (int i = 0; i < g.n_archs; i++) {

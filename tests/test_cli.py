@@ -370,7 +370,8 @@ def test_gen_checks_first(tmp):
     check(rc == 2 and "f32.json" in err and not so and not os.listdir(d),
           f"gen of a served config then an unserved one: exit {rc}, wrote {os.listdir(d)}, printed {so!r}: {err}")
     empty()
-    for arch in ("sm_80,", ",sm_80", "sm_80,,sm_90", "sm_8a", "sm_", "sm_80b", "compute_80", "sm_90aa", "SM_80", " sm_80"):
+    for arch in ("sm_80,", ",sm_80", "sm_80,,sm_90", "sm_8a", "sm_", "sm_80b", "compute_80", "sm_90aa", "SM_80", " sm_80",
+                 "sm_80a", "sm_86a", "sm_00080", "sm_080"):
         rc, so, err = run("gen", example, "--target", "cuda", "--arch", arch, "-o", d)
         check(rc == 2 and "--arch" in err and not os.listdir(d), f"gen --arch {arch!r}: exit {rc}: {err}")
         empty()
@@ -885,6 +886,35 @@ def test_user_errors(tmp):
     check(rc == 2 and f"batch = 2, seq_len = {q.shape[1]}" in err, f"run with k's batch short: exit {rc}: {err}")
 
 
+def test_generator_exit_codes(tmp):
+    """Generator and compiler failures are exit 3 (README): a template past the generator's
+    memory limit (it was 4, the status of a process out of memory), a host compiler that
+    exits 0 without writing the module (it was 2: "cannot read back"); and an arch-specific
+    target below sm_90 is a bad --arch (exit 2) before NVRTC sees it."""
+    cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "templates")
+    bomb = os.path.join(tmp, "bomb", "templates")
+    shutil.copytree(src, bomb)
+    path = os.path.join(bomb, "host", "kernel.c.tpl")
+    text = open(path).read()
+    open(path, "w").write("{% local s = 'x' while true do s = s .. s end %}\n" + text)
+    d = os.path.join(tmp, "gx")
+    os.mkdir(d)
+    rc, so, err = run("gen", cfg, "--target", "host", "-o", d, env={"DILATTN_TEMPLATE_DIR": bomb})
+    check(rc == 3 and "memory limit" in err and not os.listdir(d), f"a template past the memory limit: exit {rc}: {err}")
+    c = json.load(open(cfg))
+    c["scale"] = 0.3125  # a kernel no cache holds
+    p = os.path.join(tmp, "gx.json")
+    open(p, "w").write(json.dumps(c))
+    rc, so, err = run("gen", p, "--target", "host", "--compile", "-o", d,
+                      env={"CC": "true", "DILATTN_CACHE_DIR": os.path.join(tmp, "gx-cache")})
+    check(rc == 3 and "left no module" in err, f"a compiler that writes nothing: exit {rc}: {err}")
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    rc, so, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_80a", "--report", "-o", d)
+    check(rc == 2 and "sm_90" in err and not os.listdir(d), f"gen --arch sm_80a --report: exit {rc}: {err}")
+
+
 def test_next_key_tile_overflow(tmp):
     """A sparse layout whose stride x block passes 2^63 (both may be up to 2^40): past the
     query's own block, the next key tile (da_next_key_tile, control.inc.tpl) computed
@@ -941,6 +971,7 @@ def main():
         test_cache(tmp)
         test_bad_inputs(tmp)
         test_user_errors(tmp)
+        test_generator_exit_codes(tmp)
         test_next_key_tile_overflow(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
