@@ -780,6 +780,8 @@ static int cmd_run(int argc, char **argv) {
   }
   if (!config) return fail(EXIT_INPUT, "run: no CONFIG.json given");
   if (!qp || !kp || !vp || !outp) return fail(EXIT_INPUT, "run: --q, --k, --v and -o are required");
+  /* (an empty path: refused now, not after the kernel ran) */
+  if (!*outp || (lsep && !*lsep)) return fail(EXIT_INPUT, "run: %s is an empty path", !*outp ? "-o" : "--lse");
   da_backend backend;
   if (!strcmp(backend_s, "auto")) backend = DA_BACKEND_AUTO;
   else if (!strcmp(backend_s, "host")) backend = DA_BACKEND_HOST;

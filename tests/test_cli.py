@@ -877,6 +877,9 @@ def test_user_errors(tmp):
     check(rc == 2 and "--q given twice" in err, f"run --q twice: exit {rc}: {err}")
     rc, _, err = run("run", *golden_run_args(), "--backend", "cuda", "-o", os.path.join(d, "o.npy"))
     check(rc == 2 and "--backend given twice" in err, f"run --backend twice: exit {rc}: {err}")
+    for flags in (["-o", ""], ["-o", os.path.join(d, "o.npy"), "--lse", ""]):
+        rc, _, err = run("run", *golden_run_args(), *flags)
+        check(rc == 2 and "empty path" in err and not os.listdir(d), f"run {flags}: exit {rc}: {err}")
     q = np.load(os.path.join(g, "q.npy"))
     q2 = os.path.join(tmp, "q2.npy")
     np.save(q2, np.concatenate([q, q]))  # batch 2 against k's batch 1
