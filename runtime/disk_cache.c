@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,18 @@ size_t da__disk_cache_base(char *base, size_t cap) {
   return n < 0 ? SIZE_MAX : (size_t)n;
 }
 
+/* Whether this process has warned about the cache folder root already (once a folder:
+ * every context opens the cache, and `dilattn run` makes two) */
+static int warned_before(const char *root) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static char last[sizeof ((da__disk_cache *)0)->root];
+  pthread_mutex_lock(&mu);
+  const int seen = !strcmp(last, root);
+  if (!seen) snprintf(last, sizeof last, "%s", root);
+  pthread_mutex_unlock(&mu);
+  return seen;
+}
+
 da__disk_cache *da__disk_cache_open(void) {
   da__disk_cache *dc = calloc(1, sizeof *dc);
   if (!dc) return NULL;
@@ -56,8 +69,10 @@ da__disk_cache *da__disk_cache_open(void) {
   } else if (!base[0]) {
     da__log(DA_LOG_WARN, "kernel cache: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME; memory-only");
   } else if (da__mkdir_p(dc->root, 0700) != 0 || access(dc->root, W_OK | X_OK) != 0) {
-    da__log(DA_LOG_WARN, "kernel cache: cannot use %s (%s); kernels are cached in memory only", dc->root,
-            strerror(errno));
+    const int e = errno;
+    if (!warned_before(dc->root))
+      da__log(DA_LOG_WARN, "kernel cache: cannot use %s (%s); kernels are cached in memory only", dc->root,
+              strerror(e));
   } else {
     dc->usable = 1;
   }

@@ -887,6 +887,13 @@ def test_user_errors(tmp):
     args[args.index("--q") + 1] = q2
     rc, _, err = run("run", *args, "-o", os.path.join(d, "o.npy"))
     check(rc == 2 and f"batch = 2, seq_len = {q.shape[1]}" in err, f"run with k's batch short: exit {rc}: {err}")
+    # a cache folder that cannot be made: run works memory-only, warning once (it made two
+    # contexts and warned twice)
+    blocker = os.path.join(tmp, "a-file")
+    open(blocker, "w").write("x")
+    rc, _, err = run("run", *golden_run_args(), "-o", os.path.join(d, "o.npy"),
+                     env={"DILATTN_CACHE_DIR": os.path.join(blocker, "sub")})
+    check(rc == 0 and err.count("kernel cache: cannot use") == 1, f"run with an unusable cache folder: exit {rc}: {err}")
 
 
 def test_generator_exit_codes(tmp):
