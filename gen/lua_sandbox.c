@@ -310,9 +310,10 @@ da_status da__lua_pcall(da__lua *S, int nargs, int nresults, const char *what) {
   const int limit = S->oom == 1, oom = rc == LUA_ERRMEM || S->oom;
   da_status st = oom && !limit ? DA_ERR_NO_MEMORY : DA_ERR_GENERATOR;
   if (rc == LUA_ERRMEM || !msg) msg = "not enough memory";
-  if (oom)
-    da__set_error(ctx, st, "%s: %s%zu bytes exceeded (%s)", what, limit ? "memory limit of " : "out of memory below the limit of ",
-                  S->limit, msg);
+  if (limit)
+    da__set_error(ctx, st, "%s: memory limit of %zu bytes exceeded (%s)", what, S->limit, msg);
+  else if (oom)
+    da__set_error(ctx, st, "%s: out of memory below the limit of %zu bytes (%s)", what, S->limit, msg);
   else
     da__set_error(ctx, st, "%s: %s", what, msg);
   lua_pop(L, 1);

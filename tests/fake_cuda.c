@@ -245,13 +245,11 @@ static CUresult unsafe_call(void) {
  * capture refuses; the capturing stream's is captured */
 static CUresult stream_work(void *s) {
   if (!capturing) return OK;
-  if ((uintptr_t)s <= 2 || s == capturing) {
-    if ((uintptr_t)s <= 2) {
-      capture_broken = 1;
-      return CAPTURE_UNSUPPORTED;
-    }
-    captured_ops++;
+  if ((uintptr_t)s <= 2) {
+    capture_broken = 1;
+    return CAPTURE_UNSUPPORTED;
   }
+  captured_ops += s == capturing;
   return OK;
 }
 
