@@ -235,8 +235,9 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
   DA_TRY(check_opts(ctx, opts));
   DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA && !da__wgmma_serves(spec),
                DA_ERR_INVALID_ARGUMENT,
-               "cuda_mma = %d (wgmma) needs float16 or bfloat16 with head_dim 64 or 128 (this spec: %s, head_dim %d)",
-               opts->cuda_mma,
+               "cuda_mma = %d (%s: a wgmma path) needs float16 or bfloat16 with head_dim 64 or 128 (this spec: %s, "
+               "head_dim %d)",
+               opts->cuda_mma, da__cuda_mma_name(opts->cuda_mma),
                spec->dtype == DA_DTYPE_FLOAT32 ? "float32" : spec->dtype == DA_DTYPE_FLOAT16 ? "float16" : "bfloat16",
                spec->head_dim);
   char *spec_json = da_spec_to_json(spec);
