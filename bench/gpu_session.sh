@@ -110,12 +110,6 @@ if [ "$phase" = first ]; then
   step 170 $B/tests/test_gpu "$golden" small
   # 1a. an AOT bundle of `gen --mma auto` with JIT off: the default (TMA) kernel from it
   step 30 bash bench/aot_auto_check.sh $B "$golden"
-  # 1b. `dilattn tune` on the GPU (untimed since 30da0bd, untimed-since-30da0bd.md): the
-  #    64-row TMA candidate (1.02x to 1.05x the default for causal plans at D = 64 on an
-  #    H200, a bucket's choice) and every candidate checked against the default's result at
-  #    the tuning length: no candidate of a healthy library may fail that check
-  step 120 $B/dilattn tune bench/configs/longnet2_causal.json --seq-len 65536 --backend cuda --reps 10 \
-    -o "$out/first_tune_longnet2_causal.csv" --db "$out/first_tuning.jsonl"
   # 2. the TMA default's own suite (passed at 1f78309, 2d7097e and 30da0bd), then the
   #    defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh,
   #    30da0bd), causal and not (gpu-h200-30da0bd.md: 1.01x to 1.13x 2d7097e's). Since
@@ -127,10 +121,18 @@ if [ "$phase" = first ]; then
   #    0x0 / @pairs is the persistent grids alone (launches of 16 waves of blocks and more:
   #    at 64K, not 16K); 0x0@tiles1: one tile a CTA; 128x0:wgmma-ws-tma: 128-row tiles, the
   #    ring's, where the default's 192-row ones run none)
-  step 150 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
-    --tiles 0x0@lib,0x0@pairs,0x0@tiles1,128x0:wgmma-ws-tma --reps 10 --out "$out/first_full.json"
+  #    (the causal bench first: it says whether the persistent grids pay, the question of
+  #    sessions 24 and 25; behind tune and the full bench it could miss FIRST_BUDGET)
   step 110 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
     --causal --tiles 0x0@lib,0x0@pairs,0x0@tiles1,64x0:wgmma-ws-tma --reps 10 --out "$out/first_causal.json"
+  step 150 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,longnet2,dense2048 \
+    --tiles 0x0@lib,0x0@pairs,0x0@tiles1,128x0:wgmma-ws-tma --reps 10 --out "$out/first_full.json"
+  # 1b. `dilattn tune` on the GPU (untimed since 30da0bd, untimed-since-30da0bd.md): the
+  #    64-row TMA candidate (1.02x to 1.05x the default for causal plans at D = 64 on an
+  #    H200, a bucket's choice) and every candidate checked against the default's result at
+  #    the tuning length: no candidate of a healthy library may fail that check
+  step 120 $B/dilattn tune bench/configs/longnet2_causal.json --seq-len 65536 --backend cuda --reps 10 \
+    -o "$out/first_tune_longnet2_causal.csv" --db "$out/first_tuning.jsonl"
   #    D = 128 without a causal mask: the split and single plans' two tiles a CTA (2d5e376,
   #    untimed-since-30da0bd.md) against @lib's one
   step 60 python3 bench/bench_gpu.py --lib $B/libdilattn.so --lengths 16384,65536 --configs longnet5,dense2048 \
@@ -140,8 +142,8 @@ if [ "$phase" = first ]; then
   step 120 $B/tests/test_gpu "$golden" wgmma-ws
   step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" golden
   step 40 tests/run_sanitizer.sh $B/tests/test_gpu memcheck "$golden" default-tma
-  #    the persistent ring (untimed-since-30da0bd.md, session 24): without TMA every producer
-  #    thread writes the same slot bytes; a racecheck hazard there wants one writer a word
+  #    the persistent ring (untimed-since-30da0bd.md, sessions 24 and 25): without TMA every
+  #    producer thread finds a slot, each storing one word of it (7aa516d): 0 hazards wanted
   step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" persistent-race
   step 100 $B/tests/test_gpu "$golden" huge
 fi
