@@ -681,6 +681,34 @@ static void test_tma_layout(da_context *ctx, const da_plan_options *opts) {
  * copies), rising maxima, three consumer warpgroups, warpgroups without rows
  * (bs_idle_wgs), and a few specs with no encoder
  * (the fallback over 16-byte-aligned tensors). Fails if no copy went through TMA. */
+/* The plan of s under o, rendered: its tiles a CTA (0 where it fails), whether it runs the
+ * ring (*ring) and fused (*fused) */
+static int plan_tiles(da_context *ctx, const da_spec *s, const da_plan_options *o, int *ring, int *fused) {
+  da__rendered r;
+  *ring = *fused = 0;
+  if (da__render_ex(ctx, s, DA_TARGET_CUDA, o, &r) != DA_OK) return 0;
+  const int ws_tiles = r.ws_tiles;
+  *ring = r.ws_ring, *fused = !strcmp(r.strategy, "fused");
+  da__rendered_free(&r);
+  return ws_tiles;
+}
+
+/* bs_check of s under o on the emulator with (no_maps) or without tensor maps, sms
+ * emulated SMs and persistent grids (persist: from one wave) or none, the emulator set back
+ * after; the persistent launches it made */
+static int emu_grid_check(da_context *ctx, const da_spec *s, const da_plan_options *o, int64_t B, int64_t N,
+                          uint64_t seed, const char *what, int no_maps, int sms, int persist) {
+  const int before = da_emu_plan_persistent_launches();
+  da_emu_plan_set_tma(!no_maps);
+  da_emu_plan_set_sms(sms);
+  da_emu_plan_set_persist(persist);
+  bs_check(ctx, s, B, N, seed, what, run_emu, (void *)o);
+  da_emu_plan_set_tma(1);
+  da_emu_plan_set_sms(1);
+  da_emu_plan_set_persist(0);
+  return da_emu_plan_persistent_launches() - before;
+}
+
 /* Random specs of the ring (kernel.cu.tpl run_tiles in 128-row tiles on wgmma-ws-tma: fp16
  * or bf16, D = 64 or 128, no sparse layout; causal, or split and single without a causal
  * mask), seeds first .. first + count - 1: 1 to 3 branches of w 64 to 1024 and r 1 to 4,
@@ -688,7 +716,7 @@ static void test_tma_layout(da_context *ctx, const da_plan_options *opts) {
  * 1500, every launch of a wave of blocks a persistent grid on 2 to 5 CTAs (an emulated SM
  * each), every other one without tensor maps. Specs whose plan runs no ring are drawn again. */
 static void persistent_random(da_context *ctx, int first, int count) {
-  const int launched = da_emu_plan_persistent_launches();
+  int launched = 0;
   for (int i = first; i < first + count; i++) {
     uint64_t seed = 0x9e11ull * (uint64_t)(i + 1);
     da_spec s;
@@ -707,29 +735,21 @@ static void persistent_random(da_context *ctx, int first, int count) {
       s.dtype = tu_rand(&seed) % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16;
       s.causal = tu_rand(&seed) % 3 != 0;
       o = (da_plan_options){128, 0, tu_rand(&seed) % 2 ? 1 << 30 : 0, 0, 6};
-      da__rendered r;
-      if (da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK) {
-        ring = r.ws_ring;
-        da__rendered_free(&r);
-      }
+      int fused;
+      plan_tiles(ctx, &s, &o, &ring, &fused);
     }
     TU_CHECK(ring, "persistent random %d: no spec of the ring drawn", i);
     if (!ring) continue;
     const int64_t B = 1 + (int64_t)(tu_rand(&seed) % 2), N = 100 + (int64_t)(tu_rand(&seed) % 1401);
-    da_emu_plan_set_sms(2 + (int)(tu_rand(&seed) % 4));
-    da_emu_plan_set_persist(1);
-    da_emu_plan_set_tma(i % 2 == 0);
+    const int sms = 2 + (int)(tu_rand(&seed) % 4);
     char what[160];
     snprintf(what, sizeof what, "persistent random %d (%d branches from w %lld, H %d / %d, D %d, %s%s, B %lld, N %lld%s)",
              i, s.num_branches, (long long)s.segment_lengths[0], s.num_heads, s.num_kv_heads, s.head_dim,
              s.causal ? "causal" : "no mask", s.mode == DA_MODE_GROUPED ? ", grouped" : "", (long long)B, (long long)N,
              i % 2 ? ", no maps" : "");
-    bs_check(ctx, &s, B, N, 1000 + (uint64_t)i, what, run_emu, (void *)&o);
+    launched += emu_grid_check(ctx, &s, &o, B, N, 1000 + (uint64_t)i, what, i % 2, sms, 1);
   }
-  da_emu_plan_set_tma(1);
-  da_emu_plan_set_sms(1);
-  da_emu_plan_set_persist(0);
-  TU_CHECK(da_emu_plan_persistent_launches() > launched, "random specs of the ring: no persistent launch");
+  TU_CHECK(launched > 0, "random specs of the ring: no persistent launch");
 }
 
 static void test_tma_suite(da_context *ctx, const char *golden) {
@@ -796,26 +816,17 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     if (ring[i].single) s.num_branches = 1;
     /* (tile_q 0: the default plan; else split, fused_min_queries 2^30) */
     const da_plan_options o = {ring[i].tq, 0, ring[i].tq ? 1 << 30 : 0, 0, 6};
-    da__rendered r;
-    const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK ? r.ws_tiles : 0;
-    const int fused = ws_tiles && !strcmp(r.strategy, "fused");
-    if (ws_tiles) da__rendered_free(&r);
+    int ring_plan, fused;
+    const int ws_tiles = plan_tiles(ctx, &s, &o, &ring_plan, &fused);
     TU_CHECK(ws_tiles == 2 && fused == ring[i].fused, "ring case %zu: a %s plan of %d tiles a CTA (%s)", i,
              fused ? "fused" : "branch", ws_tiles, da_context_last_error(ctx));
-    da_emu_plan_set_tma(!ring[i].no_maps);
-    da_emu_plan_set_sms(ring[i].sms);
-    da_emu_plan_set_persist(ring[i].how == PERSIST);
-    const int persistent = da_emu_plan_persistent_launches();
     char what[96];
     snprintf(what, sizeof what, "wgmma-ws-tma ring case %zu (%s%s)", i,
              ring[i].how == PAIRS ? "pairs" : ring[i].how == ONE_TILE ? "one tile a CTA" : "persistent",
              ring[i].no_maps ? ", no tensor maps" : "");
-    bs_check(ctx, &s, ring[i].b, ring[i].n, 870 + (uint64_t)i, what, run_emu, (void *)&o);
-    TU_CHECK((da_emu_plan_persistent_launches() > persistent) == (ring[i].how == PERSIST),
-             "%s: %d persistent launches", what, da_emu_plan_persistent_launches() - persistent);
-    da_emu_plan_set_tma(1);
-    da_emu_plan_set_sms(1);
-    da_emu_plan_set_persist(0);
+    const int persistent = emu_grid_check(ctx, &s, &o, ring[i].b, ring[i].n, 870 + (uint64_t)i, what, ring[i].no_maps,
+                                          ring[i].sms, ring[i].how == PERSIST);
+    TU_CHECK((persistent > 0) == (ring[i].how == PERSIST), "%s: %d persistent launches", what, persistent);
   }
   /* persistent grids over more heads than the cases above: 4 heads on 2 K/V heads (the
    * ring's tiles carry hkv), split and fused, and the grouped head mode (each head's one
@@ -829,24 +840,15 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
     s.num_kv_heads = heads4[i].kv;
     s.mode = heads4[i].grouped ? DA_MODE_GROUPED : DA_MODE_LONGNET;
     const da_plan_options o = {128, 0, heads4[i].fused ? 0 : 1 << 30, 0, 6};
-    da__rendered r;
-    const int ws_tiles = da__render_ex(ctx, &s, DA_TARGET_CUDA, &o, &r) == DA_OK ? r.ws_tiles : 0;
-    const int fused = ws_tiles && !strcmp(r.strategy, "fused"), ring_plan = ws_tiles && r.ws_ring;
-    if (ws_tiles) da__rendered_free(&r);
+    int ring_plan, fused;
+    plan_tiles(ctx, &s, &o, &ring_plan, &fused);
     TU_CHECK(ring_plan && fused == heads4[i].fused, "heads case %zu: a %s ring plan (%s)", i, fused ? "fused" : "branch",
              da_context_last_error(ctx));
-    da_emu_plan_set_tma(!heads4[i].no_maps);
-    da_emu_plan_set_sms(2);
-    da_emu_plan_set_persist(1);
-    const int persistent = da_emu_plan_persistent_launches();
     char what[112];
     snprintf(what, sizeof what, "wgmma-ws-tma persistent, 4 heads on %d K/V heads%s%s", heads4[i].kv,
              heads4[i].grouped ? ", grouped" : "", heads4[i].no_maps ? ", no tensor maps" : "");
-    bs_check(ctx, &s, 1 + (int)(i % 2), 1300, 890 + (uint64_t)i, what, run_emu, (void *)&o);
-    TU_CHECK(da_emu_plan_persistent_launches() > persistent, "%s: no persistent launch", what);
-    da_emu_plan_set_tma(1);
-    da_emu_plan_set_sms(1);
-    da_emu_plan_set_persist(0);
+    TU_CHECK(emu_grid_check(ctx, &s, &o, 1 + (int)(i % 2), 1300, 890 + (uint64_t)i, what, heads4[i].no_maps, 2, 1) > 0,
+             "%s: no persistent launch", what);
   }
   persistent_random(ctx, 0, 6); /* random specs of the ring, persistent */
   TU_CHECK(da_emu_tma_count() > before, "the wgmma-ws-tma runs issued no TMA copy");
