@@ -463,6 +463,18 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
   if (mma == 6 && !small) test_pdl(ctx, 6); /* its split plans, under programmatic launches */
 }
 
+/* LongNet's first `branches` branches (w = 2048 .. 32768, r = 1, 2, 4, 6, 12), fp16, D =
+ * 64, heads query and K/V heads */
+static da_spec longnet_spec(int branches, int heads, int causal) {
+  static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
+  da_spec s;
+  da_spec_init(&s);
+  s.num_branches = branches;
+  memcpy(s.segment_lengths, w, sizeof w), memcpy(s.dilation_rates, r, sizeof r);
+  s.num_heads = s.num_kv_heads = heads, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = causal;
+  return s;
+}
+
 /* Programmatic dependent launches (split and single plans on sm_90 and later): the plan
  * with them gives the same bits as the same plan with DILATTN_PDL=0, over back-to-back
  * executions sharing one workspace on one stream (a launch touching memory before its
@@ -472,12 +484,7 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma, int s
  * run's first launch reusing the workspace rows the run before just read), and one more
  * under DILATTN_WORKSPACE_LIMIT (the plan's own workspace, the same runs). */
 static void test_pdl(da_context *ctx, int mma) {
-  static const int64_t w[5] = {2048, 4096, 8192, 16384, 32768}, r[5] = {1, 2, 4, 6, 12};
-  da_spec s;
-  da_spec_init(&s);
-  s.num_branches = 5;
-  memcpy(s.segment_lengths, w, sizeof w), memcpy(s.dilation_rates, r, sizeof r);
-  s.num_heads = s.num_kv_heads = 2, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = 1;
+  const da_spec s = longnet_spec(5, 2, 1);
   const int64_t N = 2 * 32768 + 1000, n = N * 2 * 64, reps = 20;
   printf("pdl (cuda_mma %d): %s\n", mma, da__cuda_pdl(dev) ? "programmatic dependent launches available" : "not available here");
   const char *was = getenv("DILATTN_PDL");
@@ -552,7 +559,6 @@ static void test_pdl(da_context *ctx, int mma) {
  * rule's in one caller's workspace of da_plan_workspace_size bytes, both executions: the
  * second finds the first's counters there, spent, unless it zeroes them). */
 static void test_persistent(da_context *ctx, int64_t N, int H) {
-  static const int64_t w5[5] = {2048, 4096, 8192, 16384, 32768}, r5[5] = {1, 2, 4, 6, 12};
   struct {
     const char *ct;
     int no_tma;
@@ -568,11 +574,7 @@ static void test_persistent(da_context *ctx, int64_t N, int H) {
   if (tma_was) snprintf(tma_saved, sizeof tma_saved, "%s", tma_was);
   uint16_t *hq = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * (size_t)nout);
   for (int sp = 0; sp < 2 && hq && ho; sp++) {
-    da_spec s;
-    da_spec_init(&s);
-    s.num_branches = sp ? 1 : 5;
-    memcpy(s.segment_lengths, w5, sizeof w5), memcpy(s.dilation_rates, r5, sizeof r5);
-    s.num_heads = s.num_kv_heads = H, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = 1;
+    const da_spec s = longnet_spec(sp ? 1 : 5, H, 1);
     const char *name = sp ? "dense 2048 causal" : "LongNet 5-branch causal";
     da_plan *plans[4] = {NULL, NULL, NULL, NULL};
     da_status st = DA_OK;
@@ -690,7 +692,6 @@ static void test_graph(da_context *ctx) {
     pop(&popped);
   }
   TU_CHECK(rc == 0 && stream, "graph: a stream of the primary context: %d", rc);
-  static const int64_t w5[5] = {2048, 4096, 8192, 16384, 32768}, r5[5] = {1, 2, 4, 6, 12};
   static const struct {
     int branches, causal, caller_ws;
     const char *what;
@@ -701,11 +702,7 @@ static void test_graph(da_context *ctx) {
   const int64_t N = 65536, n = N * 8 * 64;
   uint16_t *hq = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * 2);
   for (size_t c = 0; c < sizeof C / sizeof C[0] && rc == 0 && hq && ho; c++) {
-    da_spec s;
-    da_spec_init(&s);
-    s.num_branches = C[c].branches;
-    memcpy(s.segment_lengths, w5, sizeof w5), memcpy(s.dilation_rates, r5, sizeof r5);
-    s.num_heads = s.num_kv_heads = 8, s.head_dim = 64, s.dtype = DA_DTYPE_FLOAT16, s.causal = C[c].causal;
+    const da_spec s = longnet_spec(C[c].branches, 8, C[c].causal);
     da_plan *plan = NULL;
     void *dq = NULL, *dout = NULL, *dlse = NULL, *dws = NULL, *graph = NULL, *exec = NULL;
     size_t wsb = 0;
