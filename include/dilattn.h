@@ -41,7 +41,7 @@ extern "C" {
 #define DA_VERSION_STRING "0.2.0"
 
 /* ---------------------------------------------------------------------------------
- * Status codes. X-macro: (NAME, CLI exit code class, message).
+ * Status codes. X-macro: (NAME, message).
  * --------------------------------------------------------------------------------- */
 #define DA_STATUS_MAP(X)                                                              \
   X(OK, "success")                                                                    \
@@ -180,7 +180,10 @@ DA_API const char *da_context_last_error(const da_context *ctx);
  * Returns DA_OK, DA_ERR_INVALID_SPEC (checked before anything else reads the spec),
  * DA_ERR_INVALID_ARGUMENT (NULL argument, unknown backend, an environment variable's
  * bad value), DA_ERR_GENERATOR, DA_ERR_COMPILE, DA_ERR_UNSUPPORTED (backend not
- * available), DA_ERR_NO_MEMORY. The plan borrows ctx,
+ * available; a kernel that no bundle or cache holds under DILATTN_DISABLE_JIT, or on the
+ * CUDA backend where NVRTC is missing), DA_ERR_DEVICE (the driver refused the kernel or
+ * its set-up), DA_ERR_IO (a temporary file the host compiler or a kernel's load needs
+ * could not be made), DA_ERR_NO_MEMORY. The plan borrows ctx,
  * which must outlive it. Thread-safe. */
 DA_API da_status da_plan_create(da_context *ctx, const da_spec *spec, da_backend backend,
                                 da_plan **out);

@@ -170,32 +170,25 @@ done:
 }
 
 
-int da__bundles_find(da__bundles *b, const char *arch, const char *key, const char *source_key, void **bytes,
-                     size_t *n) {
-  if (!b) return 0;
-  pthread_mutex_lock(&b->mu);
-  art_t *hit = NULL, *other = NULL;
-  for (size_t i = b->n; i-- > 0 && !hit;) {
-    art_t *t = &b->arts[i];
-    if (!strcmp(t->key, key) && !strcmp(t->arch, arch)) hit = t;
-    else if (source_key && !strcmp(t->source_key, source_key) && strcmp(t->arch, arch)) other = t;
-  }
-  if (!hit && other && !other->warned) {
-    other->warned = 1;
-    da__log(DA_LOG_WARN, "bundle %s has kernel %s for %s, not for %s (or not for this compiler): compiling it at run time",
-            other->origin, other->kernel, other->arch, arch);
-  }
-  const int any = hit != NULL;
-  pthread_mutex_unlock(&b->mu);
-  /* Newest first: a manifest registered again after a rebuild wins. One whose bytes are
-   * missing or fail their checksum is skipped for the next older copy (another bundle's,
-   * or the registration before a rebuild): a damaged bundle must not hide a sound one. */
-  for (size_t below = SIZE_MAX; any;) {
+/* Whether artifact t is the one looked up: (arch, key), or where source_key is given the
+ * same source for arch built by another compiler than key's (key's own: looked up before) */
+static int matches(const art_t *t, const char *arch, const char *key, const char *source_key) {
+  return !strcmp(t->arch, arch) && (source_key ? !strcmp(t->source_key, source_key) && strcmp(t->key, key)
+                                               : !strcmp(t->key, key));
+}
+
+/* The newest match's verified bytes (and that accept takes), else 0. Newest first: a
+ * manifest registered again after a rebuild wins. One whose bytes are missing or fail
+ * their checksum is skipped for the next older copy (another bundle's, or the registration
+ * before a rebuild): a damaged bundle must not hide a sound one. */
+static int find_verified(da__bundles *b, const char *arch, const char *key, const char *source_key,
+                         da__bundle_accept accept, void *user, void **bytes, size_t *n) {
+  for (size_t below = SIZE_MAX;;) {
     art_t copy;
     int found = 0;
     pthread_mutex_lock(&b->mu); /* (registrations append: the indices below stay) */
     for (size_t i = below < b->n ? below : b->n; i-- > 0;)
-      if (!strcmp(b->arts[i].key, key) && !strcmp(b->arts[i].arch, arch)) {
+      if (matches(&b->arts[i], arch, key, source_key)) {
         copy = b->arts[i], found = 1, below = i;
         break;
       }
@@ -212,13 +205,40 @@ int da__bundles_find(da__bundles *b, const char *arch, const char *key, const ch
     char hex[65] = "";
     if (data) da__sha256_hex(data, len, hex);
     if (data && len == copy.size && !strcmp(hex, copy.sha256)) {
-      *bytes = data;
-      *n = len;
-      return 1;
+      if (!accept || accept(user, copy.origin, data, len)) {
+        *bytes = data;
+        *n = len;
+        return 1;
+      }
+    } else {
+      da__log(DA_LOG_WARN, "bundle %s: artifact of %s for %s is %s; skipped", copy.origin, copy.kernel, arch,
+              data ? "corrupt (checksum mismatch)" : "missing");
     }
-    da__log(DA_LOG_WARN, "bundle %s: artifact of %s for %s is %s; skipped", copy.origin, copy.kernel, arch,
-            data ? "corrupt (checksum mismatch)" : "missing");
     free(data);
   }
-  return 0;
+}
+
+int da__bundles_find(da__bundles *b, const char *arch, const char *key, const char *source_key, void **bytes,
+                     size_t *n) {
+  if (!b) return 0;
+  pthread_mutex_lock(&b->mu);
+  art_t *hit = NULL, *other = NULL;
+  for (size_t i = b->n; i-- > 0 && !hit;) {
+    art_t *t = &b->arts[i];
+    if (!strcmp(t->key, key) && !strcmp(t->arch, arch)) hit = t;
+    else if (source_key && !strcmp(t->source_key, source_key) && strcmp(t->arch, arch)) other = t;
+  }
+  if (!hit && other && !other->warned) {
+    other->warned = 1;
+    da__log(DA_LOG_WARN, "bundle %s has kernel %s for %s, not for %s: compiling it at run time", other->origin,
+            other->kernel, other->arch, arch);
+  }
+  const int any = hit != NULL;
+  pthread_mutex_unlock(&b->mu);
+  return any && find_verified(b, arch, key, NULL, NULL, NULL, bytes, n);
+}
+
+int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, const char *source_key,
+                            da__bundle_accept accept, void *user, void **bytes, size_t *n) {
+  return b && source_key && find_verified(b, arch, key, source_key, accept, user, bytes, n);
 }

@@ -40,11 +40,12 @@ struct da__cuda_plan {
   int cta_tiles;    /* DILATTN_CTA_TILES at plan creation: CTA_TILES_* */
 };
 
+/* A driver and a device: NVRTC is needed only to compile a kernel that no bundle (nor
+ * the disk cache) holds, and its absence is then that plan's error (build_cubin), not a
+ * reason for DA_BACKEND_AUTO to give the host backend a program's device pointers */
 da_status da__cuda_backend_available(const da_context *ctx) {
   da__cuda *c;
-  DA_TRY(da__cuda_get(ctx, &c));
-  int maj, min;
-  return da__nvrtc_version(ctx, &maj, &min);
+  return da__cuda_get(ctx, &c);
 }
 
 static const char *const NVRTC_OPTS[] = {"-lineinfo"};
@@ -77,12 +78,23 @@ typedef struct {
   da__kernel_cache *cache;
   const char *source, *name, *arch, *key, *source_key;
   int launch_regs;
+  const da_context *ctx;
+  da__cuda *dev;
 } nvrtc_job;
 
 static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, size_t *n) {
   const nvrtc_job *j = arg;
   char file[300];
   snprintf(file, sizeof file, "%s.cu", j->name);
+  int maj, min;
+  if (da__nvrtc_version(ctx, &maj, &min) != DA_OK) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", da_context_last_error(ctx));
+    return da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                         "kernel %s for %s is in no registered bundle and not in the disk cache, and cannot be "
+                         "compiled here: %s",
+                         j->name, j->arch, why);
+  }
   da__nvrtc_result res;
   DA_TRY(da__nvrtc_compile(ctx, j->source, file, j->arch, NVRTC_OPTS, 1, &res));
   da_status st = da__cuda_check_regs(ctx, j->name, j->launch_regs, res.registers);
@@ -100,12 +112,24 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
   return DA_OK;
 }
 
+/* A bundle's cubin of this kernel that another NVRTC built: taken where this driver loads
+ * it (a cubin of a newer CUDA than the driver's is refused there; then it is compiled here) */
+static int accept_cubin(void *user, const char *origin, const void *bytes, size_t n) {
+  const nvrtc_job *j = user;
+  (void)n;
+  if (da__cuda_probe(j->ctx, j->dev, bytes) == DA_OK) return 1;
+  da__log(DA_LOG_WARN, "bundle %s: kernel %s for %s, built by another NVRTC, does not load here (%s); compiling it",
+          origin, j->name, j->arch, da_context_last_error(j->ctx));
+  da__clear_error(j->ctx);
+  return 0;
+}
+
 static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *out) {
   const nvrtc_job *j = arg;
   char path[4400], meta[300];
   snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\"", j->name);
   return da__kernel_cache_find_or_build(ctx, j->cache, j->arch, j->key, j->source_key, j->name, build_cubin, (void *)j,
-                                        meta, &out->blob, &out->blob_size, path, sizeof path);
+                                        accept_cubin, meta, &out->blob, &out->blob_size, path, sizeof path);
 }
 
 static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_spec *spec) {
@@ -147,8 +171,13 @@ int da__cuda_wgmma_arch(const char *arch) { return !strcmp(arch, "sm_90") || !st
 static int toolchain_version(const da_context *ctx) {
   da__cuda *dev;
   int maj, min;
-  if (da__cuda_get(ctx, &dev) != DA_OK || da__nvrtc_version(ctx, &maj, &min) != DA_OK) return 0;
-  const int nv = 1000 * maj + 10 * min, drv = da__cuda_driver_version(dev);
+  if (da__cuda_get(ctx, &dev) != DA_OK) return 0;
+  const int drv = da__cuda_driver_version(dev);
+  if (da__nvrtc_version(ctx, &maj, &min) != DA_OK) { /* no NVRTC: kernels come built (bundles) */
+    da__clear_error(ctx);
+    return drv;
+  }
+  const int nv = 1000 * maj + 10 * min;
   return nv < drv ? nv : drv;
 }
 
@@ -184,8 +213,9 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
                                const da_spec *spec, da__cuda_plan **out) {
   da__cuda *dev;
   DA_TRY(da__cuda_get(ctx, &dev));
-  int maj, min;
-  DA_TRY(da__nvrtc_version(ctx, &maj, &min));
+  int maj = 0, min = 0; /* 0.0 without NVRTC: then only a bundle's build serves (its key
+                           * names no compiler here; build_cubin says why it cannot compile) */
+  if (da__nvrtc_version(ctx, &maj, &min) != DA_OK) da__clear_error(ctx);
   const size_t params = da__cuda_param_bytes(r);
   if (params > OLD_PARAMS_MAX && !da__cuda_big_params(ctx)) {
     const int v = toolchain_version(ctx);
@@ -198,7 +228,7 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   char arch[16], key[65];
   DA_TRY(da__cuda_compile_arch(ctx, da__cuda_arch(dev), r->cuda_path, arch));
   da__cuda_artifact_key(r->key, arch, maj, min, key);
-  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs};
+  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs, ctx, dev};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
   /* split plans' rows and persistent grids' counters come from the pool at every

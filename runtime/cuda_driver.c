@@ -446,6 +446,18 @@ da_status da__cuda_load(const da_context *ctx, da__cuda *c, const void *cubin,
   return st;
 }
 
+da_status da__cuda_probe(const da_context *ctx, da__cuda *c, const void *cubin) {
+  DA_RETURN_IF(!c || !cubin, DA_ERR_INVALID_ARGUMENT, "cuda: bad argument to probe");
+  int pushed;
+  DA_TRY(enter(ctx, c, &pushed));
+  CUmodule mod = NULL;
+  const CUresult r = c->ModuleLoadData(&mod, cubin);
+  const da_status st = r == CUDA_SUCCESS ? DA_OK : cu_fail(ctx, c, r, "cuModuleLoadData");
+  if (mod) c->ModuleUnload(mod);
+  leave(c, pushed);
+  return st;
+}
+
 void da__cuda_unload(da__cuda *c, da__cuda_kernel *k) {
   if (!c || !k) return;
   int pushed;

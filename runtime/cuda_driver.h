@@ -46,6 +46,8 @@ typedef struct {
 DA_HIDDEN da_status da__cuda_load(const da_context *ctx, da__cuda *c, const void *cubin,
                                   const char *function_name, int dyn_smem, da__cuda_kernel *out);
 DA_HIDDEN void da__cuda_unload(da__cuda *c, da__cuda_kernel *k);
+/* Whether this driver loads cubin (loaded, then unloaded): DA_OK, else the driver's refusal. */
+DA_HIDDEN da_status da__cuda_probe(const da_context *ctx, da__cuda *c, const void *cubin);
 
 /* cuLaunchKernel on stream (NULL: the default stream); params as cuLaunchKernel takes
  * them. Asynchronous: launch errors are reported here, execution errors at the next

@@ -119,8 +119,8 @@ int da__jit_disabled(void) {
 
 da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c, const char *arch,
                                          const char *key, const char *source_key, const char *kernel,
-                                         da__kbuild build, void *arg, const char *meta, void **bytes, size_t *n,
-                                         char *path, size_t cap) {
+                                         da__kbuild build, void *arg, da__bundle_accept accept, const char *meta,
+                                         void **bytes, size_t *n, char *path, size_t cap) {
   path[0] = '\0';
   if (da__bundles_find(c->bundles, arch, key, source_key, bytes, n)) {
     __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
@@ -131,6 +131,14 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   const int seen = da__disk_cache_peek(c->disk, arch, key, path, cap, bytes, n);
   if (seen > 0) {
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+    return DA_OK;
+  }
+  /* a bundle's build of the same source by another compiler: taken before compiling here
+   * (after this compiler's own, from a bundle or the disk) */
+  if (da__bundles_find_source(c->bundles, arch, key, source_key, accept, arg, bytes, n)) {
+    __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
+    da__log(DA_LOG_INFO, "kernel %s for %s: a bundle's artifact built by another compiler than this one's "
+                         "(artifact key %s here)", kernel, arch, key);
     return DA_OK;
   }
   /* JIT off: no lock (nor its file) for a plain miss; a corrupt entry is looked at again
@@ -208,7 +216,7 @@ static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *ou
   void *bytes = NULL;
   size_t n = 0;
   DA_TRY(da__kernel_cache_find_or_build(ctx, j->cache, "host", key, j->render_key, j->symbol, build_host, (void *)j,
-                                        meta, &bytes, &n, path, sizeof path));
+                                        NULL, meta, &bytes, &n, path, sizeof path));
   /* the cache's file where there is one (no copy); where that cannot be loaded, the bytes
    * its lookup verified: another process may have evicted or cleared the entry since, or
    * the cache's folder may be mounted noexec */

@@ -1,7 +1,7 @@
 /* test_bundle.c - AOT bundles (issue 5): the lookup order memory -> bundle -> disk ->
  * compile; DILATTN_DISABLE_JIT with and without the bundle (the error names the kernel);
- * a bundle of another library version skipped; an artifact for another arch or compiler
- * not used; a corrupt artifact skipped; a corrupt, incomplete or missing manifest is a
+ * a bundle of another library version skipped; an artifact for another arch not used,
+ * one of another compiler used; a corrupt artifact skipped; a corrupt, incomplete or missing manifest is a
  * clear error, never a crash; bundles linked in as data.
  * Run: build/tests/test_bundle build/dilattn   (ctest -R bundle) */
 #define _GNU_SOURCE
@@ -253,6 +253,30 @@ int main(int argc, char **argv) {
   TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 0 && da__context_kernels(c)->builds == 1,
            "other-arch artifact used");
   da_context_destroy(c);
+
+  /* 5b. built by another compiler (CC here is not the one gen ran with, so the artifact
+   * key computed here differs): the bundle's build of the same source serves, with JIT off
+   * and with JIT on (no compile: a bundle is made to run without its compiler) */
+  {
+    const char *was = getenv("CC");
+    char saved[512] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
+    setenv("CC", "cc -DDILATTN_ANOTHER_COMPILER=1", 1);
+    for (int jit = 0; jit < 2; jit++) {
+      fresh_cache(jit ? "5b-jit" : "5b");
+      if (!jit) setenv("DILATTN_DISABLE_JIT", "1", 1);
+      da_context_create(&c);
+      TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "register: %s", da_context_last_error(c));
+      TU_CHECK(runs(c), "another compiler's bundle, JIT %s: %s", jit ? "on" : "off", da_context_last_error(c));
+      kc = da__context_kernels(c);
+      TU_CHECK(kc->bundle_hits == 1 && kc->builds == 0, "another compiler's bundle, JIT %s: bundle %lld builds %lld",
+               jit ? "on" : "off", kc->bundle_hits, kc->builds);
+      da_context_destroy(c);
+      unsetenv("DILATTN_DISABLE_JIT");
+    }
+    if (was) setenv("CC", saved, 1);
+    else unsetenv("CC");
+  }
 
   /* 6. a corrupt artifact: skipped with a warning, JIT */
   char so[900];

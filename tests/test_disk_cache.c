@@ -369,7 +369,7 @@ typedef struct {
 static void *race_read(void *arg) {
   race_reader *r = arg;
   char path[4400];
-  r->st = da__kernel_cache_find_or_build(NULL, r->kc, "host", r->key, r->key, "k", race_build, NULL, NULL, &r->bytes,
+  r->st = da__kernel_cache_find_or_build(NULL, r->kc, "host", r->key, r->key, "k", race_build, NULL, NULL, NULL, &r->bytes,
                                          &r->n, path, sizeof path);
   return NULL;
 }
@@ -457,7 +457,7 @@ static void test_rebuild_race(void) {
   da_context *ectx;
   da_context_create(&ectx);
   r.bytes = NULL;
-  r.st = da__kernel_cache_find_or_build(ectx, &kc, "host", key, key, "k", race_build, NULL, NULL, &r.bytes, &r.n, path,
+  r.st = da__kernel_cache_find_or_build(ectx, &kc, "host", key, key, "k", race_build, NULL, NULL, NULL, &r.bytes, &r.n, path,
                                         sizeof path);
   TU_CHECK(r.st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(ectx), "corrupt") &&
                strstr(da_context_last_error(ectx), "read-only"),

@@ -31,6 +31,8 @@
 
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/fileio.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/tuning_db.h"
 #include "test_util.h"
 
@@ -859,6 +861,101 @@ static void test_host_only(const char *fake) {
   unsetenv("DILATTN_BACKEND");
 }
 
+/* A CUDA bundle (`gen --mma auto --compile --bundle`) of LongNet 2-branch for the fake
+ * device's sm_90, in dir/bundle: 1 where the CLI made it */
+static int make_cuda_bundle(const char *cli, const char *dir) {
+  const da_spec s = longnet(2, 0);
+  char cfg[600], cmd[2000];
+  snprintf(cfg, sizeof cfg, "%s/longnet2.json", dir);
+  char *js = da_spec_to_json(&s);
+  FILE *f = fopen(cfg, "w");
+  if (!f || !js) return free(js), f && fclose(f), 0;
+  fputs(js, f);
+  fclose(f);
+  free(js);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s/bundle' && '%s' gen --target cuda --arch sm_90 --mma auto --compile "
+                            "--bundle fk -o '%s/bundle' '%s' > /dev/null", dir, cli, dir, cfg);
+  return system(cmd) == 0;
+}
+
+/* A plan of LongNet 2-branch (AUTO, no options) in a new context with manifest registered
+ * (none: NULL) and a fresh disk cache (dir/name); its bundle hits and builds */
+static da_status bundle_plan(const char *dir, const char *name, const char *manifest, da_backend *got,
+                             long long *hits, long long *builds, char *err, size_t cap) {
+  char cache[700];
+  snprintf(cache, sizeof cache, "%s/%s", dir, name);
+  setenv("DILATTN_CACHE_DIR", cache, 1);
+  da_context *ctx;
+  da_context_create(&ctx);
+  da_status st = manifest ? da_context_register_bundle(ctx, manifest) : DA_OK;
+  da_plan *p = NULL;
+  const da_spec s = longnet(2, 0);
+  if (st == DA_OK) st = da_plan_create(ctx, &s, DA_BACKEND_AUTO, &p);
+  *got = p ? da_plan_backend(p) : DA_BACKEND_AUTO;
+  *hits = da__context_kernels(ctx)->bundle_hits, *builds = da__context_kernels(ctx)->builds;
+  snprintf(err, cap, "%s", st == DA_OK ? "" : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  return st;
+}
+
+/* Without NVRTC (a child: NVRTC is opened once a process) a GPU is still the CUDA backend's:
+ * AUTO gives a CUDA plan from a bundle, JIT off or not, and where no bundle holds the
+ * kernel an error that says NVRTC is missing, never a host plan that would take a
+ * program's device pointers for its own (it did both: a bundle was of no use without the
+ * NVRTC that built it) */
+static void test_bundle_without_nvrtc(const char *dir) {
+  setenv("DILATTN_NVRTC_LIB", "/nonexistent/libnvrtc.so", 1);
+  char manifest[700], err[2048];
+  snprintf(manifest, sizeof manifest, "%s/bundle/manifest.json", dir);
+  da_backend got;
+  long long hits, builds;
+  da_status st = bundle_plan(dir, "no-nvrtc-0", NULL, &got, &hits, &builds, err, sizeof err);
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(err, "NVRTC not available") && strstr(err, "no registered bundle"),
+           "no NVRTC, no bundle: the kernel cannot be had, and the error says why (%s: %s)", da_status_name(st), err);
+  for (int jit = 0; jit < 2; jit++) {
+    if (!jit) setenv("DILATTN_DISABLE_JIT", "1", 1);
+    st = bundle_plan(dir, jit ? "no-nvrtc-2" : "no-nvrtc-1", manifest, &got, &hits, &builds, err, sizeof err);
+    TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && hits >= 1 && builds == 0,
+             "no NVRTC, JIT %s, a bundle: a CUDA plan from it (%s, backend %d, %lld bundle hits, %lld builds: %s)",
+             jit ? "on" : "off", da_status_name(st), (int)got, hits, builds, err);
+    unsetenv("DILATTN_DISABLE_JIT");
+  }
+  unsetenv("DILATTN_NVRTC_LIB");
+}
+
+/* A bundle that another NVRTC built (its artifact keys differ from the ones computed here:
+ * the manifest's edited) serves before anything compiles, unless the driver refuses its
+ * cubin (as a driver older than that NVRTC does): then it compiles here */
+static void test_bundle_other_nvrtc(const char *dir) {
+  char manifest[700], other[700], err[2048];
+  snprintf(manifest, sizeof manifest, "%s/bundle/manifest.json", dir);
+  snprintf(other, sizeof other, "%s/bundle/manifest-other.json", dir);
+  size_t len = 0;
+  char *text = da__read_file(manifest, &len);
+  TU_CHECK(text != NULL, "read %s", manifest);
+  if (!text) return;
+  int edited = 0;
+  for (char *at = text; (at = strstr(at, "\"key\": \"")) != NULL; at += 8, edited++)
+    at[8] = at[8] == '0' ? '1' : '0'; /* each artifact key's first hex digit */
+  FILE *f = fopen(other, "w");
+  if (f) fputs(text, f), fclose(f);
+  free(text);
+  TU_CHECK(f && edited > 0, "the manifest of another NVRTC (%d keys)", edited);
+  da_backend got;
+  long long hits, builds;
+  da_status st = bundle_plan(dir, "other-nvrtc-0", other, &got, &hits, &builds, err, sizeof err);
+  TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && hits >= 1 && builds == 0,
+           "another NVRTC's bundle: used, nothing compiled (%s, %lld bundle hits, %lld builds: %s)", da_status_name(st),
+           hits, builds, err);
+  setenv("FAKE_CUDA_REFUSE_IMAGES", "1", 1);
+  st = bundle_plan(dir, "other-nvrtc-1", other, &got, &hits, &builds, err, sizeof err);
+  unsetenv("FAKE_CUDA_REFUSE_IMAGES");
+  TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && hits == 0 && builds == 1,
+           "another NVRTC's bundle the driver refuses: compiled here (%s, %lld bundle hits, %lld builds: %s)",
+           da_status_name(st), hits, builds, err);
+}
+
 /* The kernel of a plan of s with no options under a tuning database that holds one ok
  * record of params (written for this environment: the fake device's). */
 static da_status kernel_tuned(const da_spec *s, da_plan_options params, const char *db, char *name, size_t cap) {
@@ -1197,7 +1294,7 @@ static void test_driver_version(int version, const char *cache) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR\n", argv[0]);
+    fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI]\n", argv[0]);
     return 2;
   }
   char cache[] = "/tmp/dilattn-fake-XXXXXX";
@@ -1227,6 +1324,21 @@ int main(int argc, char **argv) {
     if (!ok) child_failed = version;
   }
   TU_CHECK(!child_failed, "the checks under driver %d (a child process) failed", child_failed);
+  { /* a CUDA bundle without NVRTC, likewise in a child */
+    TU_CHECK(argc > 3 && make_cuda_bundle(argv[3], cache), "a CUDA bundle from %s", argc > 3 ? argv[3] : "(no CLI)");
+    fflush(NULL);
+    const pid_t child = fork();
+    if (child == 0) {
+      tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
+      test_bundle_without_nvrtc(cache);
+      const int rc = tu_report();
+      fflush(NULL);
+      _exit(rc);
+    }
+    int wst = 0;
+    TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+             "the checks without NVRTC (a child process) failed");
+  }
   { /* two devices, likewise in a child */
     fflush(NULL);
     const pid_t child = fork();
@@ -1284,6 +1396,7 @@ int main(int argc, char **argv) {
   test_workspace_ctrs(ctx, argv[1]);
   test_capture(ctx, argv[1]);
   da_context_destroy(ctx);
+  test_bundle_other_nvrtc(cache);
   test_fallbacks(argv[2], cache);
   test_tuned(cache);
   char cmd[300];
