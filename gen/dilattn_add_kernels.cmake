@@ -21,8 +21,8 @@ function(dilattn_add_kernels target)
   if(NOT DK_CONFIGS)
     message(FATAL_ERROR "dilattn_add_kernels(${target}): CONFIGS is required")
   endif()
-  if(NOT DK_NAME)
-    set(DK_NAME ${target}_kernels)
+  if(NOT DK_NAME) # (a C identifier: my-engine's is my_engine_kernels)
+    string(MAKE_C_IDENTIFIER "${target}_kernels" DK_NAME)
   endif()
   if(NOT DK_TARGET)
     if(DK_ARCHS)
@@ -59,10 +59,28 @@ function(dilattn_add_kernels target)
     OUTPUT ${out}/${DK_NAME}_bundle.c ${out}/${DK_NAME}.h ${out}/manifest.json
     COMMAND ${CMAKE_COMMAND} -E make_directory ${out}
     COMMAND dilattn::cli gen ${configs} --target ${DK_TARGET} ${arch_args} --compile --bundle ${DK_NAME} -o ${out}
-    DEPENDS ${configs}
+    DEPENDS ${configs} $<TARGET_FILE:dilattn::cli> $<TARGET_FILE:dilattn::dilattn> # (another dilattn: rebuilt)
     COMMENT "dilattn: generating and compiling kernels for ${target} (${DK_NAME}, ${DK_TARGET})"
     VERBATIM)
   target_sources(${target} PRIVATE ${out}/${DK_NAME}_bundle.c)
+  # a project without C compiles the bundle as C++ or CUDA (it is written for both)
+  get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(NOT "C" IN_LIST languages)
+    if("CXX" IN_LIST languages)
+      set_source_files_properties(${out}/${DK_NAME}_bundle.c PROPERTIES LANGUAGE CXX)
+    elseif("CUDA" IN_LIST languages)
+      set_source_files_properties(${out}/${DK_NAME}_bundle.c PROPERTIES LANGUAGE CUDA)
+    else()
+      message(FATAL_ERROR "dilattn_add_kernels(${target}): the bundle is C, C++ or CUDA source, and this project "
+                          "enables none of them (project(... LANGUAGES C) or enable_language(C))")
+    endif()
+  endif()
   target_include_directories(${target} PRIVATE ${out})
-  target_link_libraries(${target} PRIVATE dilattn::dilattn)
+  # dilattn::dilattn linked as target_link_libraries(PRIVATE) would, without its keyword
+  # signature: a target the plain signature already links keeps working
+  set_property(TARGET ${target} APPEND PROPERTY LINK_LIBRARIES dilattn::dilattn)
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "STATIC_LIBRARY" OR type STREQUAL "OBJECT_LIBRARY")
+    set_property(TARGET ${target} APPEND PROPERTY INTERFACE_LINK_LIBRARIES $<LINK_ONLY:dilattn::dilattn>)
+  endif()
 endfunction()

@@ -225,7 +225,10 @@ static int write_data(const char *dir, const char *name, const da__bundle_item *
   for (int i = 0; i < n; i++)
     for (int a = 0; a < items[i].nart; a++) fprintf(f, "%zu, ", items[i].art[a].size);
   fprintf(f, "0};\n\n");
-  fprintf(f, "da_status %s_register(da_context *ctx) {\n"
+  /* (C linkage where the file is compiled as C++ or CUDA: a project without C,
+   * dilattn_add_kernels) */
+  fprintf(f, "#ifdef __cplusplus\nextern \"C\"\n#endif\n"
+             "da_status %s_register(da_context *ctx) {\n"
              "  static const da_bundle_data bundle = {\"%s\", manifest, %zu, %d, files, data, sizes};\n"
              "  return da_context_register_bundle_data(ctx, &bundle);\n}\n",
           name, name, mlen, count);

@@ -21,6 +21,15 @@ if [ -x "$tmp/build/consumer_cuda" ]; then
   set +e; "$tmp/build/consumer_cuda"; rc=$?; set -e
   [ $rc = 0 ] || [ $rc = 77 ] || exit $rc
 fi
+# a C++ project (no C): the bundle compiled as C++, a target named my-engine, the plain
+# target_link_libraries signature
+cmake -S "$src/cxx" -B "$tmp/build-cxx" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/build-cxx" >/dev/null
+"$tmp/build-cxx/my-engine"
+# another dilattn installed (here: the CLI touched): the bundle is generated again
+sleep 1
+touch "$tmp/prefix/bin/dilattn"
+cmake --build "$tmp/build-cxx" | grep -q "dilattn: generating" || { echo "the bundle was not regenerated"; exit 1; }
 # pkg-config user: JIT on, host backend
 unset DILATTN_DISABLE_JIT
 cat > "$tmp/pc.c" <<'C'
@@ -41,4 +50,15 @@ C
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
 cc "$tmp/pc.c" $(pkg-config --cflags --libs dilattn) -o "$tmp/pc"
 "$tmp/pc"
+# the same from a Debian-style tree (libdir lib/x86_64-linux-gnu: the .pc one folder deeper,
+# whose prefix was two ".." up and then named <prefix>/lib/include)
+ma="$tmp/multiarch"
+mkdir -p "$ma/lib/x86_64-linux-gnu"
+cp -a "$tmp/prefix/include" "$ma/"
+cp -a "$tmp/prefix/lib/." "$ma/lib/x86_64-linux-gnu/"
+cmake -DPC_IN="$src/../../gen/dilattn.pc.in" -DPC_OUT="$ma/lib/x86_64-linux-gnu/pkgconfig/dilattn.pc" \
+  -DLIBDIR=lib/x86_64-linux-gnu -DINCLUDEDIR=include -DPREFIX=/usr -DVERSION=0 -P "$src/../../gen/dilattn_pc.cmake"
+export PKG_CONFIG_PATH="$ma/lib/x86_64-linux-gnu/pkgconfig"
+cc "$tmp/pc.c" $(pkg-config --cflags --libs dilattn) -o "$tmp/pc-multiarch"
+"$tmp/pc-multiarch"
 echo "1 passed, 0 failed"
