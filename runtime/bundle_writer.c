@@ -106,13 +106,22 @@ static int write_manifest(const char *dir, const char *name, const da__bundle_it
 
 static const char *elem_type(da_dtype t) { return t == DA_DTYPE_FLOAT32 ? "float" : "uint16_t"; }
 
+/* x as a C double literal that reads back exactly: %.17g, with ".0" where that reads as
+ * an integer ("-0" is the int 0, and the spec's -0.0 scale became +0.0) */
+static const char *dbl(char buf[40], double x) {
+  snprintf(buf, 40, "%.17g", x);
+  if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
+  return buf;
+}
+
 static void write_spec_init(FILE *f, const da_spec *s) {
+  char num[40];
   fprintf(f, "  da_spec_init(s);\n  s->num_branches = %d;\n", s->num_branches);
   for (int i = 0; i < s->num_branches; i++)
     fprintf(f, "  s->segment_lengths[%d] = %lld; s->dilation_rates[%d] = %lld;\n", i, (long long)s->segment_lengths[i],
             i, (long long)s->dilation_rates[i]);
   fprintf(f, "  s->mode = (da_mode)%d; s->offsets = (da_offsets)%d; s->causal = %d;\n", s->mode, s->offsets, s->causal);
-  if (s->has_scale) fprintf(f, "  s->has_scale = 1; s->scale = %.17g;\n", s->scale);
+  if (s->has_scale) fprintf(f, "  s->has_scale = 1; s->scale = %s;\n", dbl(num, s->scale));
   fprintf(f, "  s->num_heads = %d; s->num_kv_heads = %d; s->head_dim = %d; s->dtype = (da_dtype)%d;\n", s->num_heads,
           s->num_kv_heads, s->head_dim, s->dtype);
   const da_sparsity *sp = &s->sparsity;
@@ -121,7 +130,7 @@ static void write_spec_init(FILE *f, const da_spec *s) {
             sp->layout, (long long)sp->block, (long long)sp->window);
     fprintf(f, "  s->sparsity.global = %lld; s->sparsity.num_strides = %d; s->sparsity.seed = %lluull;\n",
             (long long)sp->global, sp->num_strides, (unsigned long long)sp->seed);
-    fprintf(f, "  s->sparsity.density = %.17g;\n", sp->density);
+    fprintf(f, "  s->sparsity.density = %s;\n", dbl(num, sp->density));
     for (int j = 0; j < sp->num_strides; j++) fprintf(f, "  s->sparsity.strides[%d] = %lld;\n", j, (long long)sp->strides[j]);
   }
 }

@@ -287,11 +287,17 @@ static int same_slot(const da__tune_record *a, const da__tune_record *b) {
 
 /* The error of a database that cannot be merged into (nold < 0 from da__tuning_db_read) */
 static da_status unmergeable(const da_context *ctx, const char *path, int mismatch) {
+  if (mismatch) { /* what differs, as a plan's warning says it */
+    char diff[1024];
+    da__tuning_db_env_diff(ctx, path, diff, sizeof diff);
+    return da__set_error(ctx, DA_ERR_IO,
+                         "tuning db %s was written for another environment (%s); it is left as it is (give tune --db "
+                         "or set DILATTN_TUNING_DB to another file)",
+                         path, diff[0] ? diff : "its header differs");
+  }
   return da__set_error(ctx, DA_ERR_IO,
-                       mismatch ? "tuning db %s was written for another environment (library, CUDA, driver or GPU); "
-                                  "it is left as it is (give tune --db or set DILATTN_TUNING_DB to another file)"
-                                : "tuning db %s cannot be read as a tuning database (JSON lines under an environment "
-                                  "header); it is left as it is (give tune --db or set DILATTN_TUNING_DB to another file)",
+                       "tuning db %s cannot be read as a tuning database (JSON lines under an environment header); it "
+                       "is left as it is (give tune --db or set DILATTN_TUNING_DB to another file)",
                        path);
 }
 

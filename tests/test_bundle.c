@@ -6,6 +6,7 @@
  * Run: build/tests/test_bundle build/dilattn   (ctest -R bundle) */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -191,6 +192,27 @@ int main(int argc, char **argv) {
   snprintf(cmd, sizeof cmd, "mkdir -p %s && %s gen %s --compile --bundle example -o %s > /dev/null", bdir, argv[1], cfg, bdir);
   TU_CHECK(system(cmd) == 0, "dilattn gen --bundle failed");
   snprintf(manifest, sizeof manifest, "%s/manifest.json", bdir);
+
+  /* 0. the typed header's spec is the config's: a scale of -0.0 was written "-0", the int
+   * 0, so the header's spec (+0.0) was not the bundle's and its _plan found no kernel */
+  {
+    char zdir[700], zcfg[700], hdr[800], zcmd[3000];
+    snprintf(zdir, sizeof zdir, "%s/negzero", base);
+    snprintf(zcfg, sizeof zcfg, "%s/negzero.json", base);
+    write_text(zcfg, "{\"segment_lengths\":[32],\"dilation_rates\":[1],\"num_heads\":2,\"head_dim\":8,\"scale\":-0.0}");
+    snprintf(zcmd, sizeof zcmd, "mkdir -p %s && %s gen %s --compile --bundle nz -o %s > /dev/null", zdir, argv[1],
+             zcfg, zdir);
+    TU_CHECK(system(zcmd) == 0, "dilattn gen --bundle nz failed");
+    snprintf(hdr, sizeof hdr, "%s/nz.h", zdir);
+    size_t hlen = 0;
+    char *h = da__read_file(hdr, &hlen);
+    const char *at = h ? strstr(h, "s->scale = ") : NULL;
+    char lit[64] = "";
+    if (at) sscanf(at + 11, "%63[^;]", lit);
+    const double v = strtod(lit, NULL);
+    TU_CHECK(at && strpbrk(lit, ".eE") && v == 0.0 && signbit(v), "the typed header's scale of -0.0: '%s'", lit);
+    free(h);
+  }
 
   /* 1. bundle only, JIT disabled: the kernel comes from the bundle, nothing compiles */
   fresh_cache("1");

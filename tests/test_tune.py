@@ -104,6 +104,8 @@ try:
     # refused before the sweep (exit 2, nothing tuned or written), not after it
     check(p.returncode == 2 and "another environment" in p.stderr and "--db" in p.stderr and not p.stdout
           and not os.path.exists(foreign_csv), f"tuner on a foreign db: {p.returncode} {p.stdout[:80]} {p.stderr}")
+    # ... naming what differs (it listed "library, CUDA, driver or GPU", whatever differed)
+    check("cpu:" in p.stderr and "some other machine" in p.stderr, f"the tuner's refusal names no difference: {p.stderr}")
     check(open(foreign).read() == text, "foreign database was modified")
     p = run(*args, env={"DILATTN_TUNING_DB": foreign})
     info = json.loads(p.stdout)
