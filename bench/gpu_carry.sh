@@ -15,7 +15,12 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target dilattn_cli dilattn_shared test_gpu test_nvrtc >/dev/null
 rm -rf build-gpu
 mkdir -p build-gpu/tests
-cp build/dilattn build/libdilattn.so build-gpu/
+cp build/dilattn build-gpu/
+# the library as files, not links: libdilattn.so (ctypes) and its soname (the CLI's and
+# the tests' DT_NEEDED, libdilattn.so.MAJOR.MINOR)
+soname=$(objdump -p build/libdilattn.so | awk '/SONAME/ {print $2}')
+cp -L build/libdilattn.so build-gpu/
+[ -z "$soname" ] || [ "$soname" = libdilattn.so ] || cp -L "build/$soname" build-gpu/
 cp -L build/libjansson.so.4 build/liblua5.4.so.0 build-gpu/ 2>/dev/null || true
 cp build/tests/test_gpu build/tests/test_nvrtc build-gpu/tests/
 cp -r ../shared/golden build-gpu/golden && chmod -R u+w build-gpu/golden
