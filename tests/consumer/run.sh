@@ -15,6 +15,9 @@ cuda=OFF
 command -v nvcc >/dev/null 2>&1 && cuda=ON
 cmake -S "$src" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DDILATTN_CONSUMER_CUDA=$cuda >/dev/null
 cmake --build "$tmp/build" -j2 >/dev/null
+# linked by its ABI version (libdilattn.so.MAJOR.MINOR), not the bare libdilattn.so
+objdump -p "$tmp/build/consumer" | grep -Eq 'NEEDED +libdilattn\.so\.[0-9]+\.[0-9]+$' ||
+  { echo "consumer: not linked to a versioned libdilattn"; exit 1; }
 export DILATTN_CACHE_DIR="$tmp/empty-cache" DILATTN_DISABLE_JIT=1
 "$tmp/build/consumer"
 if [ -x "$tmp/build/consumer_cuda" ]; then
