@@ -215,13 +215,14 @@ int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, co
                    meta ? "," : "", meta ? meta : "");
   if (n < 0) return -1;
   int rc = -1;
-  if (da__mkdir_p(dir, 0700) == 0 && da__write_file_atomic(bp, data, size, 0600) == 0 &&
-      da__write_file_atomic(jp, json, strlen(json), 0600) == 0)
+  const char *failed = dir; /* (the warning names what could not be written) */
+  if (da__mkdir_p(dir, 0700) == 0 && (failed = bp, da__write_file_atomic(bp, data, size, 0600) == 0) &&
+      (failed = jp, da__write_file_atomic(jp, json, strlen(json), 0600) == 0))
     rc = 0;
   int e = errno;
   free(json);
   if (rc != 0) {
-    da__log(DA_LOG_WARN, "kernel cache: cannot write %s (%s); continuing with the cache in memory only", bp,
+    da__log(DA_LOG_WARN, "kernel cache: cannot write %s (%s); continuing with the cache in memory only", failed,
             strerror(e));
     unlink(bp);
     dc->usable = 0;

@@ -159,9 +159,10 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
                          "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
                          "(%zu artifacts) and not in the disk cache%s",
                          kernel, arch, key, da__bundles_count(c->bundles),
-                         seen < 0 && fd < 0 ? " (its entry there is unreadable or corrupt, and its lock file could not be "
-                                              "opened to look again: is the cache folder read-only?)"
-                                            : "");
+                         seen >= 0 ? ""
+                         : fd < 0  ? " (its entry there is unreadable or corrupt, and its lock file could not be "
+                                     "opened to look again: is the cache folder read-only?)"
+                                   : " (its entry there was corrupt, and was removed)");
   }
   da_status st = build(ctx, arg, bytes, n);
   if (st == DA_OK) {
