@@ -48,6 +48,11 @@ static int exit_code(da_status st) {
   }
 }
 
+/* A plan's creation or execution once the inputs are read: a file it cannot make (the host
+ * compiler's temporary folder under an unusable TMPDIR) is the environment's failure, not
+ * bad input */
+static int run_exit_code(da_status st) { return st == DA_ERR_IO ? EXIT_RUNTIME : exit_code(st); }
+
 static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(int code, const char *fmt, ...) {
   va_list ap;
@@ -822,7 +827,7 @@ static int cmd_run(int argc, char **argv) {
   if (rc == EXIT_OK) {
     da_plan_options hint = {0, 0, 0, N, 0}; /* tuned parameters for this shape, if any */
     da_status st = da_plan_create_ex(ctx, &spec, backend, &hint, &plan);
-    if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", config, da_context_last_error(ctx));
+    if (st != DA_OK) rc = fail(run_exit_code(st), "%s: %s", config, da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) {
     out = malloc(q.count * q.elem_size + 1);
@@ -833,7 +838,7 @@ static int cmd_run(int argc, char **argv) {
   }
   if (rc == EXIT_OK) {
     da_status st = execute_plan(ctx, plan, &spec, B, N, &q, &k, &v, out, lse, &exec_ms);
-    if (st != DA_OK) rc = fail(exit_code(st), "run: %s", da_context_last_error(ctx));
+    if (st != DA_OK) rc = fail(run_exit_code(st), "run: %s", da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) { /* both outputs or neither; an existing file is replaced only by a whole new one */
     out_file of[2] = {{.flag = "-o", .path = outp}, {.flag = "--lse", .path = lsep}};

@@ -894,6 +894,11 @@ def test_user_errors(tmp):
     rc, _, err = run("run", *golden_run_args(), "-o", os.path.join(d, "o.npy"),
                      env={"DILATTN_CACHE_DIR": os.path.join(blocker, "sub")})
     check(rc == 0 and err.count("kernel cache: cannot use") == 1, f"run with an unusable cache folder: exit {rc}: {err}")
+    # a host compile without a usable TMPDIR (an empty cache: it must compile) is the
+    # environment's failure, exit 4, not bad input (it was 2)
+    rc, _, err = run("run", *golden_run_args(), "-o", os.path.join(d, "o.npy"),
+                     env={"DILATTN_CACHE_DIR": os.path.join(tmp, "tmpdir-cache"), "TMPDIR": os.path.join(tmp, "none")})
+    check(rc == 4 and "build folder" in err, f"run with TMPDIR missing: exit {rc}: {err}")
 
 
 def test_generator_exit_codes(tmp):
