@@ -309,18 +309,24 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   if (!ctx->tuning_loaded) {
     char path[4200];
     da__tuning_db_path(path, sizeof path);
-    int mismatch = 0;
-    ctx->ntuning = da__tuning_db_read_for(ctx, path, &ctx->tuning, &mismatch);
-    if (ctx->ntuning < 0) {
-      /* a sweep the user ran, now unused: said once a process (it was an info line) */
+    int mismatch = 0, skipped = 0;
+    ctx->ntuning = da__tuning_db_read_for(ctx, path, &ctx->tuning, &mismatch, &skipped);
+    if (ctx->ntuning < 0 || skipped) {
+      /* a sweep the user ran, now unused (whole, or one backend's records: the host's under
+       * another C compiler, say): said once a process (it was an info line) */
       static int warned;
-      if (mismatch && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+      if ((mismatch || skipped) && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
         char diff[1024];
         da__tuning_db_env_diff(ctx, path, diff, sizeof diff);
-        da__log(DA_LOG_WARN, "tuning db %s was written in another environment (%s): ignored; tune again here, or "
-                "point DILATTN_TUNING_DB elsewhere", path, diff[0] ? diff : "its header differs");
+        if (skipped && ctx->ntuning > 0)
+          da__log(DA_LOG_WARN, "tuning db %s: %d records of a backend whose environment differs here (%s) ignored; "
+                  "tune that backend again here, or point DILATTN_TUNING_DB elsewhere", path, skipped,
+                  diff[0] ? diff : "its header differs");
+        else
+          da__log(DA_LOG_WARN, "tuning db %s was written in another environment (%s): ignored; tune again here, or "
+                  "point DILATTN_TUNING_DB elsewhere", path, diff[0] ? diff : "its header differs");
       }
-      ctx->ntuning = 0;
+      if (ctx->ntuning < 0) ctx->ntuning = 0;
     }
     ctx->tuning_loaded = 1;
   }

@@ -554,7 +554,7 @@ int da__cmd_tune(int argc, char **argv) {
     if (da_context_create(&dctx) != DA_OK) {
       fprintf(stderr, "dilattn: error: out of memory\n");
       bad = 1;
-    } else if (da__tuning_db_check(dctx, db) != DA_OK) {
+    } else if (da__tuning_db_check(dctx, db, backend == DA_BACKEND_CUDA ? "cuda" : "host") != DA_OK) {
       fprintf(stderr, "dilattn: error: tune: %s\n", da_context_last_error(dctx));
       bad = 1;
     }

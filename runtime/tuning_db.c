@@ -105,14 +105,34 @@ static void env_pair(const da_context *ctx, const char *header, json_t **a, json
   *here = *b ? json_object_get(*b, "env") : NULL;
 }
 
-/* 1: header is this environment's; 0: another environment's; -1: not a header at all */
-static int same_env(const da_context *ctx, const char *header) {
+/* The header's fields a backend's timings depend on: host kernels on the CPU and the C
+ * compiler, CUDA kernels on the GPU (its driver) and NVRTC; both on the library */
+static const char *const ENV_KEYS[2][5] = {{"library", "cpu", "cpus", "cc", NULL}, {"library", "gpu", "nvrtc", NULL}};
+enum { ENV_HOST = 1, ENV_CUDA = 2 };
+static int backend_bit(const char *backend) {
+  return !strcmp(backend, "host") ? ENV_HOST : !strcmp(backend, "cuda") ? ENV_CUDA : 0;
+}
+
+/* The backends (ENV_* bits) whose records the header's environment serves in ctx's: 0 for
+ * none (another machine's, another library's), -1 for a line that is no header at all */
+static int env_mask(const da_context *ctx, const char *header) {
   json_t *a, *b, *there, *here;
   env_pair(ctx, header, &a, &b, &there, &here);
-  int same = !json_is_object(there) ? -1 : here && json_equal(there, here);
+  int mask = -1;
+  if (json_is_object(there) && json_is_object(here)) {
+    mask = 0;
+    for (int k = 0; k < 2; k++) {
+      int same = 1;
+      for (const char *const *key = ENV_KEYS[k]; *key; key++) {
+        json_t *x = json_object_get(there, *key), *y = json_object_get(here, *key);
+        same &= x && y && json_equal(x, y);
+      }
+      if (same) mask |= 1 << k;
+    }
+  }
   json_decref(a);
   json_decref(b);
-  return same;
+  return mask;
 }
 
 void da__tuning_db_env_diff(const da_context *ctx, const char *path, char *out, size_t cap) {
@@ -235,8 +255,13 @@ static void format_record(const da__tune_record *r, FILE *f) {
   json_decref(o);
 }
 
-int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch) {
-  *out = NULL;
+/* Every record of the database at path (malloc'ed into *out: all backends'), the header's
+ * env_mask in *mask and its line in *header (malloc'ed; NULL for a missing file: then 0
+ * records and mask both backends). -1 for a file of no backend here (*mismatch set), not
+ * a tuning database, or unreadable. */
+static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch, int *mask,
+                   char **header) {
+  *out = NULL, *header = NULL, *mask = ENV_HOST | ENV_CUDA;
   if (mismatch) *mismatch = 0;
   FILE *f = fopen(path, "r");
   if (!f) return errno == ENOENT ? 0 : -1;
@@ -248,12 +273,14 @@ int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_rec
   while ((len = getline(&line, &cap, f)) >= 0) {
     if (first) {
       first = 0;
-      const int same = same_env(ctx, line);
-      if (same != 1) {
-        if (mismatch) *mismatch = same == 0; /* else not a tuning database */
+      *mask = env_mask(ctx, line);
+      if (*mask <= 0) {
+        if (mismatch) *mismatch = *mask == 0; /* else not a tuning database */
         n = -1;
         break;
       }
+      line[strcspn(line, "\n")] = '\0';
+      *header = strdup(line);
       continue;
     }
     if (n == ncap) {
@@ -273,8 +300,22 @@ int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_rec
   return n;
 }
 
+int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch,
+                           int *skipped) {
+  int mask, n;
+  char *header;
+  n = read_db(ctx, path, out, mismatch, &mask, &header);
+  free(header);
+  if (skipped) *skipped = 0;
+  int kept = 0;
+  for (int i = 0; i < n; i++) /* the records of a backend whose environment differs here: not used */
+    if (backend_bit((*out)[i].backend) & mask) (*out)[kept++] = (*out)[i];
+    else if (skipped) ++*skipped;
+  return n < 0 ? n : kept;
+}
+
 int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
-  return da__tuning_db_read_for(NULL, path, out, mismatch);
+  return da__tuning_db_read_for(NULL, path, out, mismatch, NULL);
 }
 
 static int same_slot(const da__tune_record *a, const da__tune_record *b) {
@@ -301,7 +342,7 @@ static da_status unmergeable(const da_context *ctx, const char *path, int mismat
                        path);
 }
 
-da_status da__tuning_db_check(const da_context *ctx, const char *path) {
+da_status da__tuning_db_check(const da_context *ctx, const char *path, const char *backend) {
   struct stat st;
   if (stat(path, &st) == 0) { /* a folder or a FIFO read as no records (or hung) */
     DA_RETURN_IF(!S_ISREG(st.st_mode), DA_ERR_IO, "tuning db %s: not a regular file", path);
@@ -312,9 +353,11 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path) {
     DA_RETURN_IF(errno != ENOENT, DA_ERR_IO, "tuning db %s: %s", path, strerror(errno));
   }
   da__tune_record *old = NULL;
-  int mismatch = 0, nold = da__tuning_db_read_for(ctx, path, &old, &mismatch);
-  free(old);
+  char *header;
+  int mismatch = 0, mask, nold = read_db(ctx, path, &old, &mismatch, &mask, &header);
+  free(old), free(header);
   if (nold < 0) return unmergeable(ctx, path, mismatch);
+  if (!(mask & backend_bit(backend))) return unmergeable(ctx, path, 1); /* another GPU's, say, for a CUDA sweep */
   DA_RETURN_IF(da__can_write_beside(path) != 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path,
                strerror(errno));
   return DA_OK;
@@ -328,10 +371,12 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   da__tune_record *old = NULL;
-  int mismatch = 0, nold = da__tuning_db_read_for(ctx, path, &old, &mismatch);
+  char *header = NULL;
+  int mismatch = 0, mask, nold = read_db(ctx, path, &old, &mismatch, &mask, &header), fits = 1;
+  for (int j = 0; j < n; j++) fits &= (backend_bit(recs[j].backend) & mask) != 0;
   da_status st = DA_OK;
-  if (nold < 0) {
-    st = unmergeable(ctx, path, mismatch);
+  if (nold < 0 || !fits) {
+    st = unmergeable(ctx, path, nold < 0 ? mismatch : 1);
   } else {
     /* the temp beside it with the database's own mode (mkstemp's 0600 made a shared 0644
      * file private at the first merge) */
@@ -343,7 +388,10 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
       if (tfd >= 0) close(tfd), unlink(tmp);
       st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot write next to %s: %s", path, strerror(e));
     } else {
-      fprintf(f, "%s\n", da__tuning_env_for(ctx));
+      /* the header the old records were timed under (the fields of recs' backend are the
+       * same here; the other backend's, another compiler's say, stay its records'), or
+       * this environment for a new file */
+      fprintf(f, "%s\n", header ? header : da__tuning_env_for(ctx));
       for (int i = 0; i < nold; i++) {
         int replaced = 0;
         for (int j = 0; j < n && !replaced; j++) replaced = same_slot(&old[i], &recs[j]);
@@ -358,7 +406,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
       }
     }
   }
-  free(old);
+  free(old), free(header);
   flock(fd, LOCK_UN);
   close(fd);
   return st;

@@ -41,17 +41,22 @@ DA_HIDDEN int da__tuning_db_read(const char *path, da__tune_record **out, int *m
  * (da__tuning_env_for): "cc: \"cc\" there, \"clang\" here; ..." into out (empty: none, or
  * no header). */
 DA_HIDDEN void da__tuning_db_env_diff(const da_context *ctx, const char *path, char *out, size_t cap);
-/* The same against ctx's environment (da__tuning_env_for) */
-DA_HIDDEN int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch);
+/* The same against ctx's environment (da__tuning_env_for). A record counts where its
+ * backend's fields of the header are the same here (host: library, CPU, C compiler; CUDA:
+ * library, GPU with its driver, NVRTC): the others are left out (*skipped, where given, counts
+ * them), and a file of neither backend is -1 with *mismatch set. */
+DA_HIDDEN int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch,
+                                     int *skipped);
 
 /* Merge records into the database under its lock (re-read, replace records with the same
  * spec, backend, bucket and parameters whatever their batch, so that a bucket's times are
- * one sweep's; append the rest, atomic rename). Refuses (DA_ERR_IO, nothing written) a
- * file of another environment. */
-/* Whether a merge into path could succeed, checked before a sweep: DA_ERR_IO with the
- * reason (a database written for another environment, unreadable, or a folder that cannot
- * be written) in ctx. */
-DA_HIDDEN da_status da__tuning_db_check(const da_context *ctx, const char *path);
+ * one sweep's; append the rest, atomic rename; the header kept). Refuses (DA_ERR_IO,
+ * nothing written) a file whose environment differs here in a field the records' backend
+ * depends on (see da__tuning_db_read_for). */
+/* Whether a merge of backend's ("host", "cuda") records into path could succeed, checked
+ * before a sweep: DA_ERR_IO with the reason (a database written for another environment,
+ * unreadable, or a folder that cannot be written) in ctx. */
+DA_HIDDEN da_status da__tuning_db_check(const da_context *ctx, const char *path, const char *backend);
 DA_HIDDEN da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n);
 
 /* Best ok record for spec_hash/backend whose bucket is nearest to want_bucket. */

@@ -114,6 +114,26 @@ try:
     check("warning" in p.stderr and "another environment" in p.stderr and "some other machine" in p.stderr
           and "cpu:" in p.stderr, f"an ignored database is not named with the difference: {p.stderr}")
 
+    # 4b. a header differing in a field only the other backend depends on: these host
+    # records count (a database was whole or nothing: one GPU, compiler or NVRTC of
+    # another made every record of it unused), and a host sweep merges into it keeping the
+    # header; one the host depends on (cc) leaves them out, with a warning naming it
+    for field, value, used in (("gpu", "another GPU driver 1", True), ("nvrtc", "9.9", True),
+                               ("cc", "another-cc", False)):
+        other = os.path.join(tmp, f"other-{field}.jsonl")
+        header = json.loads(lines[0])
+        header["env"][field] = value
+        open(other, "w").write(json.dumps(header) + "\n" + "\n".join(lines[1:]) + "\n")
+        p = run(*args, env={"DILATTN_TUNING_DB": other})
+        info = json.loads(p.stdout)
+        tuned = info["tile_q"] == want_q and info["tile_k"] == want_k
+        check(tuned == used and (("warning" in p.stderr and field in p.stderr) != used),
+              f"a database of another {field}: tuned {tuned} (want {used}), {p.stderr.strip()}")
+        p = run("tune", cfg_b, "--seq-len", "128", "--reps", "1", "--threads", "1", "--db", other)
+        kept = json.loads(open(other).read().splitlines()[0])["env"][field] == value
+        check((p.returncode == 0 and kept) if used else (p.returncode == 2 and field in p.stderr),
+              f"a host sweep into a database of another {field}: exit {p.returncode}, header kept {kept}, {p.stderr.strip()[-200:]}")
+
     # 5. two tuners writing one database at once lose no record
     shared = os.path.join(tmp, "shared.jsonl")
     procs = [subprocess.Popen([DILATTN, "tune", c, "--seq-len", "128", "--reps", "2", "--threads", "1", "--db", shared],
