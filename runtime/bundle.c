@@ -218,24 +218,22 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
   }
 }
 
-int da__bundles_find(da__bundles *b, const char *arch, const char *key, const char *source_key, void **bytes,
-                     size_t *n) {
-  if (!b) return 0;
+int da__bundles_find(da__bundles *b, const char *arch, const char *key, void **bytes, size_t *n) {
+  return b && find_verified(b, arch, key, NULL, NULL, NULL, bytes, n);
+}
+
+void da__bundles_note_other_arch(da__bundles *b, const char *arch, const char *source_key) {
+  if (!b || !source_key) return;
   pthread_mutex_lock(&b->mu);
-  art_t *hit = NULL, *other = NULL;
-  for (size_t i = b->n; i-- > 0 && !hit;) {
-    art_t *t = &b->arts[i];
-    if (!strcmp(t->key, key) && !strcmp(t->arch, arch)) hit = t;
-    else if (source_key && !strcmp(t->source_key, source_key) && strcmp(t->arch, arch)) other = t;
-  }
-  if (!hit && other && !other->warned) {
+  art_t *other = NULL;
+  for (size_t i = b->n; i-- > 0 && !other;)
+    if (!strcmp(b->arts[i].source_key, source_key) && strcmp(b->arts[i].arch, arch)) other = &b->arts[i];
+  if (other && !other->warned) {
     other->warned = 1;
-    da__log(DA_LOG_WARN, "bundle %s has kernel %s for %s, not for %s: compiling it at run time", other->origin,
-            other->kernel, other->arch, arch);
+    da__log(DA_LOG_WARN, "bundle %s has kernel %s for %s, not for %s", other->origin, other->kernel, other->arch,
+            arch);
   }
-  const int any = hit != NULL;
   pthread_mutex_unlock(&b->mu);
-  return any && find_verified(b, arch, key, NULL, NULL, NULL, bytes, n);
 }
 
 int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, const char *source_key,

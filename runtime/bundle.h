@@ -23,10 +23,11 @@ DA_HIDDEN da_status da__bundles_add(const da_context *ctx, da__bundles *b, const
                                     const unsigned char *const *blobs, const size_t *sizes, int nblobs);
 
 /* Find the artifact (arch, key): 1 with a malloc'ed verified copy, 0 when absent. A
- * checksum mismatch is logged and skipped. When the bundle holds the same source for
- * other arches only, one warning names them. */
-DA_HIDDEN int da__bundles_find(da__bundles *b, const char *arch, const char *key, const char *source_key,
-                               void **bytes, size_t *n);
+ * checksum mismatch is logged and skipped. */
+DA_HIDDEN int da__bundles_find(da__bundles *b, const char *arch, const char *key, void **bytes, size_t *n);
+/* Where a bundle holds source_key for other arches only (no artifact for arch was found),
+ * one warning names one of them (once an artifact). */
+DA_HIDDEN void da__bundles_note_other_arch(da__bundles *b, const char *arch, const char *source_key);
 
 /* An artifact of source_key for arch built by another compiler (another NVRTC, another
  * CC: a key other than key, the one computed here), newest first among those accept takes

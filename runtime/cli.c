@@ -8,6 +8,7 @@
 #include "runtime/host_compiler.h"
 #include "runtime/npy.h"
 #include "runtime/tune.h"
+#include "runtime/log.h"
 #include "runtime/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/bundle.h"
@@ -827,6 +828,14 @@ static int cmd_run(int argc, char **argv) {
   if (rc == EXIT_OK) {
     da_plan_options hint = {0, 0, 0, N, 0}; /* tuned parameters for this shape, if any */
     da_status st = da_plan_create_ex(ctx, &spec, backend, &hint, &plan);
+    const char *env = getenv("DILATTN_BACKEND");
+    if (st == DA_ERR_UNSUPPORTED && backend == DA_BACKEND_AUTO && (!env || !*env || !strcmp(env, "auto")) &&
+        !da__nvrtc_available()) {
+      /* a GPU without NVRTC and a kernel no bundle holds: run owns its (host) arrays, so the
+       * host backend may take them, as auto did before a GPU alone made CUDA available */
+      da__log(DA_LOG_WARN, "%s; running on the host backend", da_context_last_error(ctx));
+      st = da_plan_create_ex(ctx, &spec, DA_BACKEND_HOST, &hint, &plan);
+    }
     if (st != DA_OK) rc = fail(run_exit_code(st), "%s: %s", config, da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) {

@@ -80,6 +80,7 @@ typedef struct {
   int launch_regs;
   const da_context *ctx;
   da__cuda *dev;
+  char refused[512]; /* a bundle's cubin of another NVRTC this driver refused: why */
 } nvrtc_job;
 
 static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, size_t *n) {
@@ -90,6 +91,11 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
   if (da__nvrtc_version(ctx, &maj, &min) != DA_OK) {
     char why[1024];
     snprintf(why, sizeof why, "%s", da_context_last_error(ctx));
+    if (j->refused[0]) /* (the bundle holds it, built by another NVRTC) */
+      return da__set_error(ctx, DA_ERR_UNSUPPORTED,
+                           "kernel %s for %s: this driver refuses the bundle's build of it by another NVRTC (%s), "
+                           "and it cannot be compiled here: %s; update the driver or install NVRTC",
+                           j->name, j->arch, j->refused, why);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
                          "kernel %s for %s is in no registered bundle and not in the disk cache, and cannot be "
                          "compiled here: %s",
@@ -115,11 +121,12 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
 /* A bundle's cubin of this kernel that another NVRTC built: taken where this driver loads
  * it (a cubin of a newer CUDA than the driver's is refused there; then it is compiled here) */
 static int accept_cubin(void *user, const char *origin, const void *bytes, size_t n) {
-  const nvrtc_job *j = user;
+  nvrtc_job *j = user;
   (void)n;
   if (da__cuda_probe(j->ctx, j->dev, bytes) == DA_OK) return 1;
-  da__log(DA_LOG_WARN, "bundle %s: kernel %s for %s, built by another NVRTC, does not load here (%s); compiling it",
-          origin, j->name, j->arch, da_context_last_error(j->ctx));
+  snprintf(j->refused, sizeof j->refused, "%s", da_context_last_error(j->ctx));
+  da__log(DA_LOG_WARN, "bundle %s: kernel %s for %s, built by another NVRTC, does not load here (%s)", origin, j->name,
+          j->arch, j->refused);
   da__clear_error(j->ctx);
   return 0;
 }
@@ -228,7 +235,7 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   char arch[16], key[65];
   DA_TRY(da__cuda_compile_arch(ctx, da__cuda_arch(dev), r->cuda_path, arch));
   da__cuda_artifact_key(r->key, arch, maj, min, key);
-  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs, ctx, dev};
+  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs, ctx, dev, ""};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
   /* split plans' rows and persistent grids' counters come from the pool at every

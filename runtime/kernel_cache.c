@@ -122,7 +122,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
                                          da__kbuild build, void *arg, da__bundle_accept accept, const char *meta,
                                          void **bytes, size_t *n, char *path, size_t cap) {
   path[0] = '\0';
-  if (da__bundles_find(c->bundles, arch, key, source_key, bytes, n)) {
+  if (da__bundles_find(c->bundles, arch, key, bytes, n)) {
     __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
     return DA_OK;
   }
@@ -141,6 +141,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
                          "(artifact key %s here)", kernel, arch, key);
     return DA_OK;
   }
+  da__bundles_note_other_arch(c->bundles, arch, source_key);
   /* JIT off: no lock (nor its file) for a plain miss; a corrupt entry is looked at again
    * under it, removed with a warning where it still is, or taken where it was rewritten */
   const int jit_off = da__jit_disabled();
@@ -162,7 +163,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
                          seen >= 0 ? ""
                          : fd < 0  ? " (its entry there is unreadable or corrupt, and its lock file could not be "
                                      "opened to look again: is the cache folder read-only?)"
-                                   : " (its entry there was corrupt, and was removed)");
+                                   : " (its entry there was unreadable or corrupt, and is gone)");
   }
   da_status st = build(ctx, arg, bytes, n);
   if (st == DA_OK) {
@@ -176,6 +177,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
 typedef struct {
   da__kernel_cache *cache;
   const char *source, *symbol, *render_key;
+  const da_context *ctx;
 } host_job;
 
 
@@ -208,6 +210,23 @@ static da_status load_from_bytes(const da_context *ctx, const void *bytes, size_
   return st;
 }
 
+/* A bundle's host module that another C compiler built: taken where it loads here with its
+ * symbol (a library its CC linked that is missing here, another CPU's build: compiled here
+ * instead, as before such modules were taken) */
+static int accept_host(void *user, const char *origin, const void *bytes, size_t n) {
+  const host_job *j = user;
+  da__host_module m;
+  memset(&m, 0, sizeof m);
+  if (load_from_bytes(j->ctx, bytes, n, j->symbol, &m) == DA_OK) {
+    da__host_module_unload(&m);
+    return 1;
+  }
+  da__log(DA_LOG_WARN, "bundle %s: host kernel %s, built by another C compiler, does not load here (%s)", origin,
+          j->symbol, da_context_last_error(j->ctx));
+  da__clear_error(j->ctx);
+  return 0;
+}
+
 static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *out) {
   const host_job *j = arg;
   /* artifact key: the source's key plus what turns it into a shared object here */
@@ -217,7 +236,7 @@ static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *ou
   void *bytes = NULL;
   size_t n = 0;
   DA_TRY(da__kernel_cache_find_or_build(ctx, j->cache, "host", key, j->render_key, j->symbol, build_host, (void *)j,
-                                        NULL, meta, &bytes, &n, path, sizeof path));
+                                        accept_host, meta, &bytes, &n, path, sizeof path));
   /* the cache's file where there is one (no copy); where that cannot be loaded, the bytes
    * its lookup verified: another process may have evicted or cleared the entry since, or
    * the cache's folder may be mounted noexec */
@@ -236,7 +255,7 @@ static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *ou
 da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c, const char *key,
                                     const char *source, const char *symbol,
                                     const da__host_module **mod) {
-  host_job j = {c, source, symbol, key};
+  host_job j = {c, source, symbol, key, ctx};
   const da__kpayload *pl = NULL; /* set when get returns DA_OK (gcc cannot see it through DA_TRY) */
   DA_TRY(da__kernel_cache_get(ctx, c, key, produce_host, &j, &pl));
   *mod = &pl->host;

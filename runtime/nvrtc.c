@@ -181,6 +181,11 @@ static da_status ensure(const da_context *ctx) {
   return DA_OK;
 }
 
+int da__nvrtc_available(void) {
+  pthread_once(&g_once, nvrtc_init);
+  return g.ok;
+}
+
 da_status da__nvrtc_version(const da_context *ctx, int *major, int *minor) {
   DA_TRY(ensure(ctx));
   if (major) *major = g.major;

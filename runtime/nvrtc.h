@@ -26,6 +26,8 @@ typedef struct {
  * $DILATTN_NVRTC_LIB when set (and only from there), else libnvrtc.so.13,
  * libnvrtc.so.12, libnvrtc.so, then libnvrtc.so* under $CUDA_HOME/lib64, $CUDA_PATH/lib64
  * and /usr/local/cuda/lib64. DA_ERR_UNSUPPORTED, naming what was tried, when absent. */
+/* Whether NVRTC can be used (loaded once a process); no error recorded. */
+DA_HIDDEN int da__nvrtc_available(void);
 DA_HIDDEN da_status da__nvrtc_version(const da_context *ctx, int *major, int *minor);
 
 /* DA_OK when this NVRTC can compile for arch ("sm_90", "sm_90a"); else

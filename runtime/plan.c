@@ -4,6 +4,7 @@
  * runs the kernel over (batch, head) pairs split across threads. */
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/fileio.h"
 #include "runtime/kernel_cache.h"
@@ -484,8 +485,10 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
       }
     }
     if (st == DA_OK && be == DA_BACKEND_CUDA) st = da__cuda_plan_create(ctx, &ctx->kernels, p->r, &p->spec, &p->cuda);
-    const int soft =
-        st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE || (st == DA_ERR_UNSUPPORTED && da__jit_disabled());
+    /* (a kernel found nowhere where nothing can compile it: JIT off, or a CUDA plan without
+     * NVRTC, which runs what bundles hold: the fallbacks may be there) */
+    const int soft = st == DA_ERR_INVALID_ARGUMENT || st == DA_ERR_COMPILE ||
+                     (st == DA_ERR_UNSUPPORTED && (da__jit_disabled() || (be == DA_BACKEND_CUDA && !da__nvrtc_available())));
     if (st == DA_OK ||
         !((soft && fallbacks) || ((soft || st == DA_ERR_GENERATOR || st == DA_ERR_UNSUPPORTED) && from_tuning)))
       break;

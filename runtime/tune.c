@@ -14,6 +14,7 @@
 
 #include "gen/render.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/png.h"
 #include "runtime/tuning_db.h"
@@ -505,8 +506,14 @@ int da__cmd_tune(int argc, char **argv) {
     if (st != DA_OK)
       fprintf(stderr, "dilattn: error: tune: %s%s\n", st == DA_ERR_INVALID_ARGUMENT ? "" : "the CUDA backend: ",
               da_context_last_error(bctx));
+    int maj, min; /* (a GPU without NVRTC runs bundled kernels; a sweep compiles its candidates) */
+    const int no_nvrtc = st == DA_OK && backend == DA_BACKEND_CUDA && da__nvrtc_version(bctx, &maj, &min) != DA_OK;
+    if (no_nvrtc)
+      fprintf(stderr, "dilattn: error: tune: the CUDA backend's sweep compiles every candidate: %s (--backend host "
+                      "tunes the host backend)\n", da_context_last_error(bctx));
     da_context_destroy(bctx);
     if (st != DA_OK) return st == DA_ERR_INVALID_ARGUMENT ? 2 : 4;
+    if (no_nvrtc) return 4;
   }
   /* every config loaded and validated before anything is tuned or written */
   da_spec *specs = calloc((size_t)nconf, sizeof *specs);

@@ -125,7 +125,11 @@ static int env_mask(const da_context *ctx, const char *header) {
       int same = 1;
       for (const char *const *key = ENV_KEYS[k]; *key; key++) {
         json_t *x = json_object_get(there, *key), *y = json_object_get(here, *key);
-        same &= x && y && json_equal(x, y);
+        /* (no NVRTC here: the CUDA kernels come built, from bundles; the timings are the
+         * GPU's) */
+        const int any = k == 1 && !strcmp(*key, "nvrtc") && !strcmp(json_string_value(y) ? json_string_value(y) : "",
+                                                                     "none");
+        same &= any || (x && y && json_equal(x, y));
       }
       if (same) mask |= 1 << k;
     }
@@ -257,12 +261,10 @@ static void format_record(const da__tune_record *r, FILE *f) {
 
 /* Every record of the database at path (malloc'ed into *out: all backends'), the header's
  * env_mask in *mask and its line in *header (malloc'ed; NULL for a missing file: then 0
- * records and mask both backends). -1 for a file of no backend here (*mismatch set), not
- * a tuning database, or unreadable. */
-static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch, int *mask,
-                   char **header) {
+ * records and mask both backends). -1 for a file that is not a tuning database, or
+ * unreadable. */
+static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mask, char **header) {
   *out = NULL, *header = NULL, *mask = ENV_HOST | ENV_CUDA;
-  if (mismatch) *mismatch = 0;
   FILE *f = fopen(path, "r");
   if (!f) return errno == ENOENT ? 0 : -1;
   char *line = NULL;
@@ -274,8 +276,7 @@ static int read_db(const da_context *ctx, const char *path, da__tune_record **ou
     if (first) {
       first = 0;
       *mask = env_mask(ctx, line);
-      if (*mask <= 0) {
-        if (mismatch) *mismatch = *mask == 0; /* else not a tuning database */
+      if (*mask < 0) { /* not a tuning database */
         n = -1;
         break;
       }
@@ -304,9 +305,16 @@ int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_rec
                            int *skipped) {
   int mask, n;
   char *header;
-  n = read_db(ctx, path, out, mismatch, &mask, &header);
+  if (mismatch) *mismatch = 0;
+  n = read_db(ctx, path, out, &mask, &header);
   free(header);
   if (skipped) *skipped = 0;
+  if (n >= 0 && mask == 0) { /* another machine's or library's: nothing of it counts */
+    free(*out);
+    *out = NULL;
+    if (mismatch) *mismatch = 1;
+    return -1;
+  }
   int kept = 0;
   for (int i = 0; i < n; i++) /* the records of a backend whose environment differs here: not used */
     if (backend_bit((*out)[i].backend) & mask) (*out)[kept++] = (*out)[i];
@@ -342,6 +350,43 @@ static da_status unmergeable(const da_context *ctx, const char *path, int mismat
                        path);
 }
 
+static int listed(const char *const *keys, const char *key) {
+  for (; *keys; keys++)
+    if (!strcmp(*keys, key)) return 1;
+  return 0;
+}
+
+/* The header a merge of backend bit's records into a file of header old (NULL: a new file),
+ * env_mask mask and records recs writes: the file's own where its fields of that backend are
+ * this environment's; where no record depends on the fields that differ (none of that
+ * backend, none of the other on a field they share: the library), the file's with them made
+ * this environment's; NULL where records were timed elsewhere (malloc'ed) */
+static char *merge_header(const da_context *ctx, const char *old, int mask, const da__tune_record *recs, int n,
+                          int bit) {
+  if (!old) return strdup(da__tuning_env_for(ctx));
+  if (mask & bit) return strdup(old);
+  int has[3] = {0, 0, 0}; /* by ENV_* bit */
+  for (int i = 0; i < n; i++) has[backend_bit(recs[i].backend)] = 1;
+  if (has[bit]) return NULL;
+  json_t *a, *b, *there, *here;
+  env_pair(ctx, old, &a, &b, &there, &here);
+  char *out = NULL;
+  if (json_is_object(there) && json_is_object(here)) {
+    const int k = bit == ENV_HOST ? 0 : 1, obit = bit == ENV_HOST ? ENV_CUDA : ENV_HOST;
+    int ok = 1;
+    for (const char *const *key = ENV_KEYS[k]; *key && ok; key++) {
+      json_t *x = json_object_get(there, *key), *y = json_object_get(here, *key);
+      if (!y || (x && json_equal(x, y))) continue;
+      if (has[obit] && listed(ENV_KEYS[1 - k], *key)) ok = 0; /* the other backend's records depend on it */
+      else json_object_set(there, *key, y);
+    }
+    if (ok) out = json_dumps(a, JSON_COMPACT);
+  }
+  json_decref(a);
+  json_decref(b);
+  return out;
+}
+
 da_status da__tuning_db_check(const da_context *ctx, const char *path, const char *backend) {
   struct stat st;
   if (stat(path, &st) == 0) { /* a folder or a FIFO read as no records (or hung) */
@@ -354,10 +399,11 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
   }
   da__tune_record *old = NULL;
   char *header;
-  int mismatch = 0, mask, nold = read_db(ctx, path, &old, &mismatch, &mask, &header);
+  int mask, nold = read_db(ctx, path, &old, &mask, &header);
+  char *next = nold < 0 ? NULL : merge_header(ctx, header, mask, old, nold, backend_bit(backend));
   free(old), free(header);
-  if (nold < 0) return unmergeable(ctx, path, mismatch);
-  if (!(mask & backend_bit(backend))) return unmergeable(ctx, path, 1); /* another GPU's, say, for a CUDA sweep */
+  if (!next) return unmergeable(ctx, path, nold >= 0); /* another GPU's records, say, for a CUDA sweep */
+  free(next);
   DA_RETURN_IF(da__can_write_beside(path) != 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path,
                strerror(errno));
   return DA_OK;
@@ -371,12 +417,17 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   da__tune_record *old = NULL;
-  char *header = NULL;
-  int mismatch = 0, mask, nold = read_db(ctx, path, &old, &mismatch, &mask, &header), fits = 1;
-  for (int j = 0; j < n; j++) fits &= (backend_bit(recs[j].backend) & mask) != 0;
+  char *header = NULL, *next = NULL;
+  int mask, nold = read_db(ctx, path, &old, &mask, &header);
+  /* (a sweep's records are one backend's: the first one's) */
+  if (nold >= 0)
+    next = n > 0 ? merge_header(ctx, header, mask, old, nold, backend_bit(recs[0].backend))
+                 : strdup(header ? header : da__tuning_env_for(ctx));
+  for (int j = 1; j < n && next; j++)
+    if (strcmp(recs[j].backend, recs[0].backend)) free(next), next = NULL;
   da_status st = DA_OK;
-  if (nold < 0 || !fits) {
-    st = unmergeable(ctx, path, nold < 0 ? mismatch : 1);
+  if (!next) {
+    st = unmergeable(ctx, path, nold >= 0);
   } else {
     /* the temp beside it with the database's own mode (mkstemp's 0600 made a shared 0644
      * file private at the first merge) */
@@ -388,10 +439,8 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
       if (tfd >= 0) close(tfd), unlink(tmp);
       st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot write next to %s: %s", path, strerror(e));
     } else {
-      /* the header the old records were timed under (the fields of recs' backend are the
-       * same here; the other backend's, another compiler's say, stay its records'), or
-       * this environment for a new file */
-      fprintf(f, "%s\n", header ? header : da__tuning_env_for(ctx));
+      /* the header merge_header made (the records' timings and its fields agree) */
+      fprintf(f, "%s\n", next);
       for (int i = 0; i < nold; i++) {
         int replaced = 0;
         for (int j = 0; j < n && !replaced; j++) replaced = same_slot(&old[i], &recs[j]);
@@ -406,7 +455,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
       }
     }
   }
-  free(old), free(header);
+  free(old), free(header), free(next);
   flock(fd, LOCK_UN);
   close(fd);
   return st;

@@ -13,7 +13,10 @@
 
 #include "gen/render.h"
 #include "reference.h"
+#include "runtime/fileio.h"
 #include "runtime/tuning_db.h"
+
+#include <jansson.h>
 #include "test_util.h"
 
 static da_spec small_spec(void) {
@@ -488,6 +491,58 @@ static void test_tuning_batches(void) {
   rm_tree(dir);
 }
 
+/* A database's header fields count only where records depend on them: a file of another
+ * CPU (the host's field) that holds only CUDA records takes a host sweep, its header's cpu
+ * made this machine's and the CUDA records kept; with a host record of that other CPU in
+ * it, the sweep is refused and nothing changes */
+static void test_tuning_other_backend(void) {
+  char dir[] = "/tmp/dilattn-test-api-XXXXXX", db[200];
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(db, sizeof db, "%s/tuning.jsonl", dir);
+  da_context *ctx;
+  da_context_create(&ctx);
+  for (int with_host = 0; with_host < 2; with_host++) {
+    /* this environment's header with another cpu, a CUDA record, and (second case) a host one */
+    json_t *h = json_loads(da__tuning_env(), 0, NULL);
+    json_object_set_new(json_object_get(h, "env"), "cpu", json_string("another CPU"));
+    char *hs = json_dumps(h, JSON_COMPACT);
+    json_decref(h);
+    FILE *f = fopen(db, "w");
+    fprintf(f, "%s\n", hs);
+    static const char *const rec = "{\"backend\":\"%s\",\"batch\":1,\"bucket\":12,\"cuda_mma\":0,\"default\":true,"
+                                   "\"fused_min_queries\":0,\"label\":\"\",\"max_ms\":1,\"median_ms\":1,\"min_ms\":1,\"reps\":1,"
+                                   "\"seq_len\":4096,\"spec_hash\":\"%064d\",\"status\":\"ok\",\"strategy\":\"fused\","
+                                   "\"tile_k\":0,\"tile_q\":0}\n";
+    fprintf(f, rec, "cuda", 1);
+    if (with_host) fprintf(f, rec, "host", 2);
+    fclose(f);
+    free(hs);
+    da__tune_record r;
+    memset(&r, 0, sizeof r);
+    memset(r.spec_hash, 'b', 64);
+    snprintf(r.backend, sizeof r.backend, "host");
+    snprintf(r.status, sizeof r.status, "ok");
+    snprintf(r.strategy, sizeof r.strategy, "fused");
+    r.seq_len = 4096, r.batch = 1, r.bucket = da__tuning_bucket(4096), r.reps = 1, r.median_ms = 1.0;
+    const da_status chk = da__tuning_db_check(ctx, db, "host"), st = da__tuning_db_merge(ctx, db, &r, 1);
+    size_t len = 0;
+    char *text = da__read_file(db, &len);
+    const int other_cpu = text && strstr(text, "another CPU") != NULL, cuda_kept = text && strstr(text, "\"cuda\"");
+    if (!with_host)
+      TU_CHECK(chk == DA_OK && st == DA_OK && !other_cpu && cuda_kept,
+               "a host sweep into another CPU's file of CUDA records: check %s, merge %s, cpu %s, CUDA record %s",
+               da_status_name(chk), da_status_name(st), other_cpu ? "kept" : "made this one's",
+               cuda_kept ? "kept" : "lost");
+    else
+      TU_CHECK(chk == DA_ERR_IO && st == DA_ERR_IO && other_cpu && strstr(da_context_last_error(ctx), "cpu"),
+               "a host sweep into another CPU's file with a host record: check %s, merge %s (%s)", da_status_name(chk),
+               da_status_name(st), da_context_last_error(ctx));
+    free(text);
+  }
+  da_context_destroy(ctx);
+  rm_tree(dir);
+}
+
 /* The host backend's out and lse for spec at (B = 1, N) against the float64 reference. */
 static int matches_reference(da_context *ctx, const da_spec *s, const da_plan_options *opts, int64_t N) {
   da_plan *p = NULL;
@@ -571,6 +626,7 @@ int main(void) {
   test_default_mma();
   test_sigchld_ignored();
   test_tuning_batches();
+  test_tuning_other_backend();
   test_lcm_overflow(ctx);
   test_long_kernel_name(ctx);
   test_unit_tiles(ctx);

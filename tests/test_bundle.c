@@ -92,7 +92,7 @@ static void test_newest_first(void) {
   }
   void *bytes = NULL;
   size_t n = 0;
-  TU_CHECK(da__bundles_find(b, "host", key, src, &bytes, &n) == 1 && n == sizeof new_art && !memcmp(bytes, new_art, n),
+  TU_CHECK(da__bundles_find(b, "host", key, &bytes, &n) == 1 && n == sizeof new_art && !memcmp(bytes, new_art, n),
            "lookup after re-registration: %s", bytes ? (const char *)bytes : "(none)");
   free(bytes);
   da__bundles_destroy(b);
@@ -122,7 +122,7 @@ static void test_damaged_newer(void) {
              "register %s: %s", origins[v], da_context_last_error(ctx));
   void *bytes = NULL;
   size_t n = 0;
-  TU_CHECK(da__bundles_find(b, "host", key, src, &bytes, &n) == 1 && n == sizeof sound && !memcmp(bytes, sound, n),
+  TU_CHECK(da__bundles_find(b, "host", key, &bytes, &n) == 1 && n == sizeof sound && !memcmp(bytes, sound, n),
            "a damaged newer copy hides the sound older one: %s", bytes ? (const char *)bytes : "(a miss)");
   free(bytes);
   static const char *const bad_sizes[4] = {NULL, "\"13\"", "13.0", "null"};
@@ -298,6 +298,31 @@ int main(int argc, char **argv) {
     }
     if (was) setenv("CC", saved, 1);
     else unsetenv("CC");
+  }
+
+  /* 5c. another compiler's module that does not load here (its CC linked a library this
+   * machine lacks): not taken, compiled here (it failed the plan) */
+  {
+    char ldir[700], lbundle[700], lmanifest[800], cc[900], *lcmd = NULL;
+    snprintf(ldir, sizeof ldir, "%s/libx", base);
+    snprintf(lbundle, sizeof lbundle, "%s/libx-bundle", base);
+    snprintf(cc, sizeof cc, "cc -L%s -Wl,--no-as-needed -ldilattnx", ldir);
+    TU_CHECK(asprintf(&lcmd,
+             "mkdir -p %s %s && echo 'int dilattnx(void) { return 1; }' > %s/x.c && cc -shared -fPIC -o "
+             "%s/libdilattnx.so %s/x.c && CC='%s' DILATTN_CACHE_DIR=%s/libx-cache %s gen %s --compile --bundle lx -o %s "
+             "> /dev/null && rm %s/libdilattnx.so",
+             ldir, lbundle, ldir, ldir, ldir, cc, base, argv[1], cfg, lbundle, ldir) > 0 && system(lcmd) == 0,
+             "a bundle whose CC links libdilattnx");
+    free(lcmd);
+    snprintf(lmanifest, sizeof lmanifest, "%s/manifest.json", lbundle);
+    fresh_cache("5c");
+    da_context_create(&c);
+    TU_CHECK(da_context_register_bundle(c, lmanifest) == DA_OK, "register: %s", da_context_last_error(c));
+    TU_CHECK(runs(c), "a bundle's module that does not load here: %s", da_context_last_error(c));
+    kc = da__context_kernels(c);
+    TU_CHECK(kc->bundle_hits == 0 && kc->builds == 1, "a module that does not load here: bundle %lld builds %lld",
+             kc->bundle_hits, kc->builds);
+    da_context_destroy(c);
   }
 
   /* 6. a corrupt artifact: skipped with a warning, JIT */

@@ -861,9 +861,9 @@ static void test_host_only(const char *fake) {
   unsetenv("DILATTN_BACKEND");
 }
 
-/* A CUDA bundle (`gen --mma auto --compile --bundle`) of LongNet 2-branch for the fake
- * device's sm_90, in dir/bundle: 1 where the CLI made it */
-static int make_cuda_bundle(const char *cli, const char *dir) {
+/* A CUDA bundle (`gen --mma MMA --compile --bundle`) of LongNet 2-branch for the fake
+ * device's sm_90, in dir/SUB: 1 where the CLI made it */
+static int make_cuda_bundle(const char *cli, const char *dir, const char *mma, const char *sub) {
   const da_spec s = longnet(2, 0);
   char cfg[600], cmd[2000];
   snprintf(cfg, sizeof cfg, "%s/longnet2.json", dir);
@@ -873,15 +873,15 @@ static int make_cuda_bundle(const char *cli, const char *dir) {
   fputs(js, f);
   fclose(f);
   free(js);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s/bundle' && '%s' gen --target cuda --arch sm_90 --mma auto --compile "
-                            "--bundle fk -o '%s/bundle' '%s' > /dev/null", dir, cli, dir, cfg);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s/%s' && '%s' gen --target cuda --arch sm_90 --mma %s --compile "
+                            "--bundle fk -o '%s/%s' '%s' > /dev/null", dir, sub, cli, mma, dir, sub, cfg);
   return system(cmd) == 0;
 }
 
-/* A plan of LongNet 2-branch (AUTO, no options) in a new context with manifest registered
+/* A plan of LongNet 2-branch (AUTO, cuda_mma mma) in a new context with manifest registered
  * (none: NULL) and a fresh disk cache (dir/name); its bundle hits and builds */
-static da_status bundle_plan(const char *dir, const char *name, const char *manifest, da_backend *got,
-                             long long *hits, long long *builds, char *err, size_t cap) {
+static da_status bundle_plan_mma(const char *dir, const char *name, const char *manifest, int mma, da_backend *got,
+                                 long long *hits, long long *builds, char *err, size_t cap) {
   char cache[700];
   snprintf(cache, sizeof cache, "%s/%s", dir, name);
   setenv("DILATTN_CACHE_DIR", cache, 1);
@@ -890,7 +890,10 @@ static da_status bundle_plan(const char *dir, const char *name, const char *mani
   da_status st = manifest ? da_context_register_bundle(ctx, manifest) : DA_OK;
   da_plan *p = NULL;
   const da_spec s = longnet(2, 0);
-  if (st == DA_OK) st = da_plan_create(ctx, &s, DA_BACKEND_AUTO, &p);
+  da_plan_options o;
+  memset(&o, 0, sizeof o);
+  o.cuda_mma = mma;
+  if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_AUTO, &o, &p);
   *got = p ? da_plan_backend(p) : DA_BACKEND_AUTO;
   *hits = da__context_kernels(ctx)->bundle_hits, *builds = da__context_kernels(ctx)->builds;
   snprintf(err, cap, "%s", st == DA_OK ? "" : da_context_last_error(ctx));
@@ -898,14 +901,68 @@ static da_status bundle_plan(const char *dir, const char *name, const char *mani
   da_context_destroy(ctx);
   return st;
 }
+static da_status bundle_plan(const char *dir, const char *name, const char *manifest, da_backend *got,
+                             long long *hits, long long *builds, char *err, size_t cap) {
+  return bundle_plan_mma(dir, name, manifest, 0, got, hits, builds, err, cap);
+}
+
+/* A copy of dir/bundle's manifest as another NVRTC's build would have it (each artifact key
+ * changed): dir/bundle/manifest-other.json, its path into other */
+static void write_other_nvrtc_manifest(const char *dir, char *other, size_t cap) {
+  char manifest[700];
+  snprintf(manifest, sizeof manifest, "%s/bundle/manifest.json", dir);
+  snprintf(other, cap, "%s/bundle/manifest-other.json", dir);
+  size_t len = 0;
+  char *text = da__read_file(manifest, &len);
+  TU_CHECK(text != NULL, "read %s", manifest);
+  if (!text) return;
+  int edited = 0;
+  for (char *at = text; (at = strstr(at, "\"key\": \"")) != NULL; at += 8, edited++)
+    at[8] = at[8] == '0' ? '1' : '0'; /* each artifact key's first hex digit */
+  FILE *f = fopen(other, "w");
+  if (f) fputs(text, f), fclose(f);
+  free(text);
+  TU_CHECK(f && edited > 0, "the manifest of another NVRTC (%d keys)", edited);
+}
 
 /* Without NVRTC (a child: NVRTC is opened once a process) a GPU is still the CUDA backend's:
  * AUTO gives a CUDA plan from a bundle, JIT off or not, and where no bundle holds the
  * kernel an error that says NVRTC is missing, never a host plan that would take a
  * program's device pointers for its own (it did both: a bundle was of no use without the
  * NVRTC that built it) */
-static void test_bundle_without_nvrtc(const char *dir) {
+static void test_bundle_without_nvrtc(const char *dir, const char *cli, const char *templates) {
   setenv("DILATTN_NVRTC_LIB", "/nonexistent/libnvrtc.so", 1);
+  { /* the CLI: run (its own host arrays) takes the host backend with a warning; tune --backend
+     * cuda is refused before anything is written (it tried every candidate, exit 3) */
+    char ex[800], out[900], *cmd = NULL;
+    snprintf(ex, sizeof ex, "%s/../tests/data/example", templates);
+    snprintf(out, sizeof out, "%s/cli-no-nvrtc", dir);
+    const int rc = asprintf(&cmd,
+                            "mkdir -p %s && cd %s && DILATTN_CACHE_DIR=%s/cache '%s' run %s/longnet.json --q %s/q.npy "
+                            "--k %s/k.npy --v %s/v.npy -o o.npy > run.out 2> run.err",
+                            out, out, out, cli, ex, ex, ex, ex) < 0 ? -1 : system(cmd);
+    free(cmd);
+    char path[1000];
+    snprintf(path, sizeof path, "%s/run.out", out);
+    size_t len = 0;
+    char *so = da__read_file(path, &len);
+    snprintf(path, sizeof path, "%s/run.err", out);
+    char *se = da__read_file(path, &len);
+    TU_CHECK(rc == 0 && so && strstr(so, "\"backend\":\"host\"") && se && strstr(se, "running on the host backend"),
+             "run without NVRTC, a GPU and no bundle: the host backend, with a warning (rc %d: %s %s)", rc,
+             so ? so : "", se ? se : "");
+    free(so), free(se);
+    const int trc = asprintf(&cmd, "cd %s && '%s' tune %s/longnet.json --seq-len 256 --backend cuda --db tune.jsonl "
+                                   "> tune.out 2> tune.err", out, cli, ex) < 0 ? -1 : system(cmd);
+    free(cmd);
+    snprintf(path, sizeof path, "%s/tune.err", out);
+    se = da__read_file(path, &len);
+    snprintf(path, sizeof path, "%s/tune.jsonl", out);
+    TU_CHECK(WIFEXITED(trc) && WEXITSTATUS(trc) == 4 && se && strstr(se, "NVRTC") && access(path, F_OK) != 0,
+             "tune --backend cuda without NVRTC: exit 4 before anything is written (%d: %s)",
+             WIFEXITED(trc) ? WEXITSTATUS(trc) : -1, se ? se : "");
+    free(se);
+  }
   char manifest[700], err[2048];
   snprintf(manifest, sizeof manifest, "%s/bundle/manifest.json", dir);
   da_backend got;
@@ -921,6 +978,64 @@ static void test_bundle_without_nvrtc(const char *dir) {
              jit ? "on" : "off", da_status_name(st), (int)got, hits, builds, err);
     unsetenv("DILATTN_DISABLE_JIT");
   }
+  /* a bundle of wgmma-ws alone: the default (wgmma-ws-tma) is nowhere and cannot be
+   * compiled, so the plan falls back to what the bundle holds, as with JIT off (it failed) */
+  char ws_manifest[700];
+  snprintf(ws_manifest, sizeof ws_manifest, "%s/bundle-ws/manifest.json", dir);
+  st = bundle_plan(dir, "no-nvrtc-ws", ws_manifest, &got, &hits, &builds, err, sizeof err);
+  TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && hits >= 1 && builds == 0,
+           "no NVRTC, a bundle of the default's fallback alone: a CUDA plan from it (%s, %lld bundle hits: %s)",
+           da_status_name(st), hits, err);
+  /* another NVRTC's bundle whose cubin this driver refuses, and no NVRTC: the error says so */
+  char other[700];
+  write_other_nvrtc_manifest(dir, other, sizeof other);
+  setenv("FAKE_CUDA_REFUSE_IMAGES", "1", 1);
+  st = bundle_plan_mma(dir, "no-nvrtc-refused", other, 6, &got, &hits, &builds, err, sizeof err); /* (named: no fallback) */
+  unsetenv("FAKE_CUDA_REFUSE_IMAGES");
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(err, "refuses the bundle's build") && strstr(err, "NVRTC not available"),
+           "no NVRTC, another NVRTC's cubin refused: the error names both (%s: %s)", da_status_name(st), err);
+  /* a tuning database of this GPU written where NVRTC 13.0 was: its CUDA records count here
+   * (the kernels come built; it was "another environment", nvrtc "none" here) */
+  char db[700];
+  snprintf(db, sizeof db, "%s/no-nvrtc-tuning.jsonl", dir);
+  unlink(db);
+  da__tune_record r;
+  memset(&r, 0, sizeof r);
+  const da_spec s = longnet(2, 0);
+  char *js = da_spec_to_json(&s);
+  da__sha256_hex(js, strlen(js), r.spec_hash);
+  free(js);
+  snprintf(r.backend, sizeof r.backend, "cuda");
+  snprintf(r.status, sizeof r.status, "ok");
+  snprintf(r.strategy, sizeof r.strategy, "fused");
+  r.seq_len = 65536, r.batch = 1, r.bucket = da__tuning_bucket(65536), r.params.cuda_mma = 4; /* wgmma-ws */
+  r.median_ms = r.min_ms = r.max_ms = 1.0, r.reps = 1;
+  da_context *ctx;
+  da_context_create(&ctx);
+  TU_CHECK(da__tuning_db_merge(ctx, db, &r, 1) == DA_OK, "tuning db: %s", da_context_last_error(ctx));
+  da_context_destroy(ctx);
+  size_t len = 0;
+  char *text = da__read_file(db, &len), *at = text ? strstr(text, "\"nvrtc\":\"none\"") : NULL;
+  TU_CHECK(at != NULL, "the header's nvrtc: %s", text ? text : "(no file)");
+  if (at) {
+    FILE *f = fopen(db, "w");
+    fprintf(f, "%.*s\"nvrtc\":\"13.0\"%s", (int)(at - text), text, at + strlen("\"nvrtc\":\"none\""));
+    fclose(f);
+  }
+  free(text);
+  setenv("DILATTN_TUNING_DB", db, 1);
+  unsetenv("DILATTN_TUNING");
+  da_context_create(&ctx);
+  TU_CHECK(da_context_register_bundle(ctx, manifest) == DA_OK, "register: %s", da_context_last_error(ctx));
+  da_plan *p = NULL;
+  st = da_plan_create(ctx, &s, DA_BACKEND_AUTO, &p);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw"),
+           "no NVRTC, a tuning record of wgmma-ws from where NVRTC 13.0 was: its kernel (%s)",
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  setenv("DILATTN_TUNING", "0", 1);
+  unsetenv("DILATTN_TUNING_DB");
   unsetenv("DILATTN_NVRTC_LIB");
 }
 
@@ -928,20 +1043,8 @@ static void test_bundle_without_nvrtc(const char *dir) {
  * the manifest's edited) serves before anything compiles, unless the driver refuses its
  * cubin (as a driver older than that NVRTC does): then it compiles here */
 static void test_bundle_other_nvrtc(const char *dir) {
-  char manifest[700], other[700], err[2048];
-  snprintf(manifest, sizeof manifest, "%s/bundle/manifest.json", dir);
-  snprintf(other, sizeof other, "%s/bundle/manifest-other.json", dir);
-  size_t len = 0;
-  char *text = da__read_file(manifest, &len);
-  TU_CHECK(text != NULL, "read %s", manifest);
-  if (!text) return;
-  int edited = 0;
-  for (char *at = text; (at = strstr(at, "\"key\": \"")) != NULL; at += 8, edited++)
-    at[8] = at[8] == '0' ? '1' : '0'; /* each artifact key's first hex digit */
-  FILE *f = fopen(other, "w");
-  if (f) fputs(text, f), fclose(f);
-  free(text);
-  TU_CHECK(f && edited > 0, "the manifest of another NVRTC (%d keys)", edited);
+  char other[700], err[2048];
+  write_other_nvrtc_manifest(dir, other, sizeof other);
   da_backend got;
   long long hits, builds;
   da_status st = bundle_plan(dir, "other-nvrtc-0", other, &got, &hits, &builds, err, sizeof err);
@@ -1297,6 +1400,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI]\n", argv[0]);
     return 2;
   }
+  for (int i = 1; i < argc && i <= 3; i++) { /* absolute: the CLI's checks run it from another folder */
+    char *abs_path = realpath(argv[i], NULL);
+    if (abs_path) argv[i] = abs_path; /* (kept for the process) */
+  }
   char cache[] = "/tmp/dilattn-fake-XXXXXX";
   if (!mkdtemp(cache)) return 2;
   snprintf(log_path, sizeof log_path, "%s/launches.log", cache);
@@ -1325,12 +1432,14 @@ int main(int argc, char **argv) {
   }
   TU_CHECK(!child_failed, "the checks under driver %d (a child process) failed", child_failed);
   { /* a CUDA bundle without NVRTC, likewise in a child */
-    TU_CHECK(argc > 3 && make_cuda_bundle(argv[3], cache), "a CUDA bundle from %s", argc > 3 ? argv[3] : "(no CLI)");
+    TU_CHECK(argc > 3 && make_cuda_bundle(argv[3], cache, "auto", "bundle") &&
+                 make_cuda_bundle(argv[3], cache, "wgmma-ws", "bundle-ws"),
+             "CUDA bundles from %s", argc > 3 ? argv[3] : "(no CLI)");
     fflush(NULL);
     const pid_t child = fork();
     if (child == 0) {
       tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
-      test_bundle_without_nvrtc(cache);
+      test_bundle_without_nvrtc(cache, argv[3], argv[2]);
       const int rc = tu_report();
       fflush(NULL);
       _exit(rc);

@@ -90,12 +90,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (!arch || !key) continue;
       void *bytes = NULL;
       size_t n = 0;
-      if (da__bundles_find(b, arch, key, sk, &bytes, &n)) {
+      if (da__bundles_find(b, arch, key, &bytes, &n)) {
         if (!bytes) abort();
         free(bytes);
       }
       bytes = NULL;
-      if (da__bundles_find(b, "sm_00", key, sk, &bytes, &n)) free(bytes);
+      if (da__bundles_find(b, "sm_00", key, &bytes, &n)) free(bytes);
+      da__bundles_note_other_arch(b, "sm_00", sk);
+      bytes = NULL; /* another compiler's build of the source: any artifact of it */
+      if (da__bundles_find_source(b, arch, "0000000000000000000000000000000000000000000000000000000000000000", sk, NULL,
+                                  NULL, &bytes, &n)) {
+        if (!bytes) abort();
+        free(bytes);
+      }
     }
   }
   json_decref(root);
