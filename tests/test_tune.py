@@ -118,15 +118,21 @@ try:
     # records count (a database was whole or nothing: one GPU, compiler or NVRTC of
     # another made every record of it unused), and a host sweep merges into it keeping the
     # header; one the host depends on (cc) leaves them out, with a warning naming it
+    # (one record of tiles other than the defaults made the fastest: the sweep's own best
+    # may be the defaults, which a plan takes tuned or not)
+    fast = [json.loads(x) for x in lines[1:]]
+    pick = next(r for r in fast if r["spec_hash"] == rec_a["spec_hash"] and r["status"] == "ok"
+                and (r["tile_q"], r["tile_k"]) not in ((0, 0), (32, 64)))
+    pick["median_ms"] = 1e-6
     for field, value, used in (("gpu", "another GPU driver 1", True), ("nvrtc", "9.9", True),
                                ("cc", "another-cc", False)):
         other = os.path.join(tmp, f"other-{field}.jsonl")
         header = json.loads(lines[0])
         header["env"][field] = value
-        open(other, "w").write(json.dumps(header) + "\n" + "\n".join(lines[1:]) + "\n")
+        open(other, "w").write(json.dumps(header) + "\n" + "\n".join(json.dumps(r) for r in fast) + "\n")
         p = run(*args, env={"DILATTN_TUNING_DB": other})
         info = json.loads(p.stdout)
-        tuned = info["tile_q"] == want_q and info["tile_k"] == want_k
+        tuned = info["tile_q"] == pick["tile_q"] and info["tile_k"] == pick["tile_k"]
         check(tuned == used and (("warning" in p.stderr and field in p.stderr) != used),
               f"a database of another {field}: tuned {tuned} (want {used}), {p.stderr.strip()}")
         p = run("tune", cfg_b, "--seq-len", "128", "--reps", "1", "--threads", "1", "--db", other)
