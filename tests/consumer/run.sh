@@ -33,6 +33,11 @@ cmake --build "$tmp/build-cxx" >/dev/null
 sleep 1
 touch "$tmp/prefix/bin/dilattn"
 cmake --build "$tmp/build-cxx" | grep -q "dilattn: generating" || { echo "the bundle was not regenerated"; exit 1; }
+# dilattn inside the user's project (add_subdirectory): its library and CLI built there
+# (in-tree: the targets the program needs, not dilattn's tests)
+cmake -S "$src/intree" -B "$tmp/build-intree" -DDILATTN_SOURCE="$src/../.." -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$tmp/build-intree" -j2 --target intree >/dev/null
+DILATTN_DISABLE_JIT=1 DILATTN_CACHE_DIR="$tmp/empty-cache-intree" "$tmp/build-intree/intree"
 # pkg-config user: JIT on, host backend
 unset DILATTN_DISABLE_JIT
 cat > "$tmp/pc.c" <<'C'
