@@ -1395,6 +1395,39 @@ static void test_driver_version(int version, const char *cache) {
   da_context_destroy(ctx);
 }
 
+/* Run fn(arg) in a child process forked now, its checks counted there alone (not the
+ * parent's so far): 1 where they passed */
+static int run_in_child(void (*fn)(void *), void *arg) {
+  fflush(NULL);
+  const pid_t child = fork();
+  if (child == 0) {
+    tu_passed = tu_failed = 0;
+    fn(arg);
+    const int rc = tu_report();
+    fflush(NULL);
+    _exit(rc);
+  }
+  int wst = 0;
+  return child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0;
+}
+
+typedef struct {
+  int version;
+  const char *cache;
+} driver_args;
+static void child_driver_version(void *a) {
+  const driver_args *d = a;
+  test_driver_version(d->version, d->cache);
+}
+typedef struct {
+  const char *cache, *cli, *templates;
+} no_nvrtc_args;
+static void child_without_nvrtc(void *a) {
+  const no_nvrtc_args *n = a;
+  test_bundle_without_nvrtc(n->cache, n->cli, n->templates);
+}
+static void child_devices(void *fake) { test_devices(fake); }
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI]\n", argv[0]);
@@ -1417,51 +1450,18 @@ int main(int argc, char **argv) {
   /* the driver versions, each in a child forked before this process opens the driver (and
    * before any check here: a child inherits the counts), one after the other */
   for (int version = 12000; version <= 12010; version += 10) {
-    fflush(NULL);
-    const pid_t child = fork();
-    if (child == 0) {
-      tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
-      test_driver_version(version, cache);
-      const int rc = tu_report();
-      fflush(NULL);
-      _exit(rc);
-    }
-    int wst = 0;
-    const int ok = child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0;
-    if (!ok) child_failed = version;
+    driver_args da = {version, cache};
+    if (!run_in_child(child_driver_version, &da)) child_failed = version;
   }
   TU_CHECK(!child_failed, "the checks under driver %d (a child process) failed", child_failed);
-  { /* a CUDA bundle without NVRTC, likewise in a child */
-    TU_CHECK(argc > 3 && make_cuda_bundle(argv[3], cache, "auto", "bundle") &&
-                 make_cuda_bundle(argv[3], cache, "wgmma-ws", "bundle-ws"),
-             "CUDA bundles from %s", argc > 3 ? argv[3] : "(no CLI)");
-    fflush(NULL);
-    const pid_t child = fork();
-    if (child == 0) {
-      tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
-      test_bundle_without_nvrtc(cache, argv[3], argv[2]);
-      const int rc = tu_report();
-      fflush(NULL);
-      _exit(rc);
-    }
-    int wst = 0;
-    TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
-             "the checks without NVRTC (a child process) failed");
-  }
-  { /* two devices, likewise in a child */
-    fflush(NULL);
-    const pid_t child = fork();
-    if (child == 0) {
-      tu_passed = tu_failed = 0; /* its own checks alone: not the parent's counts so far */
-      test_devices(argv[1]);
-      const int rc = tu_report();
-      fflush(NULL);
-      _exit(rc);
-    }
-    int wst = 0;
-    TU_CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
-             "the checks on two devices (a child process) failed");
-  }
+  /* a CUDA bundle without NVRTC, likewise in a child */
+  TU_CHECK(argc > 3 && make_cuda_bundle(argv[3], cache, "auto", "bundle") &&
+               make_cuda_bundle(argv[3], cache, "wgmma-ws", "bundle-ws"),
+           "CUDA bundles from %s", argc > 3 ? argv[3] : "(no CLI)");
+  no_nvrtc_args na = {cache, argc > 3 ? argv[3] : "", argv[2]};
+  TU_CHECK(run_in_child(child_without_nvrtc, &na), "the checks without NVRTC (a child process) failed");
+  /* two devices, likewise in a child */
+  TU_CHECK(run_in_child(child_devices, argv[1]), "the checks on two devices (a child process) failed");
   { /* likewise, both forked before either's result is counted here: a worker thread of a
      * device-1 context; a host-only context */
     pid_t child[2];
