@@ -484,6 +484,23 @@ static int cmd_gen(int argc, char **argv) {
                                  units[u].mma ? &uo : NULL, &rendered[u]);
     if (st != DA_OK) rc = fail(exit_code(st), "%s: %s", configs[units[u].conf], da_context_last_error(ctx));
   }
+  /* two instructions may render one kernel (wgmma-ws-tma past its tensor maps keeps
+   * wgmma-ws's copies, and is wgmma-ws): one unit a kernel, its arches joined (it was
+   * compiled and bundled twice) */
+  for (int u = 1; u < nunit && rc == EXIT_OK; u++)
+    for (int v = 0; v < u; v++) {
+      if (units[v].conf != units[u].conf || strcmp(rendered[v].key, rendered[u].key)) continue;
+      for (int k = 0; k < units[u].narch; k++) {
+        int have = 0;
+        for (int m = 0; m < units[v].narch; m++) have |= units[v].arch[m] == units[u].arch[k];
+        if (!have && units[v].narch < 16) units[v].arch[units[v].narch++] = units[u].arch[k];
+      }
+      da__rendered_free(&rendered[u]);
+      memmove(&units[u], &units[u + 1], (size_t)(nunit - u - 1) * sizeof *units);
+      memmove(&rendered[u], &rendered[u + 1], (size_t)(nunit - u - 1) * sizeof *rendered);
+      nunit--, u--;
+      break;
+    }
   /* compile every (kernel, arch) in parallel, then write: a compile that fails leaves
    * nothing written, not the configs before it. The jobs in config order, then --arch
    * order (under --mma auto a config's kernels do not follow it), and so its lines. */

@@ -557,6 +557,17 @@ def test_gen_auto(tmp):
     got = [x.rsplit(".", 2)[-2] for x in out.split()]
     check(rc == 0 and got == ["sm_80", "sm_90a", "sm_86"], f"gen --mma auto --arch sm_80,sm_90,sm_86: exit {rc}, "
           f"arches in the order {got}: {err[-300:]}")
+    # a config whose wgmma-ws-tma plan is wgmma-ws's kernel (a dilation past the tensor maps:
+    # r = 64, 3 x 64 maps > 96): that kernel compiled and bundled once (it was twice)
+    wide = os.path.join(tmp, "wide_r.json")
+    json.dump(dict(segment_lengths=[128], dilation_rates=[64], num_heads=1, head_dim=64, dtype="float16"), open(wide, "w"))
+    d3 = os.path.join(tmp, "auto-wide")
+    os.mkdir(d3)
+    rc, out, err = run("gen", wide, "--target", "cuda", "--mma", "auto", "--report", "--bundle", "wb", "-o", d3)
+    kernels = [k["kernel"] for k in json.load(open(os.path.join(d3, "manifest.json")))["kernels"]] if rc == 0 else []
+    lines = [x for x in out.splitlines() if x.startswith("{")]
+    check(rc == 0 and len(kernels) == len(set(kernels)) == 2 and len(lines) == 2,
+          f"gen --mma auto, r = 64: each kernel once: exit {rc}, {kernels}, {len(lines)} reports: {err[-200:]}")
     # an arch named twice is compiled once (it was twice, with two artifacts of one key in a
     # bundle); a bad item is still named by its place in the list
     rc, out, err = run("gen", paths[1], "--target", "cuda", "--arch", "sm_80,sm_80", "--report", "-o", d2)
