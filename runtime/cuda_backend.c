@@ -74,12 +74,19 @@ da_status da__cuda_check_regs(const da_context *ctx, const char *kernel, int lau
   return DA_OK;
 }
 
+/* Kernel parameters past 4 KiB (a wgmma-ws-tma kernel's tensor maps) need CUDA 12.1's
+ * driver and NVRTC; before them both take 4096 bytes (the CUDA C++ Programming Guide's
+ * function parameters). */
+#define BIG_PARAMS_VERSION 12010
+#define OLD_PARAMS_MAX 4096
+
 typedef struct {
   da__kernel_cache *cache;
   const char *source, *name, *arch, *key, *source_key;
   int launch_regs;
   const da_context *ctx;
   da__cuda *dev;
+  size_t params;     /* the kernels' parameter bytes (past 4 KiB: NVRTC 12.1 or later) */
   char refused[512]; /* a bundle's cubin of another NVRTC this driver refused: why */
 } nvrtc_job;
 
@@ -101,6 +108,10 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
                          "compiled here: %s",
                          j->name, j->arch, why);
   }
+  DA_RETURN_IF(j->params > OLD_PARAMS_MAX && 1000 * maj + 10 * min < BIG_PARAMS_VERSION, DA_ERR_UNSUPPORTED,
+               "%s: its kernels take %zu bytes of parameters, past the 4096 that NVRTC before CUDA 12.1 compiles (%d.%d "
+               "here; a bundle's build of it would serve): update NVRTC, or use cuda_mma 4 (wgmma-ws)",
+               j->name, j->params, maj, min);
   da__nvrtc_result res;
   DA_TRY(da__nvrtc_compile(ctx, j->source, file, j->arch, NVRTC_OPTS, 1, &res));
   da_status st = da__cuda_check_regs(ctx, j->name, j->launch_regs, res.registers);
@@ -167,11 +178,6 @@ static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_sp
 int da__cuda_wgmma_arch(const char *arch) { return !strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a"); }
 
 
-/* Kernel parameters past 4 KiB (a wgmma-ws-tma kernel's tensor maps) need CUDA 12.1's
- * driver and NVRTC; before them both take 4096 bytes (the CUDA C++ Programming Guide's
- * function parameters). */
-#define BIG_PARAMS_VERSION 12010
-#define OLD_PARAMS_MAX 4096
 
 /* The driver's and NVRTC's versions as 1000 * major + 10 * minor, the lesser; 0 where
  * either is unknown (no device, no NVRTC). */
@@ -223,19 +229,19 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
   int maj = 0, min = 0; /* 0.0 without NVRTC: then only a bundle's build serves (its key
                            * names no compiler here; build_cubin says why it cannot compile) */
   if (da__nvrtc_version(ctx, &maj, &min) != DA_OK) da__clear_error(ctx);
+  /* past 4 KiB of parameters: a driver of CUDA 12.1 or later launches them, NVRTC 12.1 or
+   * later compiles them (build_cubin: a bundle's build needs the driver alone) */
   const size_t params = da__cuda_param_bytes(r);
-  if (params > OLD_PARAMS_MAX && !da__cuda_big_params(ctx)) {
-    const int v = toolchain_version(ctx);
+  const int drv = da__cuda_driver_version(dev);
+  if (params > OLD_PARAMS_MAX && drv < BIG_PARAMS_VERSION)
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
                          "%s: its kernels take %zu bytes of parameters (%d tensor maps), past the 4096 that a driver "
-                         "or NVRTC before CUDA 12.1 accepts (the lesser here: %d.%d); update them, or use cuda_mma 4 "
-                         "(wgmma-ws)",
-                         r->kernel_name, params, r->tma_maps, v / 1000, v % 1000 / 10);
-  }
+                         "before CUDA 12.1 accepts (%d.%d here); update it, or use cuda_mma 4 (wgmma-ws)",
+                         r->kernel_name, params, r->tma_maps, drv / 1000, drv % 1000 / 10);
   char arch[16], key[65];
   DA_TRY(da__cuda_compile_arch(ctx, da__cuda_arch(dev), r->cuda_path, arch));
   da__cuda_artifact_key(r->key, arch, maj, min, key);
-  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs, ctx, dev, ""};
+  nvrtc_job job = {cache, r->source, r->kernel_name, arch, key, r->key, r->launch_regs, ctx, dev, params, ""};
   const da__kpayload *pl;
   DA_TRY(da__kernel_cache_get(ctx, cache, key, produce_cubin, &job, &pl));
   /* split plans' rows and persistent grids' counters come from the pool at every

@@ -33,6 +33,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/fileio.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/nvrtc.h"
 #include "runtime/tuning_db.h"
 #include "test_util.h"
 
@@ -863,10 +864,10 @@ static void test_host_only(const char *fake) {
 
 /* A CUDA bundle (`gen --mma MMA --compile --bundle`) of LongNet 2-branch for the fake
  * device's sm_90, in dir/SUB: 1 where the CLI made it */
-static int make_cuda_bundle(const char *cli, const char *dir, const char *mma, const char *sub) {
-  const da_spec s = longnet(2, 0);
+static int make_cuda_bundle(const char *cli, const char *dir, const char *mma, const char *sub, int branches) {
+  const da_spec s = longnet(branches, 0);
   char cfg[600], cmd[2000];
-  snprintf(cfg, sizeof cfg, "%s/longnet2.json", dir);
+  snprintf(cfg, sizeof cfg, "%s/longnet%d.json", dir, branches);
   char *js = da_spec_to_json(&s);
   FILE *f = fopen(cfg, "w");
   if (!f || !js) return free(js), f && fclose(f), 0;
@@ -878,9 +879,10 @@ static int make_cuda_bundle(const char *cli, const char *dir, const char *mma, c
   return system(cmd) == 0;
 }
 
-/* A plan of LongNet 2-branch (AUTO, cuda_mma mma) in a new context with manifest registered
+/* A plan of LongNet (branches, AUTO, cuda_mma mma) in a new context with manifest registered
  * (none: NULL) and a fresh disk cache (dir/name); its bundle hits and builds */
-static da_status bundle_plan_mma(const char *dir, const char *name, const char *manifest, int mma, da_backend *got,
+static da_status bundle_plan_mma(const char *dir, const char *name, const char *manifest, int branches, int mma,
+                                 da_backend *got,
                                  long long *hits, long long *builds, char *err, size_t cap) {
   char cache[700];
   snprintf(cache, sizeof cache, "%s/%s", dir, name);
@@ -889,7 +891,7 @@ static da_status bundle_plan_mma(const char *dir, const char *name, const char *
   da_context_create(&ctx);
   da_status st = manifest ? da_context_register_bundle(ctx, manifest) : DA_OK;
   da_plan *p = NULL;
-  const da_spec s = longnet(2, 0);
+  const da_spec s = longnet(branches, 0);
   da_plan_options o;
   memset(&o, 0, sizeof o);
   o.cuda_mma = mma;
@@ -903,7 +905,7 @@ static da_status bundle_plan_mma(const char *dir, const char *name, const char *
 }
 static da_status bundle_plan(const char *dir, const char *name, const char *manifest, da_backend *got,
                              long long *hits, long long *builds, char *err, size_t cap) {
-  return bundle_plan_mma(dir, name, manifest, 0, got, hits, builds, err, cap);
+  return bundle_plan_mma(dir, name, manifest, 2, 0, got, hits, builds, err, cap);
 }
 
 /* A copy of dir/bundle's manifest as another NVRTC's build would have it (each artifact key
@@ -990,7 +992,7 @@ static void test_bundle_without_nvrtc(const char *dir, const char *cli, const ch
   char other[700];
   write_other_nvrtc_manifest(dir, other, sizeof other);
   setenv("FAKE_CUDA_REFUSE_IMAGES", "1", 1);
-  st = bundle_plan_mma(dir, "no-nvrtc-refused", other, 6, &got, &hits, &builds, err, sizeof err); /* (named: no fallback) */
+  st = bundle_plan_mma(dir, "no-nvrtc-refused", other, 2, 6, &got, &hits, &builds, err, sizeof err); /* (named: no fallback) */
   unsetenv("FAKE_CUDA_REFUSE_IMAGES");
   TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(err, "refuses the bundle's build") && strstr(err, "NVRTC not available"),
            "no NVRTC, another NVRTC's cubin refused: the error names both (%s: %s)", da_status_name(st), err);
@@ -1427,13 +1429,51 @@ static void child_without_nvrtc(void *a) {
   test_bundle_without_nvrtc(n->cache, n->cli, n->templates);
 }
 static void child_devices(void *fake) { test_devices(fake); }
+typedef struct {
+  const char *cache, *shim;
+} old_nvrtc_args;
+/* NVRTC 12.0 (tests/nvrtc_shim.c) and a 13.0 driver: the default is wgmma-ws (the TMA
+ * kernel's maps need NVRTC 12.1 to compile); LongNet 5-branch's TMA kernel (4864 bytes of
+ * parameters) named is refused by NVRTC's version where nothing holds it, and served where a
+ * bundle does (it was refused by the lesser of the two versions, bundle or not) */
+static void child_old_nvrtc(void *a) {
+  const old_nvrtc_args *o = a;
+  setenv("DILATTN_NVRTC_LIB", o->shim, 1);
+  setenv("FAKE_NVRTC_VERSION", "12.0", 1);
+  char manifest[700], err[2048];
+  da_backend got;
+  long long hits, builds;
+  snprintf(manifest, sizeof manifest, "%s/bundle5/manifest.json", o->cache);
+  da_context *ctx;
+  da_context_create(&ctx);
+  int maj = 0, min = 0;
+  TU_CHECK(da__nvrtc_version(ctx, &maj, &min) == DA_OK && maj == 12 && min == 0, "the shim's NVRTC: %d.%d (%s)", maj,
+           min, da_context_last_error(ctx));
+  da_status st;
+  const da_spec s5 = longnet(5, 0);
+  da_plan *p = plan_with(ctx, &s5, 0, 0, 0, &st);
+  TU_CHECK(st == DA_OK && ends_with(da_plan_kernel_name(p), "_wgmmaw"), "NVRTC 12.0, no options: wgmma-ws (%s)",
+           p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  da_plan_destroy(p);
+  p = plan_with(ctx, &s5, 0, 0, 6, &st);
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && !p && strstr(da_context_last_error(ctx), "NVRTC before CUDA 12.1") &&
+               strstr(da_context_last_error(ctx), "12.0"),
+           "NVRTC 12.0, LongNet 5-branch's TMA kernel named, no bundle: refused by NVRTC's version (%s: %s)",
+           da_status_name(st), da_context_last_error(ctx));
+  da_context_destroy(ctx);
+  st = bundle_plan_mma(o->cache, "old-nvrtc-bundle", manifest, 5, 6, &got, &hits, &builds, err, sizeof err);
+  (void)got;
+  TU_CHECK(st == DA_OK && hits >= 1 && builds == 0,
+           "NVRTC 12.0, the TMA kernel named, a bundle holds it: served (%s, %lld bundle hits, %lld builds: %s)",
+           da_status_name(st), hits, builds, err);
+}
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI]\n", argv[0]);
+    fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI [LIBNVRTC_SHIM.so]]\n", argv[0]);
     return 2;
   }
-  for (int i = 1; i < argc && i <= 3; i++) { /* absolute: the CLI's checks run it from another folder */
+  for (int i = 1; i < argc && i <= 4; i++) { /* absolute: the CLI's checks run it from another folder */
     char *abs_path = realpath(argv[i], NULL);
     if (abs_path) argv[i] = abs_path; /* (kept for the process) */
   }
@@ -1455,11 +1495,16 @@ int main(int argc, char **argv) {
   }
   TU_CHECK(!child_failed, "the checks under driver %d (a child process) failed", child_failed);
   /* a CUDA bundle without NVRTC, likewise in a child */
-  TU_CHECK(argc > 3 && make_cuda_bundle(argv[3], cache, "auto", "bundle") &&
-               make_cuda_bundle(argv[3], cache, "wgmma-ws", "bundle-ws"),
+  TU_CHECK(argc > 3 && make_cuda_bundle(argv[3], cache, "auto", "bundle", 2) &&
+               make_cuda_bundle(argv[3], cache, "wgmma-ws", "bundle-ws", 2) &&
+               make_cuda_bundle(argv[3], cache, "auto", "bundle5", 5),
            "CUDA bundles from %s", argc > 3 ? argv[3] : "(no CLI)");
   no_nvrtc_args na = {cache, argc > 3 ? argv[3] : "", argv[2]};
   TU_CHECK(run_in_child(child_without_nvrtc, &na), "the checks without NVRTC (a child process) failed");
+  if (argc > 4) { /* an NVRTC that says 12.0, likewise */
+    old_nvrtc_args oa = {cache, argv[4]};
+    TU_CHECK(run_in_child(child_old_nvrtc, &oa), "the checks under NVRTC 12.0 (a child process) failed");
+  }
   /* two devices, likewise in a child */
   TU_CHECK(run_in_child(child_devices, argv[1]), "the checks on two devices (a child process) failed");
   { /* likewise, both forked before either's result is counted here: a worker thread of a
