@@ -845,8 +845,7 @@ static int cmd_run(int argc, char **argv) {
   if (rc == EXIT_OK) {
     da_plan_options hint = {0, 0, 0, N, 0}; /* tuned parameters for this shape, if any */
     da_status st = da_plan_create_ex(ctx, &spec, backend, &hint, &plan);
-    const char *env = getenv("DILATTN_BACKEND");
-    if (st == DA_ERR_UNSUPPORTED && backend == DA_BACKEND_AUTO && (!env || !*env || !strcmp(env, "auto")) &&
+    if (st == DA_ERR_UNSUPPORTED && backend == DA_BACKEND_AUTO && da__backend_env() == DA_BACKEND_AUTO &&
         !da__nvrtc_available()) {
       /* a GPU without NVRTC and a kernel no bundle holds: run owns its (host) arrays, so the
        * host backend may take them, as auto did before a GPU alone made CUDA available */

@@ -26,6 +26,8 @@ DA_HIDDEN int da__parse_count(const char *s, long max, long *out);
  * are usable, else host. DA_ERR_INVALID_ARGUMENT for a bad value; CUDA asked for and not
  * usable: the reason. */
 DA_HIDDEN da_status da__pick_backend(const da_context *ctx, da_backend want, da_backend *got);
+/* DILATTN_BACKEND as a backend: AUTO where unset or empty, (da_backend)-1 where invalid */
+DA_HIDDEN da_backend da__backend_env(void);
 /* The instruction of a CUDA plan whose options leave cuda_mma 0 (runtime/plan.c): opts
  * itself where it names one or no wgmma path applies (env_mma: DILATTN_CUDA_MMA parsed, 0
  * unset or auto, 1 sync; serves: da__cuda_wgmma_device_serves, 0 the wgmma paths do not

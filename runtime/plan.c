@@ -176,13 +176,19 @@ void da_context_destroy(da_context *c) {
  * else CUDA where it is usable, else host. The environment does not override a backend the
  * caller names: a program that asked for CUDA passes device pointers, which a host plan
  * would read as host memory (and the reverse); it is ignored then, with a warning. */
+da_backend da__backend_env(void) {
+  const char *env = getenv("DILATTN_BACKEND");
+  if (!env || !*env) return DA_BACKEND_AUTO;
+  return !strcmp(env, "host") ? DA_BACKEND_HOST : !strcmp(env, "cuda") ? DA_BACKEND_CUDA
+       : !strcmp(env, "auto") ? DA_BACKEND_AUTO : (da_backend)-1;
+}
+
 da_status da__pick_backend(const da_context *ctx, da_backend want, da_backend *got) {
   DA_RETURN_IF(want != DA_BACKEND_AUTO && want != DA_BACKEND_HOST && want != DA_BACKEND_CUDA,
                DA_ERR_INVALID_ARGUMENT, "backend: %d is not auto, host or cuda", (int)want);
   const char *env = getenv("DILATTN_BACKEND");
   if (env && *env) {
-    const da_backend e = !strcmp(env, "host") ? DA_BACKEND_HOST : !strcmp(env, "cuda") ? DA_BACKEND_CUDA
-                       : !strcmp(env, "auto") ? DA_BACKEND_AUTO : (da_backend)-1;
+    const da_backend e = da__backend_env();
     DA_RETURN_IF((int)e < 0, DA_ERR_INVALID_ARGUMENT, "DILATTN_BACKEND: '%s' is not auto, host or cuda", env);
     if (want == DA_BACKEND_AUTO) want = e;
     else if (e != DA_BACKEND_AUTO && e != want) {
