@@ -450,6 +450,16 @@ static void test_sigchld_ignored(void) {
   unsetenv("DILATTN_CACHE_DIR");
 }
 
+/* A scratch folder (dir, a mkdtemp template) with the path of a tuning database in it, and
+ * a context for the test */
+static da_context *tuning_scratch(char *dir, char *db, size_t cap) {
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(db, cap, "%s/tuning.jsonl", dir);
+  da_context *ctx;
+  da_context_create(&ctx);
+  return ctx;
+}
+
 /* The tuning database holds one record per (spec, backend, shape bucket, tile parameters)
  * (DESIGN.md decision 9): a sweep at another batch in the same bucket replaces the one
  * before. Records of two batches used to stand side by side and plan creation compared
@@ -457,10 +467,7 @@ static void test_sigchld_ignored(void) {
  * (`dilattn tune --batch 8` after a batch-1 sweep changed no plan). */
 static void test_tuning_batches(void) {
   char dir[] = "/tmp/dilattn-test-api-XXXXXX", db[200];
-  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-  snprintf(db, sizeof db, "%s/tuning.jsonl", dir);
-  da_context *ctx;
-  da_context_create(&ctx);
+  da_context *ctx = tuning_scratch(dir, db, sizeof db);
   da__tune_record r[2];
   memset(r, 0, sizeof r);
   for (int i = 0; i < 2; i++) {
@@ -497,10 +504,7 @@ static void test_tuning_batches(void) {
  * it, the sweep is refused and nothing changes */
 static void test_tuning_other_backend(void) {
   char dir[] = "/tmp/dilattn-test-api-XXXXXX", db[200];
-  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-  snprintf(db, sizeof db, "%s/tuning.jsonl", dir);
-  da_context *ctx;
-  da_context_create(&ctx);
+  da_context *ctx = tuning_scratch(dir, db, sizeof db);
   for (int with_host = 0; with_host < 2; with_host++) {
     /* this environment's header with another cpu, a CUDA record, and (second case) a host one */
     json_t *h = json_loads(da__tuning_env(), 0, NULL);
