@@ -182,7 +182,7 @@ static int matches(const art_t *t, const char *arch, const char *key, const char
  * their checksum is skipped for the next older copy (another bundle's, or the registration
  * before a rebuild): a damaged bundle must not hide a sound one. */
 static int find_verified(da__bundles *b, const char *arch, const char *key, const char *source_key,
-                         da__bundle_accept accept, void *user, void **bytes, size_t *n) {
+                         da__artifact_accept accept, void *user, void **bytes, size_t *n) {
   for (size_t below = SIZE_MAX;;) {
     art_t copy;
     int found = 0;
@@ -205,7 +205,9 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
     char hex[65] = "";
     if (data) da__sha256_hex(data, len, hex);
     if (data && len == copy.size && !strcmp(hex, copy.sha256)) {
-      if (!accept || accept(user, copy.origin, data, len)) {
+      char where[600];
+      snprintf(where, sizeof where, "bundle %.560s", copy.origin);
+      if (!accept || accept(user, where, data, len)) {
         *bytes = data;
         *n = len;
         return 1;
@@ -237,6 +239,6 @@ void da__bundles_note_other_arch(da__bundles *b, const char *arch, const char *s
 }
 
 int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, const char *source_key,
-                            da__bundle_accept accept, void *user, void **bytes, size_t *n) {
+                            da__artifact_accept accept, void *user, void **bytes, size_t *n) {
   return b && source_key && find_verified(b, arch, key, source_key, accept, user, bytes, n);
 }

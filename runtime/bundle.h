@@ -33,9 +33,8 @@ DA_HIDDEN void da__bundles_note_other_arch(da__bundles *b, const char *arch, con
  * CC: a key other than key, the one computed here), newest first among those accept takes
  * (NULL: any; it sees the bundle's origin and the verified bytes): 1 with a malloc'ed
  * verified copy, else 0. A bundle is made to run without the compiler that built it. */
-typedef int (*da__bundle_accept)(void *user, const char *origin, const void *bytes, size_t n);
 DA_HIDDEN int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, const char *source_key,
-                                      da__bundle_accept accept, void *user, void **bytes, size_t *n);
+                                      da__artifact_accept accept, void *user, void **bytes, size_t *n);
 
 /* Number of artifacts registered. */
 DA_HIDDEN size_t da__bundles_count(da__bundles *b);

@@ -100,7 +100,7 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
     snprintf(why, sizeof why, "%s", da_context_last_error(ctx));
     if (j->refused[0]) /* (the bundle holds it, built by another NVRTC) */
       return da__set_error(ctx, DA_ERR_UNSUPPORTED,
-                           "kernel %s for %s: this driver refuses the bundle's build of it by another NVRTC (%s), "
+                           "kernel %s for %s: this driver refuses the build of it by another NVRTC (%s), "
                            "and it cannot be compiled here: %s; update the driver or install NVRTC",
                            j->name, j->arch, j->refused, why);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
@@ -129,23 +129,24 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
   return DA_OK;
 }
 
-/* A bundle's cubin of this kernel that another NVRTC built: taken where this driver loads
- * it (a cubin of a newer CUDA than the driver's is refused there; then it is compiled here) */
+/* A bundle's (or, where nothing compiles here, the disk cache's) cubin of this kernel that
+ * another NVRTC built: taken where this driver loads it (a cubin of a newer CUDA than the
+ * driver's is refused there; then it is compiled here) */
 static int accept_cubin(void *user, const char *origin, const void *bytes, size_t n) {
   nvrtc_job *j = user;
   (void)n;
   if (da__cuda_probe(j->ctx, j->dev, bytes) == DA_OK) return 1;
-  snprintf(j->refused, sizeof j->refused, "%s", da_context_last_error(j->ctx));
-  da__log(DA_LOG_WARN, "bundle %s: kernel %s for %s, built by another NVRTC, does not load here (%s)", origin, j->name,
-          j->arch, j->refused);
+  snprintf(j->refused, sizeof j->refused, "%.200s: %.300s", origin, da_context_last_error(j->ctx));
+  da__log(DA_LOG_WARN, "kernel %s for %s, built by another NVRTC, does not load here (%s)", j->name, j->arch,
+          j->refused);
   da__clear_error(j->ctx);
   return 0;
 }
 
 static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *out) {
   const nvrtc_job *j = arg;
-  char path[4400], meta[300];
-  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\"", j->name);
+  char path[4400], meta[400];
+  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\",\"source_key\":\"%s\"", j->name, j->source_key);
   return da__kernel_cache_find_or_build(ctx, j->cache, j->arch, j->key, j->source_key, j->name, build_cubin, (void *)j,
                                         accept_cubin, meta, &out->blob, &out->blob_size, path, sizeof path);
 }

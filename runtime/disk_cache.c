@@ -375,6 +375,48 @@ static void evict(da__disk_cache *dc, const char *keep_key) {
   free(v);
 }
 
+int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char *key, const char *source_key,
+                               da__artifact_accept accept, void *user, char *path, size_t cap, void **data,
+                               size_t *size) {
+  if (!da__disk_cache_usable(dc) || !safe_name(arch) || !source_key || !da__is_hex(source_key, 64)) return 0;
+  size_t n = 0;
+  entry_t *v = collect(dc, &n);
+  if (!v) return 0;
+  qsort(v, n, sizeof *v, by_mtime);
+  int found = 0;
+  for (size_t i = n; i-- > 0 && !found;) { /* newest first */
+    const entry_t *e = &v[i];
+    if (strcmp(e->arch, arch) || misplaced(e) || !strcmp(e->key, key)) continue;
+    char jp[4400];
+    size_t jl = 0;
+    entry_path(dc, arch, e->key, ".json", jp, sizeof jp);
+    char *jt = da__read_file(jp, &jl);
+    json_t *j = jt ? json_loadb(jt, jl, 0, NULL) : NULL;
+    const char *sk = j ? json_string_value(json_object_get(j, "source_key")) : NULL;
+    const int same = sk && !strcmp(sk, source_key);
+    json_decref(j);
+    free(jt);
+    if (!same) continue;
+    const char *why;
+    size_t sz = 0;
+    char *bin = load_verified(dc, arch, e->key, &sz, &why, NULL); /* (a corrupt one: left to its own lookups) */
+    char bp[4400];
+    entry_path(dc, arch, e->key, ".bin", bp, sizeof bp);
+    if (bin && (!accept || accept(user, bp, bin, sz))) {
+      found = 1;
+      utimensat(AT_FDCWD, bp, NULL, 0); /* LRU: refresh */
+      if (path) snprintf(path, cap, "%s", bp);
+      if (data) {
+        *data = bin, bin = NULL;
+        if (size) *size = sz;
+      }
+    }
+    free(bin);
+  }
+  free(v);
+  return found;
+}
+
 void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__disk_cache_visit visit, void *user,
                          da__disk_cache_summary *sum) {
   memset(sum, 0, sizeof *sum);

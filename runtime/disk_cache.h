@@ -37,6 +37,16 @@ DA_HIDDEN int da__disk_cache_get(da__disk_cache *dc, const char *arch, const cha
 DA_HIDDEN int da__disk_cache_peek(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap,
                                   void **data, size_t *size);
 
+/* Another compiler's build of the same source: a verified entry of arch, under a key other
+ * than key, whose metadata names source_key (entries written since 0.2.0 name it), newest
+ * first among those accept (NULL: any) takes; 1 with its path and a malloc'ed copy of its
+ * bytes, as da__disk_cache_get (its time refreshed), else 0. Reads every entry's .json: for
+ * a process that cannot compile the kernel (DILATTN_DISABLE_JIT, no NVRTC, no CC), not for
+ * a plain miss. */
+DA_HIDDEN int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char *key, const char *source_key,
+                                         da__artifact_accept accept, void *user, char *path, size_t cap, void **data,
+                                         size_t *size);
+
 /* Store an artifact atomically (temp file in the same folder, fsync, rename; the .json,
  * written last, commits the entry). meta is extra JSON members ("\"kernel\":\"...\"") or
  * NULL. Then evicts least recently used entries above $DILATTN_CACHE_MAX_BYTES (default

@@ -117,9 +117,21 @@ int da__jit_disabled(void) {
   return e && *e && strcmp(e, "0");
 }
 
+/* The disk cache's build of source_key by another compiler (another NVRTC, none, another
+ * CC), for a process that cannot compile the kernel (why): 1 where one was taken (accept) */
+static int disk_other_compiler(da__kernel_cache *c, const char *arch, const char *key,
+                               const char *source_key, const char *kernel, da__artifact_accept accept, void *arg,
+                               const char *why, void **bytes, size_t *n, char *path, size_t cap) {
+  if (!da__disk_cache_find_source(c->disk, arch, key, source_key, accept, arg, path, cap, bytes, n)) return 0;
+  __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+  da__log(DA_LOG_INFO, "kernel %s for %s: the disk cache's build by another compiler (%s), as %s (artifact key %s here)",
+          kernel, arch, path, why, key);
+  return 1;
+}
+
 da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c, const char *arch,
                                          const char *key, const char *source_key, const char *kernel,
-                                         da__kbuild build, void *arg, da__bundle_accept accept, const char *meta,
+                                         da__kbuild build, void *arg, da__artifact_accept accept, const char *meta,
                                          void **bytes, size_t *n, char *path, size_t cap) {
   path[0] = '\0';
   if (da__bundles_find(c->bundles, arch, key, bytes, n)) {
@@ -153,6 +165,11 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
     return DA_OK;
   }
   if (jit_off) {
+    if (disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, "DILATTN_DISABLE_JIT is set", bytes, n,
+                            path, cap)) {
+      da__disk_cache_unlock(fd);
+      return DA_OK;
+    }
     da__disk_cache_unlock(fd);
     /* an entry that looked corrupt, and could not be looked at again under its lock (a
      * read-only cache folder, say): say so, not only "not in the disk cache" */
@@ -169,6 +186,15 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   if (st == DA_OK) {
     __atomic_add_fetch(&c->builds, 1, __ATOMIC_RELAXED);
     if (da__disk_cache_put(c->disk, arch, key, *bytes, *n, meta, path, cap) != 0) path[0] = '\0';
+  } else if (st == DA_ERR_UNSUPPORTED) { /* no compiler here (NVRTC, CC): what another one built */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", da_context_last_error(ctx));
+    if (disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, why, bytes, n, path, cap)) {
+      da__clear_error(ctx);
+      st = DA_OK;
+    } else {
+      da__set_error(ctx, st, "%s", why); /* (accept may have set another) */
+    }
   }
   da__disk_cache_unlock(fd);
   return st;
@@ -221,7 +247,7 @@ static int accept_host(void *user, const char *origin, const void *bytes, size_t
     da__host_module_unload(&m);
     return 1;
   }
-  da__log(DA_LOG_WARN, "bundle %s: host kernel %s, built by another C compiler, does not load here (%s)", origin,
+  da__log(DA_LOG_WARN, "%s: host kernel %s, built by another C compiler, does not load here (%s)", origin,
           j->symbol, da_context_last_error(j->ctx));
   da__clear_error(j->ctx);
   return 0;

@@ -281,11 +281,12 @@ CUresult cuModuleLoadData(void **mod, const void *image) {
   if (need_context()) return need_context();
   const unsigned char *p = image;
   if (!p || memcmp(p, "\177ELF", 4) || p[4] != 2) return INVALID_IMAGE;
-  /* FAKE_CUDA_REFUSE_IMAGES=N: the first N images refused as a driver refuses a cubin of a
-   * newer CUDA than its own */
+  /* FAKE_CUDA_REFUSE_IMAGES=N: the first N images of the process refused as a driver
+   * refuses a cubin of a newer CUDA than its own; =all: every image while it is set */
   static int refused;
   const char *refuse = getenv("FAKE_CUDA_REFUSE_IMAGES");
-  if (refuse && __atomic_fetch_add(&refused, 1, __ATOMIC_RELAXED) < atoi(refuse)) return 222;
+  if (refuse && (!strcmp(refuse, "all") || __atomic_fetch_add(&refused, 1, __ATOMIC_RELAXED) < atoi(refuse)))
+    return 222;
   uint64_t shoff;
   uint16_t shentsize, shnum;
   memcpy(&shoff, p + 0x28, 8);

@@ -325,6 +325,37 @@ int main(int argc, char **argv) {
     da_context_destroy(c);
   }
 
+  /* 5d. the disk cache's build by another C compiler (no bundle): taken where nothing
+   * compiles here (JIT off; CC not found), not where CC compiles (the keys say what to
+   * build); a cache folder copied to a machine without its compiler was of no use */
+  {
+    const char *was = getenv("CC");
+    char saved[512] = "";
+    if (was) snprintf(saved, sizeof saved, "%s", was);
+    fresh_cache("5d");
+    unsetenv("CC");
+    da_context_create(&c);
+    TU_CHECK(runs(c) && da__context_kernels(c)->builds == 1, "5d: compiled into the disk cache: %s",
+             da_context_last_error(c));
+    da_context_destroy(c);
+    const char *const other[3] = {"cc -DDILATTN_ANOTHER_COMPILER=1", "/nonexistent/dilattn-cc", "cc -DDILATTN_THIRD=1"};
+    for (int i = 0; i < 3; i++) {
+      setenv("CC", other[i], 1);
+      if (i == 0) setenv("DILATTN_DISABLE_JIT", "1", 1);
+      da_context_create(&c);
+      TU_CHECK(runs(c), "5d, CC=%s, JIT %s: %s", other[i], i ? "on" : "off", da_context_last_error(c));
+      kc = da__context_kernels(c);
+      const long long want_builds = i == 2;
+      TU_CHECK(kc->disk_hits == 1 - want_builds && kc->builds == want_builds,
+               "5d, CC=%s, JIT %s: disk %lld builds %lld (want %lld builds)", other[i], i ? "on" : "off",
+               kc->disk_hits, kc->builds, want_builds);
+      da_context_destroy(c);
+      unsetenv("DILATTN_DISABLE_JIT");
+    }
+    if (was) setenv("CC", saved, 1);
+    else unsetenv("CC");
+  }
+
   /* 6. a corrupt artifact: skipped with a warning, JIT */
   char so[900];
   snprintf(cmd, sizeof cmd, "rm -rf %s/corrupt && cp -r %s %s/corrupt && f=$(ls %s/corrupt/*.host.so) && printf 'Q' | dd of=$f bs=1 seek=3000 conv=notrunc 2>/dev/null",

@@ -550,10 +550,69 @@ static void test_processes(void) {
   TU_CHECK(count_files(dir, ".json") == NKERN, "entries on disk: %d", count_files(dir, ".json"));
 }
 
+/* Another compiler's build of the same source (da__disk_cache_find_source): the newest
+ * entry of the arch whose .json names the source, under another key than the one asked
+ * for, that accept takes; a corrupt one skipped for the next */
+static int refuse_data(void *user, const char *origin, const void *bytes, size_t n) {
+  (void)origin;
+  return !(n == 100 && ((const char *)bytes)[0] == *(const char *)user);
+}
+static void test_find_source(void) {
+  use_dir("source");
+  da__disk_cache *dc = da__disk_cache_open();
+  const char *S = "5555555555555555555555555555555555555555555555555555555555555555",
+             *T = "7777777777777777777777777777777777777777777777777777777777777777";
+  const struct {
+    const char *arch, *key, *source;
+    char fill;
+  } e[] = {
+      {"sm_90", "a1aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", S, 'A'}, /* oldest */
+      {"sm_90", "b2bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", S, 'B'},
+      {"sm_90", "c3cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc", T, 'C'},
+      {"sm_80", "d4dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd", S, 'D'},
+      {"sm_90", "e5eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", S, 'E'}, /* the key asked for */
+  };
+  char data[100], path[4400], meta[200];
+  for (int i = 0; i < 5; i++) {
+    memset(data, e[i].fill, sizeof data);
+    snprintf(meta, sizeof meta, "\"kernel\":\"k\",\"source_key\":\"%s\"", e[i].source);
+    TU_CHECK(da__disk_cache_put(dc, e[i].arch, e[i].key, data, sizeof data, meta, path, sizeof path) == 0, "put %d", i);
+    const struct timespec t[2] = {{1000000 + i, 0}, {1000000 + i, 0}}; /* (distinct times: LRU order) */
+    utimensat(AT_FDCWD, path, t, 0);
+  }
+  const char *ask = e[4].key;
+  void *got = NULL;
+  size_t n = 0;
+  int r = da__disk_cache_find_source(dc, "sm_90", ask, S, NULL, NULL, path, sizeof path, &got, &n);
+  TU_CHECK(r == 1 && n == 100 && got && ((char *)got)[0] == 'B' && strstr(path, e[1].key),
+           "the newest build of the source, not the key asked for (%d, %c)", r, got ? ((char *)got)[0] : '-');
+  free(got), got = NULL;
+  char no = 'B';
+  r = da__disk_cache_find_source(dc, "sm_90", ask, S, refuse_data, &no, path, sizeof path, &got, &n);
+  TU_CHECK(r == 1 && got && ((char *)got)[0] == 'A', "one accept refuses: the next older (%d)", r);
+  free(got), got = NULL;
+  r = da__disk_cache_find_source(dc, "sm_80", ask, S, NULL, NULL, path, sizeof path, &got, &n);
+  TU_CHECK(r == 1 && got && ((char *)got)[0] == 'D', "another arch's (%d)", r);
+  free(got), got = NULL;
+  r = da__disk_cache_find_source(dc, "sm_90", e[2].key, T, NULL, NULL, path, sizeof path, &got, &n);
+  TU_CHECK(r == 0 && !got, "the key asked for is not another compiler's build (%d)", r);
+  TU_CHECK(da__disk_cache_find_source(dc, "sm_90", ask, "../x", NULL, NULL, path, sizeof path, &got, &n) == 0,
+           "a source key that is not one");
+  /* B's artifact damaged: skipped (left where it is), A served */
+  snprintf(path, sizeof path, "%s/sm_90/b2/%s.bin", da__disk_cache_root(dc), e[1].key);
+  FILE *f = fopen(path, "r+b");
+  if (f) fputc('X', f), fclose(f);
+  r = da__disk_cache_find_source(dc, "sm_90", ask, S, NULL, NULL, path, sizeof path, &got, &n);
+  TU_CHECK(r == 1 && got && ((char *)got)[0] == 'A', "a corrupt build skipped for the next (%d)", r);
+  free(got);
+  da__disk_cache_close(dc);
+}
+
 int main(void) {
   if (!mkdtemp(base)) return 1;
   test_roundtrip_and_corruption();
   test_misplaced();
+  test_find_source();
   test_budget_text();
   test_budget();
   test_plan_level();

@@ -881,6 +881,7 @@ static int make_cuda_bundle(const char *cli, const char *dir, const char *mma, c
 
 /* A plan of LongNet (branches, AUTO, cuda_mma mma) in a new context with manifest registered
  * (none: NULL) and a fresh disk cache (dir/name); its bundle hits and builds */
+static long long last_disk_hits; /* bundle_plan_mma's plan's disk cache hits */
 static da_status bundle_plan_mma(const char *dir, const char *name, const char *manifest, int branches, int mma,
                                  da_backend *got,
                                  long long *hits, long long *builds, char *err, size_t cap) {
@@ -898,6 +899,7 @@ static da_status bundle_plan_mma(const char *dir, const char *name, const char *
   if (st == DA_OK) st = da_plan_create_ex(ctx, &s, DA_BACKEND_AUTO, &o, &p);
   *got = p ? da_plan_backend(p) : DA_BACKEND_AUTO;
   *hits = da__context_kernels(ctx)->bundle_hits, *builds = da__context_kernels(ctx)->builds;
+  last_disk_hits = da__context_kernels(ctx)->disk_hits;
   snprintf(err, cap, "%s", st == DA_OK ? "" : da_context_last_error(ctx));
   da_plan_destroy(p);
   da_context_destroy(ctx);
@@ -972,6 +974,24 @@ static void test_bundle_without_nvrtc(const char *dir, const char *cli, const ch
   da_status st = bundle_plan(dir, "no-nvrtc-0", NULL, &got, &hits, &builds, err, sizeof err);
   TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(err, "NVRTC not available") && strstr(err, "no registered bundle"),
            "no NVRTC, no bundle: the kernel cannot be had, and the error says why (%s: %s)", da_status_name(st), err);
+  /* a disk cache that NVRTC 13.0 filled (child_warm_cache: on another machine, or before
+   * NVRTC went): its build serves, JIT on and off (its key names NVRTC 13.0, not 0.0 as
+   * here: it was not looked up); one this driver refuses does not */
+  for (int jit = 0; jit < 2; jit++) {
+    if (!jit) setenv("DILATTN_DISABLE_JIT", "1", 1);
+    st = bundle_plan(dir, "shipped", NULL, &got, &hits, &builds, err, sizeof err);
+    TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && last_disk_hits >= 1 && hits == 0 && builds == 0,
+             "no NVRTC, JIT %s, the disk cache's build by NVRTC 13.0: a CUDA plan from it (%s, backend %d, %lld disk "
+             "hits, %lld builds: %s)",
+             jit ? "on" : "off", da_status_name(st), (int)got, last_disk_hits, builds, err);
+    unsetenv("DILATTN_DISABLE_JIT");
+  }
+  setenv("FAKE_CUDA_REFUSE_IMAGES", "all", 1);
+  st = bundle_plan(dir, "shipped", NULL, &got, &hits, &builds, err, sizeof err);
+  unsetenv("FAKE_CUDA_REFUSE_IMAGES");
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && last_disk_hits == 0 && strstr(err, "NVRTC not available"),
+           "no NVRTC, the disk cache's build refused by the driver: the error says NVRTC is missing (%s: %s)",
+           da_status_name(st), err);
   for (int jit = 0; jit < 2; jit++) {
     if (!jit) setenv("DILATTN_DISABLE_JIT", "1", 1);
     st = bundle_plan(dir, jit ? "no-nvrtc-2" : "no-nvrtc-1", manifest, &got, &hits, &builds, err, sizeof err);
@@ -994,7 +1014,7 @@ static void test_bundle_without_nvrtc(const char *dir, const char *cli, const ch
   setenv("FAKE_CUDA_REFUSE_IMAGES", "1", 1);
   st = bundle_plan_mma(dir, "no-nvrtc-refused", other, 2, 6, &got, &hits, &builds, err, sizeof err); /* (named: no fallback) */
   unsetenv("FAKE_CUDA_REFUSE_IMAGES");
-  TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(err, "refuses the bundle's build") && strstr(err, "NVRTC not available"),
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(err, "refuses the build") && strstr(err, "bundle ") && strstr(err, "NVRTC not available"),
            "no NVRTC, another NVRTC's cubin refused: the error names both (%s: %s)", da_status_name(st), err);
   /* a tuning database of this GPU written where NVRTC 13.0 was: its CUDA records count here
    * (the kernels come built; it was "another environment", nvrtc "none" here) */
@@ -1429,6 +1449,17 @@ static void child_without_nvrtc(void *a) {
   test_bundle_without_nvrtc(n->cache, n->cli, n->templates);
 }
 static void child_devices(void *fake) { test_devices(fake); }
+/* A disk cache (dir/shipped) that this NVRTC (13.0) fills with LongNet 2-branch's default
+ * kernel, as on the machine a cache folder is copied from (a child: NVRTC is opened once a
+ * process, and the children after this one go without it) */
+static void child_warm_cache(void *dir) {
+  da_backend got;
+  long long hits, builds;
+  char err[2048];
+  const da_status st = bundle_plan(dir, "shipped", NULL, &got, &hits, &builds, err, sizeof err);
+  TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && builds == 1, "LongNet 2-branch compiled into dir/shipped (%s: %s)",
+           da_status_name(st), err);
+}
 typedef struct {
   const char *cache, *shim;
 } old_nvrtc_args;
@@ -1444,6 +1475,9 @@ static void child_old_nvrtc(void *a) {
   da_backend got;
   long long hits, builds;
   snprintf(manifest, sizeof manifest, "%s/bundle5/manifest.json", o->cache);
+  char empty[700]; /* (a disk cache that holds no build of the TMA kernel by another NVRTC) */
+  snprintf(empty, sizeof empty, "%s/old-nvrtc-empty", o->cache);
+  setenv("DILATTN_CACHE_DIR", empty, 1);
   da_context *ctx;
   da_context_create(&ctx);
   int maj = 0, min = 0;
@@ -1466,6 +1500,19 @@ static void child_old_nvrtc(void *a) {
   TU_CHECK(st == DA_OK && hits >= 1 && builds == 0,
            "NVRTC 12.0, the TMA kernel named, a bundle holds it: served (%s, %lld bundle hits, %lld builds: %s)",
            da_status_name(st), hits, builds, err);
+  /* JIT off, and the disk cache that NVRTC 13.0 filled: its build serves (the keys here
+   * name 12.0); JIT on, a compile here (a compiler is here: the keys say what to build) */
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  st = bundle_plan_mma(o->cache, "shipped", NULL, 2, 6, &got, &hits, &builds, err, sizeof err);
+  unsetenv("DILATTN_DISABLE_JIT");
+  TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && last_disk_hits >= 1 && builds == 0,
+           "NVRTC 12.0, JIT off, the disk cache's build by 13.0: served (%s, %lld disk hits, %lld builds: %s)",
+           da_status_name(st), last_disk_hits, builds, err);
+  st = bundle_plan_mma(o->cache, "shipped", NULL, 2, 6, &got, &hits, &builds, err, sizeof err);
+  TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && builds == 1,
+           "NVRTC 12.0, JIT on, the disk cache's build by 13.0: compiled here all the same (%s, %lld disk hits, %lld "
+           "builds: %s)",
+           da_status_name(st), last_disk_hits, builds, err);
 }
 
 int main(int argc, char **argv) {
@@ -1499,6 +1546,7 @@ int main(int argc, char **argv) {
                make_cuda_bundle(argv[3], cache, "wgmma-ws", "bundle-ws", 2) &&
                make_cuda_bundle(argv[3], cache, "auto", "bundle5", 5),
            "CUDA bundles from %s", argc > 3 ? argv[3] : "(no CLI)");
+  TU_CHECK(run_in_child(child_warm_cache, cache), "a disk cache filled by NVRTC 13.0 (a child process) failed");
   no_nvrtc_args na = {cache, argc > 3 ? argv[3] : "", argv[2]};
   TU_CHECK(run_in_child(child_without_nvrtc, &na), "the checks without NVRTC (a child process) failed");
   if (argc > 4) { /* an NVRTC that says 12.0, likewise */
