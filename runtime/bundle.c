@@ -36,15 +36,22 @@ struct da__bundles {
 };
 
 void da__host_artifact_key(const char *source_key, char key[65]) {
-  char text[512];
+  char text[600], cpu[80] = "";
   const char *cc = da__host_cc();
-  int n = snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
-                   source_key, cc, da__host_flags());
+  /* -march=native (or -mcpu=, -mtune=): the module is this CPU's, and so is its key (a
+   * cache folder shared by machines of other CPUs kept one module for all of them) */
+  if (strstr(cc, "native")) {
+    char hex[65];
+    da__host_cpu_features(hex);
+    snprintf(cpu, sizeof cpu, " cpu=%s", hex);
+  }
+  int n = snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s%s", DA_CACHE_SCHEMA_VERSION,
+                   source_key, cc, da__host_flags(), cpu);
   if (n < 0 || (size_t)n >= sizeof text) { /* a CC past the text: its hash in its place (cut, two CCs had one key) */
     char cc_hash[65];
     da__sha256_hex(cc, strlen(cc), cc_hash);
-    snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc-sha256=%s flags=%s", DA_CACHE_SCHEMA_VERSION,
-             source_key, cc_hash, da__host_flags());
+    snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc-sha256=%s flags=%s%s", DA_CACHE_SCHEMA_VERSION,
+             source_key, cc_hash, da__host_flags(), cpu);
   }
   da__sha256_hex(text, strlen(text), key);
 }

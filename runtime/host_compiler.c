@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "runtime/host_compiler.h"
 
+#include "gen/render.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -128,6 +130,23 @@ static void join_host_flags(void) {
     n += (size_t)snprintf(host_flags_text + n, sizeof host_flags_text - n, "%s ", host_cflags[i]);
   snprintf(host_flags_text + n, sizeof host_flags_text - n, "-lm");
 }
+void da__host_cpu_features(char hex[65]) {
+  char line[8192], found[8192] = "unknown";
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  int have_flags = 0;
+  while (f && !have_flags && fgets(line, sizeof line, f)) {
+    /* x86: "flags"; arm64: "Features"; else the first "model name" */
+    if (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8)) {
+      snprintf(found, sizeof found, "%s", line);
+      have_flags = 1;
+    } else if (!strncmp(line, "model name", 10) && !strcmp(found, "unknown")) {
+      snprintf(found, sizeof found, "%s", line);
+    }
+  }
+  if (f) fclose(f);
+  da__sha256_hex(found, strlen(found), hex);
+}
+
 const char *da__host_flags(void) {
   pthread_once(&host_flags_once, join_host_flags);
   return host_flags_text;
@@ -245,6 +264,23 @@ da_status da__host_load(const da_context *ctx, const char *so, const char *symbo
     return da__set_error(ctx, DA_ERR_COMPILE, "host kernel: symbol %s missing from %s", symbol, so);
   }
   char sname[400];
+  snprintf(sname, sizeof sname, "%s_isa_missing", symbol);
+  void *ifn = dlsym(dl, sname); /* (modules of templates before 0.2.0 have none) */
+  if (ifn) {
+    const char *(*isa_missing)(void);
+    memcpy(&isa_missing, &ifn, sizeof ifn);
+    const char *missing = isa_missing();
+    if (missing) {
+      char ext[64];
+      snprintf(ext, sizeof ext, "%s", missing); /* (its text is the module's) */
+      dlclose(dl);
+      return da__set_error(ctx, DA_ERR_COMPILE,
+                           "host kernel %s (%s) was compiled for the %s instructions, which this CPU lacks: it was built "
+                           "by a C compiler told to target another CPU (-march or -m flags in its CC; CC='%.200s' in this "
+                           "process); build it for this one",
+                           symbol, so, ext, da__host_cc());
+    }
+  }
   snprintf(sname, sizeof sname, "%s_scratch_bytes", symbol);
   void *sfn = dlsym(dl, sname);
   if (!sfn) {

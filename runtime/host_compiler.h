@@ -43,6 +43,11 @@ DA_HIDDEN da_status da__host_load(const da_context *ctx, const char *so, const c
 /* Compiler flags (part of the host artifact key). */
 DA_HIDDEN const char *da__host_flags(void);
 
+/* SHA-256 (hex) of this CPU's instruction-set features (/proc/cpuinfo's flags; its model
+ * name where there are none; "unknown" else): a host key's part where CC builds for the CPU
+ * it runs on (-march=native). */
+DA_HIDDEN void da__host_cpu_features(char hex[65]);
+
 /* Name of the C compiler the host backend uses. */
 DA_HIDDEN const char *da__host_cc(void);
 

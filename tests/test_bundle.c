@@ -356,6 +356,65 @@ int main(int argc, char **argv) {
     else unsetenv("CC");
   }
 
+  /* 5e. a module built for instructions this CPU lacks (CC's -m flags, as a -march of another
+   * CPU): refused by name where it is loaded, never run into SIGILL; another compiler's
+   * bundle of such a module is not taken (compiled here instead). Needs an extension the
+   * compiler knows and this CPU lacks: AMD's fma4 or xop (gone since Zen), Intel's
+   * avx512fp16 */
+  {
+    static const char *const cand[][2] = {{"-mfma4", "fma4"}, {"-mxop", "xop"}, {"-mavx512fp16", "avx512_fp16"}};
+    const char *flag = NULL, *ext = NULL;
+    size_t cl = 0;
+    char *cpuinfo = da__read_file("/proc/cpuinfo", &cl);
+    for (int i = 0; i < 3 && !flag && cpuinfo; i++) {
+      char word[40];
+      snprintf(word, sizeof word, " %s", cand[i][1]);
+      const char *at = strstr(cpuinfo, word);
+      char test[300];
+      snprintf(test, sizeof test, "echo 'int x;' | cc %s -x c -c -o /dev/null - 2>/dev/null", cand[i][0]);
+      if ((!at || (at[strlen(word)] != ' ' && at[strlen(word)] != '\n')) && system(test) == 0)
+        flag = cand[i][0], ext = cand[i][1];
+    }
+    free(cpuinfo);
+    if (!flag) {
+      printf("SKIP 5e: this CPU has fma4, xop and avx512_fp16, or cc knows none of them\n");
+    } else {
+      const char *was = getenv("CC");
+      char saved[512] = "", cc[100], want[40];
+      if (was) snprintf(saved, sizeof saved, "%s", was);
+      snprintf(cc, sizeof cc, "cc %s", flag);
+      snprintf(want, sizeof want, "the %s instructions", ext[6] == '_' ? "avx512fp16" : ext);
+      setenv("CC", cc, 1);
+      fresh_cache("5e");
+      da_context_create(&c);
+      da_plan *p = NULL;
+      const da_spec es = example();
+      const da_status st = da_plan_create(c, &es, DA_BACKEND_HOST, &p);
+      TU_CHECK(st == DA_ERR_COMPILE && !p && strstr(da_context_last_error(c), want) &&
+                   strstr(da_context_last_error(c), "this CPU lacks"),
+               "5e: CC='%s': refused by name (%s: %s)", cc, da_status_name(st), da_context_last_error(c));
+      da_plan_destroy(p);
+      da_context_destroy(c);
+      char ebundle[700], emanifest[800], *ecmd = NULL;
+      snprintf(ebundle, sizeof ebundle, "%s/isa-bundle", base);
+      TU_CHECK(asprintf(&ecmd, "mkdir -p %s && CC='%s' DILATTN_CACHE_DIR=%s/isa-cache %s gen %s --compile --bundle isa -o %s "
+                               "> /dev/null", ebundle, cc, base, argv[1], cfg, ebundle) > 0 && system(ecmd) == 0,
+               "5e: a bundle built by CC='%s'", cc);
+      free(ecmd);
+      if (was) setenv("CC", saved, 1);
+      else unsetenv("CC");
+      snprintf(emanifest, sizeof emanifest, "%s/manifest.json", ebundle);
+      fresh_cache("5e-bundle");
+      da_context_create(&c);
+      TU_CHECK(da_context_register_bundle(c, emanifest) == DA_OK, "register: %s", da_context_last_error(c));
+      TU_CHECK(runs(c), "5e: a bundle's module for another CPU: %s", da_context_last_error(c));
+      kc = da__context_kernels(c);
+      TU_CHECK(kc->bundle_hits == 0 && kc->builds == 1, "5e: a bundle's module for another CPU: bundle %lld builds %lld",
+               kc->bundle_hits, kc->builds);
+      da_context_destroy(c);
+    }
+  }
+
   /* 6. a corrupt artifact: skipped with a warning, JIT */
   char so[900];
   snprintf(cmd, sizeof cmd, "rm -rf %s/corrupt && cp -r %s %s/corrupt && f=$(ls %s/corrupt/*.host.so) && printf 'Q' | dd of=$f bs=1 seek=3000 conv=notrunc 2>/dev/null",

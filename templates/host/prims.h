@@ -115,3 +115,112 @@ static inline void da_merge_partial(float *restrict acc, float *restrict lse,
   for (int x = 0; x < d; x++) acc[x] = (acc[x] * wa + o[x] * wb) * inv;
   *lse = mx + logf(wa + wb);
 }
+
+/* The first instruction-set extension this module was compiled for (CC's -march or -m
+ * flags) that the CPU running it lacks, or NULL. The runtime asks before it calls anything
+ * else here, so that a module built for another CPU (a bundle, a shared cache folder) is
+ * refused by name instead of killing the process with SIGILL. Compiled for the x86-64
+ * baseline, and never inlined into code that is not; with no extension enabled (no -march)
+ * it calls nothing (no libgcc CPU model). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__TINYC__)
+#define DA_ISA_FN __attribute__((target("arch=x86-64"), noinline))
+#define DA_ISA(name) if ((__builtin_cpu_init(), !__builtin_cpu_supports(name))) return name;
+static DA_ISA_FN const char *da_isa_missing(void) {
+#ifdef __SSE3__
+  DA_ISA("sse3")
+#endif
+#ifdef __SSSE3__
+  DA_ISA("ssse3")
+#endif
+#ifdef __SSE4_1__
+  DA_ISA("sse4.1")
+#endif
+#ifdef __SSE4_2__
+  DA_ISA("sse4.2")
+#endif
+#ifdef __POPCNT__
+  DA_ISA("popcnt")
+#endif
+#ifdef __SSE4A__
+  DA_ISA("sse4a")
+#endif
+#ifdef __AVX__
+  DA_ISA("avx")
+#endif
+#ifdef __AVX2__
+  DA_ISA("avx2")
+#endif
+#ifdef __FMA__
+  DA_ISA("fma")
+#endif
+#ifdef __FMA4__
+  DA_ISA("fma4")
+#endif
+#ifdef __XOP__
+  DA_ISA("xop")
+#endif
+#ifdef __BMI__
+  DA_ISA("bmi")
+#endif
+#ifdef __BMI2__
+  DA_ISA("bmi2")
+#endif
+#ifdef __AES__
+  DA_ISA("aes")
+#endif
+#ifdef __PCLMUL__
+  DA_ISA("pclmul")
+#endif
+#ifdef __VPCLMULQDQ__
+  DA_ISA("vpclmulqdq")
+#endif
+#ifdef __GFNI__
+  DA_ISA("gfni")
+#endif
+#ifdef __AVX512F__
+  DA_ISA("avx512f")
+#endif
+#ifdef __AVX512VL__
+  DA_ISA("avx512vl")
+#endif
+#ifdef __AVX512BW__
+  DA_ISA("avx512bw")
+#endif
+#ifdef __AVX512DQ__
+  DA_ISA("avx512dq")
+#endif
+#ifdef __AVX512CD__
+  DA_ISA("avx512cd")
+#endif
+#ifdef __AVX512VBMI__
+  DA_ISA("avx512vbmi")
+#endif
+#ifdef __AVX512IFMA__
+  DA_ISA("avx512ifma")
+#endif
+#ifdef __AVX512VBMI2__
+  DA_ISA("avx512vbmi2")
+#endif
+#ifdef __AVX512VNNI__
+  DA_ISA("avx512vnni")
+#endif
+#ifdef __AVX512BITALG__
+  DA_ISA("avx512bitalg")
+#endif
+#ifdef __AVX512VPOPCNTDQ__
+  DA_ISA("avx512vpopcntdq")
+#endif
+#ifdef __AVX512BF16__
+  DA_ISA("avx512bf16")
+#endif
+#if defined(__F16C__) && !defined(__clang__)
+  DA_ISA("f16c")
+#endif
+#if defined(__AVX512FP16__) && !defined(__clang__)
+  DA_ISA("avx512fp16")
+#endif
+  return NULL;
+}
+#else
+static const char *da_isa_missing(void) { return NULL; }
+#endif
