@@ -269,6 +269,17 @@ static da_status parse_sparsity(const json_t *o, da_spec *s, char *msg, size_t c
   return DA_OK;
 }
 
+/* Whether the number that ends at byte end of a JSON text is the value of a "seed" member
+ * (a too-big integer's hint is the seed's only there) */
+static int value_of_seed(const char *text, size_t end) {
+  size_t i = end;
+  while (i > 0 && text[i - 1] != ':' && text[i - 1] != ',' && text[i - 1] != '{' && text[i - 1] != '[') i--;
+  if (i == 0 || text[i - 1] != ':') return 0;
+  i--;
+  while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r')) i--;
+  return i >= 6 && !memcmp(text + i - 6, "\"seed\"", 6);
+}
+
 da_status da_spec_from_json(const char *text, size_t len, da_spec *out, char *msg, size_t cap) {
   if (msg && cap) msg[0] = '\0';
   if (!text || !out) return fail(msg, cap, DA_ERR_INVALID_ARGUMENT, "text or spec is NULL");
@@ -276,8 +287,11 @@ da_status da_spec_from_json(const char *text, size_t len, da_spec *out, char *ms
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
     return fail(msg, cap, DA_ERR_PARSE, "line %d, column %d: %s%s", jerr.line, jerr.column, jerr.text,
-                strstr(jerr.text, "too big integer") ? " (integers are 64-bit signed: a sparsity.seed from 2^63 is "
-                                                       "written as its negative int64 pattern, seed - 2^64)" : "");
+                !strstr(jerr.text, "too big integer") ? ""
+                : value_of_seed(text, (size_t)jerr.position < len ? (size_t)jerr.position : len)
+                    ? " (integers are 64-bit signed: a sparsity.seed from 2^63 is written as its negative int64 "
+                      "pattern, seed - 2^64)"
+                    : " (integers are 64-bit signed)");
   da_spec s;
   da_spec_init(&s);
   da_status st = DA_OK;

@@ -879,6 +879,12 @@ def test_user_errors(tmp):
                        '{"layout":"random","block":8,"seed":18446744073709551615,"density":0.5}}')
     rc, _, err = run("gen", p, "-o", d)
     check(rc == 2 and "too big integer" in err and "seed - 2^64" in err, f"seed of 2^64 - 1: exit {rc}: {err}")
+    # elsewhere a too-big integer gets no word of seeds
+    p = os.path.join(tmp, "big.json")
+    open(p, "w").write('{"segment_lengths":[99999999999999999999],"dilation_rates":[1],"num_heads":1,"head_dim":16}')
+    rc, _, err = run("gen", p, "-o", d)
+    check(rc == 2 and "too big integer" in err and "64-bit signed" in err and "seed" not in err,
+          f"a segment length past int64: exit {rc}: {err}")
     # a config that is a folder
     rc, _, err = run("gen", d, "-o", d)
     check(rc == 2 and "is a folder" in err, f"gen of a folder: exit {rc}: {err}")
