@@ -130,7 +130,84 @@ static void join_host_flags(void) {
     n += (size_t)snprintf(host_flags_text + n, sizeof host_flags_text - n, "%s ", host_cflags[i]);
   snprintf(host_flags_text + n, sizeof host_flags_text - n, "-lm");
 }
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+/* What CPUID says of each extension a module may name (templates/host/prims.h's words):
+ * leaf, subleaf, register, bit, and the register state the OS must enable for it (XCR0):
+ * 1 AVX's (bits 1, 2), 2 AVX-512's (and 5, 6, 7), 3 AMX's (17, 18) */
+typedef struct {
+  const char *name;
+  unsigned leaf, sub;
+  char reg;
+  unsigned char bit, state;
+} isa_bit;
+static const isa_bit ISA[] = {
+    {"sse3", 1, 0, 'c', 0, 0},          {"pclmul", 1, 0, 'c', 1, 0},       {"ssse3", 1, 0, 'c', 9, 0},
+    {"fma", 1, 0, 'c', 12, 1},          {"sse4.1", 1, 0, 'c', 19, 0},      {"sse4.2", 1, 0, 'c', 20, 0},
+    {"movbe", 1, 0, 'c', 22, 0},        {"popcnt", 1, 0, 'c', 23, 0},      {"aes", 1, 0, 'c', 25, 0},
+    {"avx", 1, 0, 'c', 28, 1},          {"f16c", 1, 0, 'c', 29, 1},        {"bmi", 7, 0, 'b', 3, 0},
+    {"avx2", 7, 0, 'b', 5, 1},          {"bmi2", 7, 0, 'b', 8, 0},         {"avx512f", 7, 0, 'b', 16, 2},
+    {"avx512dq", 7, 0, 'b', 17, 2},     {"adx", 7, 0, 'b', 19, 0},         {"avx512ifma", 7, 0, 'b', 21, 2},
+    {"avx512cd", 7, 0, 'b', 28, 2},     {"sha", 7, 0, 'b', 29, 0},         {"avx512bw", 7, 0, 'b', 30, 2},
+    {"avx512vl", 7, 0, 'b', 31, 2},     {"avx512vbmi", 7, 0, 'c', 1, 2},   {"avx512vbmi2", 7, 0, 'c', 6, 2},
+    {"gfni", 7, 0, 'c', 8, 0},          {"vaes", 7, 0, 'c', 9, 1},         {"vpclmulqdq", 7, 0, 'c', 10, 1},
+    {"avx512vnni", 7, 0, 'c', 11, 2},   {"avx512bitalg", 7, 0, 'c', 12, 2}, {"avx512vpopcntdq", 7, 0, 'c', 14, 2},
+    {"avx512vp2intersect", 7, 0, 'd', 8, 2}, {"avx512fp16", 7, 0, 'd', 23, 2}, {"amx-tile", 7, 0, 'd', 24, 3},
+    {"avxvnni", 7, 1, 'a', 4, 1},       {"avx512bf16", 7, 1, 'a', 5, 2},   {"lzcnt", 0x80000001u, 0, 'c', 5, 0},
+    {"sse4a", 0x80000001u, 0, 'c', 6, 0}, {"xop", 0x80000001u, 0, 'c', 11, 1}, {"fma4", 0x80000001u, 0, 'c', 16, 1},
+};
+#define NISA (sizeof ISA / sizeof ISA[0])
+
+static int isa_present(const isa_bit *e) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(e->leaf, e->sub, &a, &b, &c, &d)) return 0; /* (a leaf past the CPU's) */
+  const unsigned r = e->reg == 'a' ? a : e->reg == 'b' ? b : e->reg == 'c' ? c : d;
+  if (!((r >> e->bit) & 1u)) return 0;
+  if (!e->state) return 1;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (!__get_cpuid(1, &a1, &b1, &c1, &d1) || !((c1 >> 27) & 1u)) return 0; /* no OSXSAVE: no XGETBV */
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const unsigned long long xcr0 = ((unsigned long long)hi << 32) | lo;
+  const unsigned long long need = e->state == 1 ? 0x6ull : e->state == 2 ? 0xe6ull : 0x60000ull;
+  return (xcr0 & need) == need;
+}
+#endif
+
+int da__host_isa_has(const char *name) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  for (size_t i = 0; i < NISA; i++)
+    if (!strcmp(ISA[i].name, name)) return isa_present(&ISA[i]);
+#endif
+  (void)name;
+  return -1;
+}
+
+int da__host_isa_missing(const char *words, char *missing, size_t cap) {
+  char w[64];
+  for (const char *p = words; *p;) {
+    while (*p == ' ') p++;
+    size_t n = strcspn(p, " ");
+    if (!n) break;
+    snprintf(w, sizeof w, "%.*s", (int)(n < sizeof w - 1 ? n : sizeof w - 1), p);
+    p += n;
+    if (da__host_isa_has(w) != 1) { /* absent, or a word this runtime cannot check */
+      snprintf(missing, cap, "%s", w);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 void da__host_cpu_features(char hex[65]) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  char have[1024] = "x86-64";
+  size_t n = strlen(have);
+  for (size_t i = 0; i < NISA; i++)
+    if (isa_present(&ISA[i])) n += (size_t)snprintf(have + n, sizeof have - n, " %s", ISA[i].name);
+  da__sha256_hex(have, strlen(have), hex);
+  return;
+#endif
   char line[8192], found[8192] = "unknown";
   FILE *f = fopen("/proc/cpuinfo", "r");
   int have_flags = 0;
@@ -264,22 +341,16 @@ da_status da__host_load(const da_context *ctx, const char *so, const char *symbo
     return da__set_error(ctx, DA_ERR_COMPILE, "host kernel: symbol %s missing from %s", symbol, so);
   }
   char sname[400];
-  snprintf(sname, sizeof sname, "%s_isa_missing", symbol);
-  void *ifn = dlsym(dl, sname); /* (modules of templates before 0.2.0 have none) */
-  if (ifn) {
-    const char *(*isa_missing)(void);
-    memcpy(&isa_missing, &ifn, sizeof ifn);
-    const char *missing = isa_missing();
-    if (missing) {
-      char ext[64];
-      snprintf(ext, sizeof ext, "%s", missing); /* (its text is the module's) */
-      dlclose(dl);
-      return da__set_error(ctx, DA_ERR_COMPILE,
-                           "host kernel %s (%s) was compiled for the %s instructions, which this CPU lacks: it was built "
-                           "by a C compiler told to target another CPU (-march or -m flags in its CC; CC='%.200s' in this "
-                           "process); build it for this one",
-                           symbol, so, ext, da__host_cc());
-    }
+  snprintf(sname, sizeof sname, "%s_isa", symbol);
+  const char *const *isa = dlsym(dl, sname); /* (modules of templates before 0.2.0 have none) */
+  char missing[64];
+  if (isa && *isa && da__host_isa_missing(*isa, missing, sizeof missing)) {
+    dlclose(dl);
+    return da__set_error(ctx, DA_ERR_COMPILE,
+                         "host kernel %s was compiled for the %s instructions, which this CPU %s: a C compiler told "
+                         "to target another CPU built it (-march or -m flags in the CC that built it); build it for "
+                         "this one",
+                         symbol, missing, da__host_isa_has(missing) < 0 ? "may lack (dilattn cannot check them)" : "lacks");
   }
   snprintf(sname, sizeof sname, "%s_scratch_bytes", symbol);
   void *sfn = dlsym(dl, sname);

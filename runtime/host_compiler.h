@@ -43,10 +43,17 @@ DA_HIDDEN da_status da__host_load(const da_context *ctx, const char *so, const c
 /* Compiler flags (part of the host artifact key). */
 DA_HIDDEN const char *da__host_flags(void);
 
-/* SHA-256 (hex) of this CPU's instruction-set features (/proc/cpuinfo's flags; its model
- * name where there are none; "unknown" else): a host key's part where CC builds for the CPU
- * it runs on (-march=native). */
+/* SHA-256 (hex) of this CPU's instruction-set extensions (x86-64: those of
+ * da__host_isa_has, by CPUID; elsewhere /proc/cpuinfo's Features line, or its model name, or
+ * "unknown"): a host key's part where CC builds for the CPU it runs on (-march=native). */
 DA_HIDDEN void da__host_cpu_features(char hex[65]);
+/* Whether this CPU (and its OS: AVX and AVX-512 register state) has the x86 extension name
+ * (templates/host/prims.h's words: "avx2", "avx512f", "sse4.1", ...): 1, 0, or -1 for a
+ * name this runtime cannot check (any name off x86-64). */
+DA_HIDDEN int da__host_isa_has(const char *name);
+/* Of words (space-separated extension names a module was compiled for), the first this CPU
+ * lacks or that cannot be checked, into missing (cap bytes): 1, else 0. */
+DA_HIDDEN int da__host_isa_missing(const char *words, char *missing, size_t cap);
 
 /* Name of the C compiler the host backend uses. */
 DA_HIDDEN const char *da__host_cc(void);

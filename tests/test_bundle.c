@@ -14,6 +14,7 @@
 #include "gen/render.h"
 #include "runtime/bundle.h"
 #include "runtime/fileio.h"
+#include "runtime/host_compiler.h"
 #include "runtime/kernel_cache.h"
 #include "test_util.h"
 
@@ -179,6 +180,61 @@ static void test_split_path(void) {
   TU_CHECK(da__split_path("abc/e", small, sizeof small) && !strcmp(small, "abc"), "a folder that just fits");
 }
 
+/* The extensions a host module may name (the da_isa_words of its source, rendered into
+ * dir) are all ones the runtime checks; and its CPUID table agrees with the kernel's view of
+ * this CPU (/proc/cpuinfo's flags, which Linux clears where the OS does not enable a state) */
+static void test_isa_table(const char *dir) {
+#if defined(__x86_64__)
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "cat %s/*.c", dir);
+  FILE *f = popen(cmd, "r");
+  char line[512];
+  int in = 0, words = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    char w[64];
+    if (strstr(line, "da_isa_words[] =")) in = 1;
+    else if (in && strchr(line, ';')) in = 0;
+    else if (in && sscanf(line, " \" %63[^\"]\"", w) == 1) {
+      words++;
+      TU_CHECK(da__host_isa_has(w) >= 0, "a host module may name %s, which the runtime does not check", w);
+    }
+  }
+  if (f) pclose(f);
+  TU_CHECK(words >= 30, "the host source's da_isa_words: %d words", words);
+  static const char *const map[][2] = {
+      {"sse3", "pni"},         {"ssse3", "ssse3"},     {"sse4.1", "sse4_1"},     {"sse4.2", "sse4_2"},
+      {"popcnt", "popcnt"},    {"sse4a", "sse4a"},     {"lzcnt", "abm"},         {"movbe", "movbe"},
+      {"avx", "avx"},          {"avx2", "avx2"},       {"fma", "fma"},           {"fma4", "fma4"},
+      {"xop", "xop"},          {"f16c", "f16c"},       {"bmi", "bmi1"},          {"bmi2", "bmi2"},
+      {"adx", "adx"},          {"aes", "aes"},         {"pclmul", "pclmulqdq"},  {"vpclmulqdq", "vpclmulqdq"},
+      {"gfni", "gfni"},        {"vaes", "vaes"},       {"sha", "sha_ni"},        {"avxvnni", "avx_vnni"},
+      {"avx512f", "avx512f"},  {"avx512vl", "avx512vl"}, {"avx512bw", "avx512bw"}, {"avx512dq", "avx512dq"},
+      {"avx512cd", "avx512cd"}, {"avx512vbmi", "avx512vbmi"}, {"avx512ifma", "avx512ifma"},
+      {"avx512vbmi2", "avx512_vbmi2"}, {"avx512vnni", "avx512_vnni"}, {"avx512bitalg", "avx512_bitalg"},
+      {"avx512vpopcntdq", "avx512_vpopcntdq"}, {"avx512bf16", "avx512_bf16"}, {"avx512fp16", "avx512_fp16"},
+      {"avx512vp2intersect", "avx512_vp2intersect"}, {"amx-tile", "amx_tile"}};
+  static char flags[16384]; /* the first CPU's flags line (a /proc file's size is 0: read as lines) */
+  FILE *ci = fopen("/proc/cpuinfo", "r");
+  int have = 0;
+  while (ci && !have && fgets(flags, sizeof flags, ci)) have = !strncmp(flags, "flags", 5);
+  if (ci) fclose(ci);
+  if (!have) {
+    printf("SKIP: no flags line in /proc/cpuinfo\n");
+    return;
+  }
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+    char w[80];
+    snprintf(w, sizeof w, " %s", map[i][1]);
+    const char *at = strstr(flags, w);
+    while (at && at[strlen(w)] != ' ' && at[strlen(w)] != '\n') at = strstr(at + 1, w);
+    TU_CHECK(da__host_isa_has(map[i][0]) == (at != NULL), "%s: CPUID says %d, /proc/cpuinfo's %s %s", map[i][0],
+             da__host_isa_has(map[i][0]), map[i][1], at ? "is there" : "is not");
+  }
+#else
+  (void)dir;
+#endif
+}
+
 int main(int argc, char **argv) {
   test_split_path();
   test_newest_first();
@@ -192,6 +248,7 @@ int main(int argc, char **argv) {
   snprintf(cmd, sizeof cmd, "mkdir -p %s && %s gen %s --compile --bundle example -o %s > /dev/null", bdir, argv[1], cfg, bdir);
   TU_CHECK(system(cmd) == 0, "dilattn gen --bundle failed");
   snprintf(manifest, sizeof manifest, "%s/manifest.json", bdir);
+  test_isa_table(bdir);
 
   /* 0. the typed header's spec is the config's: a scale of -0.0 was written "-0", the int
    * 0, so the header's spec (+0.0) was not the bundle's and its _plan found no kernel */
@@ -383,7 +440,8 @@ int main(int argc, char **argv) {
       char saved[512] = "", cc[100], want[40];
       if (was) snprintf(saved, sizeof saved, "%s", was);
       snprintf(cc, sizeof cc, "cc %s", flag);
-      snprintf(want, sizeof want, "the %s instructions", ext[6] == '_' ? "avx512fp16" : ext);
+      /* (the first extension of the module's that this CPU lacks: -mfma4 brings sse4a too) */
+      snprintf(want, sizeof want, "was compiled for the ");
       setenv("CC", cc, 1);
       fresh_cache("5e");
       da_context_create(&c);
@@ -392,7 +450,7 @@ int main(int argc, char **argv) {
       const da_status st = da_plan_create(c, &es, DA_BACKEND_HOST, &p);
       TU_CHECK(st == DA_ERR_COMPILE && !p && strstr(da_context_last_error(c), want) &&
                    strstr(da_context_last_error(c), "this CPU lacks"),
-               "5e: CC='%s': refused by name (%s: %s)", cc, da_status_name(st), da_context_last_error(c));
+               "5e: CC='%s' (%s): refused by name (%s: %s)", cc, ext, da_status_name(st), da_context_last_error(c));
       da_plan_destroy(p);
       da_context_destroy(c);
       char ebundle[700], emanifest[800], *ecmd = NULL;

@@ -239,9 +239,8 @@ static void run_head(tile_t *T, const da_host_args *A, int64_t b, int64_t h, flo
 }
 {% end %}
 
-/* NULL, or an instruction-set extension this module needs that this CPU lacks (prims.h):
- * the runtime asks first. */
-const char *{{ p.name }}_isa_missing(void) { return da_isa_missing(); }
+/* The instruction-set extensions this module needs (prims.h): the runtime reads them first. */
+const char *const {{ p.name }}_isa = da_isa_words;
 
 /* Bytes of tile buffer one worker needs (the runtime hands it in from its pool). */
 size_t {{ p.name }}_scratch_bytes(void) { return sizeof(tile_t); }

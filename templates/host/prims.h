@@ -116,111 +116,129 @@ static inline void da_merge_partial(float *restrict acc, float *restrict lse,
   *lse = mx + logf(wa + wb);
 }
 
-/* The first instruction-set extension this module was compiled for (CC's -march or -m
- * flags) that the CPU running it lacks, or NULL. The runtime asks before it calls anything
- * else here, so that a module built for another CPU (a bundle, a shared cache folder) is
- * refused by name instead of killing the process with SIGILL. Compiled for the x86-64
- * baseline, and never inlined into code that is not; with no extension enabled (no -march)
- * it calls nothing (no libgcc CPU model). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__TINYC__)
-#define DA_ISA_FN __attribute__((target("arch=x86-64"), noinline))
-#define DA_ISA(name) if ((__builtin_cpu_init(), !__builtin_cpu_supports(name))) return name;
-static DA_ISA_FN const char *da_isa_missing(void) {
+/* The x86 instruction-set extensions beyond x86-64's baseline this module was compiled for
+ * (CC's -march or -m flags), as words. Data, not code: the runtime checks them against the
+ * CPU (runtime/host_compiler.c, by CPUID) before it runs anything here, so that a module
+ * built for another CPU (a bundle, a shared cache folder) is refused by name instead of
+ * killing the process with SIGILL. */
+static const char da_isa_words[] = ""
+#if defined(__x86_64__)
 #ifdef __SSE3__
-  DA_ISA("sse3")
+    " sse3"
 #endif
 #ifdef __SSSE3__
-  DA_ISA("ssse3")
+    " ssse3"
 #endif
 #ifdef __SSE4_1__
-  DA_ISA("sse4.1")
+    " sse4.1"
 #endif
 #ifdef __SSE4_2__
-  DA_ISA("sse4.2")
+    " sse4.2"
 #endif
 #ifdef __POPCNT__
-  DA_ISA("popcnt")
+    " popcnt"
 #endif
 #ifdef __SSE4A__
-  DA_ISA("sse4a")
+    " sse4a"
+#endif
+#ifdef __LZCNT__
+    " lzcnt"
+#endif
+#ifdef __MOVBE__
+    " movbe"
 #endif
 #ifdef __AVX__
-  DA_ISA("avx")
+    " avx"
 #endif
 #ifdef __AVX2__
-  DA_ISA("avx2")
+    " avx2"
 #endif
 #ifdef __FMA__
-  DA_ISA("fma")
+    " fma"
 #endif
 #ifdef __FMA4__
-  DA_ISA("fma4")
+    " fma4"
 #endif
 #ifdef __XOP__
-  DA_ISA("xop")
+    " xop"
+#endif
+#ifdef __F16C__
+    " f16c"
 #endif
 #ifdef __BMI__
-  DA_ISA("bmi")
+    " bmi"
 #endif
 #ifdef __BMI2__
-  DA_ISA("bmi2")
+    " bmi2"
+#endif
+#ifdef __ADX__
+    " adx"
 #endif
 #ifdef __AES__
-  DA_ISA("aes")
+    " aes"
 #endif
 #ifdef __PCLMUL__
-  DA_ISA("pclmul")
+    " pclmul"
 #endif
 #ifdef __VPCLMULQDQ__
-  DA_ISA("vpclmulqdq")
+    " vpclmulqdq"
 #endif
 #ifdef __GFNI__
-  DA_ISA("gfni")
+    " gfni"
+#endif
+#ifdef __VAES__
+    " vaes"
+#endif
+#ifdef __SHA__
+    " sha"
+#endif
+#ifdef __AVXVNNI__
+    " avxvnni"
 #endif
 #ifdef __AVX512F__
-  DA_ISA("avx512f")
+    " avx512f"
 #endif
 #ifdef __AVX512VL__
-  DA_ISA("avx512vl")
+    " avx512vl"
 #endif
 #ifdef __AVX512BW__
-  DA_ISA("avx512bw")
+    " avx512bw"
 #endif
 #ifdef __AVX512DQ__
-  DA_ISA("avx512dq")
+    " avx512dq"
 #endif
 #ifdef __AVX512CD__
-  DA_ISA("avx512cd")
+    " avx512cd"
 #endif
 #ifdef __AVX512VBMI__
-  DA_ISA("avx512vbmi")
+    " avx512vbmi"
 #endif
 #ifdef __AVX512IFMA__
-  DA_ISA("avx512ifma")
+    " avx512ifma"
 #endif
 #ifdef __AVX512VBMI2__
-  DA_ISA("avx512vbmi2")
+    " avx512vbmi2"
 #endif
 #ifdef __AVX512VNNI__
-  DA_ISA("avx512vnni")
+    " avx512vnni"
 #endif
 #ifdef __AVX512BITALG__
-  DA_ISA("avx512bitalg")
+    " avx512bitalg"
 #endif
 #ifdef __AVX512VPOPCNTDQ__
-  DA_ISA("avx512vpopcntdq")
+    " avx512vpopcntdq"
 #endif
 #ifdef __AVX512BF16__
-  DA_ISA("avx512bf16")
+    " avx512bf16"
 #endif
-#if defined(__F16C__) && !defined(__clang__)
-  DA_ISA("f16c")
+#ifdef __AVX512FP16__
+    " avx512fp16"
 #endif
-#if defined(__AVX512FP16__) && !defined(__clang__)
-  DA_ISA("avx512fp16")
+#ifdef __AVX512VP2INTERSECT__
+    " avx512vp2intersect"
 #endif
-  return NULL;
-}
-#else
-static const char *da_isa_missing(void) { return NULL; }
+#ifdef __AMX_TILE__
+    " amx-tile"
 #endif
+#endif
+    ;
