@@ -214,7 +214,7 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
     if (data && len == copy.size && !strcmp(hex, copy.sha256)) {
       char where[600];
       snprintf(where, sizeof where, "bundle %.560s", copy.origin);
-      if (!accept || accept(user, where, data, len)) {
+      if (!accept || accept(user, where, NULL, data, len)) {
         *bytes = data;
         *n = len;
         return 1;

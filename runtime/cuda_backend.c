@@ -90,11 +90,12 @@ typedef struct {
   char refused[512]; /* a bundle's cubin of another NVRTC this driver refused: why */
 } nvrtc_job;
 
-static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, size_t *n) {
+static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, size_t *n, int *no_compiler) {
   const nvrtc_job *j = arg;
   char file[300];
   snprintf(file, sizeof file, "%s.cu", j->name);
   int maj, min;
+  *no_compiler = 1; /* (until NVRTC is found, and new enough for the kernel) */
   if (da__nvrtc_version(ctx, &maj, &min) != DA_OK) {
     char why[1024];
     snprintf(why, sizeof why, "%s", da_context_last_error(ctx));
@@ -112,6 +113,7 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
                "%s: its kernels take %zu bytes of parameters, past the 4096 that NVRTC before CUDA 12.1 compiles (%d.%d "
                "here; a bundle's build of it would serve): update NVRTC, or use cuda_mma 4 (wgmma-ws)",
                j->name, j->params, maj, min);
+  *no_compiler = 0;
   da__nvrtc_result res;
   DA_TRY(da__nvrtc_compile(ctx, j->source, file, j->arch, NVRTC_OPTS, 1, &res));
   da_status st = da__cuda_check_regs(ctx, j->name, j->launch_regs, res.registers);
@@ -132,9 +134,9 @@ static da_status build_cubin(const da_context *ctx, void *arg, void **bytes, siz
 /* A bundle's (or, where nothing compiles here, the disk cache's) cubin of this kernel that
  * another NVRTC built: taken where this driver loads it (a cubin of a newer CUDA than the
  * driver's is refused there; then it is compiled here) */
-static int accept_cubin(void *user, const char *origin, const void *bytes, size_t n) {
+static int accept_cubin(void *user, const char *origin, const char *compiler, const void *bytes, size_t n) {
   nvrtc_job *j = user;
-  (void)n;
+  (void)n, (void)compiler; /* (NVRTC's options are the key's: -lineinfo, whichever version) */
   if (da__cuda_probe(j->ctx, j->dev, bytes) == DA_OK) return 1;
   snprintf(j->refused, sizeof j->refused, "%.200s: %.300s", origin, da_context_last_error(j->ctx));
   da__log(DA_LOG_WARN, "kernel %s for %s, built by another NVRTC, does not load here (%s)", j->name, j->arch,
@@ -145,8 +147,8 @@ static int accept_cubin(void *user, const char *origin, const void *bytes, size_
 
 static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *out) {
   const nvrtc_job *j = arg;
-  char path[4400], meta[400];
-  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\",\"source_key\":\"%s\"", j->name, j->source_key);
+  char path[4400], meta[300];
+  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\"", j->name);
   return da__kernel_cache_find_or_build(ctx, j->cache, j->arch, j->key, j->source_key, j->name, build_cubin, (void *)j,
                                         accept_cubin, meta, &out->blob, &out->blob_size, path, sizeof path);
 }

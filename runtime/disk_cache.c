@@ -199,9 +199,17 @@ int da__disk_cache_peek(da__disk_cache *dc, const char *arch, const char *key, c
 
 static void evict(da__disk_cache *dc, const char *keep_key);
 
+/* <root>/<arch>/src/<2 hex>/<source_key>.<key>: an empty file that says entry key holds a
+ * build of source_key (da__disk_cache_find_source lists the folder instead of every entry) */
+static void marker_path(const da__disk_cache *dc, const char *arch, const char *source_key, const char *key, char *out,
+                        size_t cap) {
+  snprintf(out, cap, "%s/%s/src/%.2s/%s.%s", dc->root, arch, source_key, source_key, key);
+}
+
 int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, const void *data, size_t size,
-                       const char *meta, char *path, size_t cap) {
+                       const char *source_key, const char *meta, char *path, size_t cap) {
   if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return -1;
+  if (source_key && !da__is_hex(source_key, 64)) source_key = NULL;
   char dir[4300], bp[4400], jp[4400];
   snprintf(dir, sizeof dir, "%s/%s/%.2s", dc->root, arch, key);
   entry_path(dc, arch, key, ".bin", bp, sizeof bp);
@@ -210,8 +218,9 @@ int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, co
   da__sha256_hex(data, size, hex);
   char *json = NULL;
   int n = asprintf(&json, "{\"key\":\"%s\",\"arch\":\"%s\",\"size\":%zu,\"sha256\":\"%s\",\"created\":%lld,"
-                          "\"library\":\"%s\",\"schema\":%d%s%s}\n",
+                          "\"library\":\"%s\",\"schema\":%d%s%s%s%s%s}\n",
                    key, arch, size, hex, (long long)time(NULL), DA_VERSION_STRING, DA_CACHE_SCHEMA_VERSION,
+                   source_key ? ",\"source_key\":\"" : "", source_key ? source_key : "", source_key ? "\"" : "",
                    meta ? "," : "", meta ? meta : "");
   if (n < 0) return -1;
   int rc = -1;
@@ -229,6 +238,15 @@ int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, co
     return -1;
   }
   if (path) snprintf(path, cap, "%s", bp);
+  if (source_key) { /* (best effort: without it, only this compiler's own key finds the entry) */
+    char mp[4600], md[4600];
+    marker_path(dc, arch, source_key, key, mp, sizeof mp);
+    snprintf(md, sizeof md, "%s/%s/src/%.2s", dc->root, arch, source_key);
+    if (da__mkdir_p(md, 0700) == 0) {
+      const int fd = open(mp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+      if (fd >= 0) close(fd);
+    }
+  }
   evict(dc, key);
   return 0;
 }
@@ -375,34 +393,71 @@ static void evict(da__disk_cache *dc, const char *keep_key) {
   free(v);
 }
 
+typedef struct {
+  char key[65];
+  int64_t mtime_ns;
+} source_hit;
+
+static int by_mtime_desc(const void *x, const void *y) {
+  const source_hit *a = x, *b = y;
+  return a->mtime_ns > b->mtime_ns ? -1 : a->mtime_ns < b->mtime_ns;
+}
+
 int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char *key, const char *source_key,
                                da__artifact_accept accept, void *user, char *path, size_t cap, void **data,
                                size_t *size) {
   if (!da__disk_cache_usable(dc) || !safe_name(arch) || !source_key || !da__is_hex(source_key, 64)) return 0;
-  size_t n = 0;
-  entry_t *v = collect(dc, &n);
-  if (!v) return 0;
-  qsort(v, n, sizeof *v, by_mtime);
+  char md[4400];
+  snprintf(md, sizeof md, "%s/%s/src/%.2s", dc->root, arch, source_key);
+  DIR *d = opendir(md);
+  if (!d) return 0;
+  size_t n = 0, capn = 0;
+  source_hit *v = NULL;
+  struct dirent *e;
+  while ((e = readdir(d))) { /* <source_key>.<key> */
+    if (strlen(e->d_name) != 129 || strncmp(e->d_name, source_key, 64) || e->d_name[64] != '.' ||
+        !da__is_hex(e->d_name + 65, 64) || !strcmp(e->d_name + 65, key))
+      continue;
+    char bp[4400];
+    struct stat st;
+    entry_path(dc, arch, e->d_name + 65, ".bin", bp, sizeof bp);
+    if (stat(bp, &st) != 0) { /* the entry is gone (evicted, cleared): so goes its marker */
+      char mp[4600];
+      marker_path(dc, arch, source_key, e->d_name + 65, mp, sizeof mp);
+      unlink(mp);
+      continue;
+    }
+    if (n == capn) {
+      source_hit *nv = realloc(v, (capn = capn ? 2 * capn : 8) * sizeof *v);
+      if (!nv) break;
+      v = nv;
+    }
+    snprintf(v[n].key, sizeof v[n].key, "%s", e->d_name + 65);
+    v[n++].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+  }
+  closedir(d);
+  if (n) qsort(v, n, sizeof *v, by_mtime_desc);
   int found = 0;
-  for (size_t i = n; i-- > 0 && !found;) { /* newest first */
-    const entry_t *e = &v[i];
-    if (strcmp(e->arch, arch) || misplaced(e) || !strcmp(e->key, key)) continue;
-    char jp[4400];
-    size_t jl = 0;
-    entry_path(dc, arch, e->key, ".json", jp, sizeof jp);
-    char *jt = da__read_file(jp, &jl);
-    json_t *j = jt ? json_loadb(jt, jl, 0, NULL) : NULL;
-    const char *sk = j ? json_string_value(json_object_get(j, "source_key")) : NULL;
-    const int same = sk && !strcmp(sk, source_key);
-    json_decref(j);
-    free(jt);
-    if (!same) continue;
+  for (size_t i = 0; i < n && found <= 0; i++) { /* newest first */
     const char *why;
     size_t sz = 0;
-    char *bin = load_verified(dc, arch, e->key, &sz, &why, NULL); /* (a corrupt one: left to its own lookups) */
+    char *json = NULL, *bin = load_verified(dc, arch, v[i].key, &sz, &why, &json);
+    json_t *j = json ? json_loads(json, 0, NULL) : NULL;
+    const char *sk = j ? json_string_value(json_object_get(j, "source_key")) : NULL;
+    const char *cc = j ? json_string_value(json_object_get(j, "compiler")) : NULL;
     char bp[4400];
-    entry_path(dc, arch, e->key, ".bin", bp, sizeof bp);
-    if (bin && (!accept || accept(user, bp, bin, sz))) {
+    entry_path(dc, arch, v[i].key, ".bin", bp, sizeof bp);
+    if (!bin) { /* corrupt: left to its own lookups (under its lock) */
+      if (why) {
+        da__log(DA_LOG_WARN, "kernel cache: entry %s/%s, a build of the same source by another compiler, is corrupt "
+                             "(%s): not taken", arch, v[i].key, why);
+        found = -1;
+      }
+    } else if (!sk || strcmp(sk, source_key)) { /* (a marker that does not say what the entry does) */
+      char mp[4600];
+      marker_path(dc, arch, source_key, v[i].key, mp, sizeof mp);
+      unlink(mp);
+    } else if (!accept || accept(user, bp, cc ? cc : "", bin, sz)) {
       found = 1;
       utimensat(AT_FDCWD, bp, NULL, 0); /* LRU: refresh */
       if (path) snprintf(path, cap, "%s", bp);
@@ -410,11 +465,48 @@ int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char 
         *data = bin, bin = NULL;
         if (size) *size = sz;
       }
+    } else {
+      found = -1;
     }
+    json_decref(j);
+    free(json);
     free(bin);
   }
   free(v);
   return found;
+}
+
+/* The markers of src/ folders (marker_path) whose entry is gone, or all of them */
+static void prune_markers(const da__disk_cache *dc, int all) {
+  DIR *d0 = opendir(dc->root);
+  struct dirent *a;
+  while (d0 && (a = readdir(d0))) {
+    if (a->d_name[0] == '.' || !safe_name(a->d_name)) continue;
+    char p1[4400];
+    if (snprintf(p1, sizeof p1, "%s/%s/src", dc->root, a->d_name) >= (int)sizeof p1 || !real_dir(p1)) continue;
+    DIR *d1 = opendir(p1);
+    struct dirent *b;
+    while (d1 && (b = readdir(d1))) {
+      char p2[4500];
+      if (!da__is_hex(b->d_name, 2) || snprintf(p2, sizeof p2, "%s/%s", p1, b->d_name) >= (int)sizeof p2 ||
+          !real_dir(p2))
+        continue;
+      DIR *d2 = opendir(p2);
+      struct dirent *c;
+      while (d2 && (c = readdir(d2))) {
+        if (strlen(c->d_name) != 129 || c->d_name[64] != '.' || !da__is_hex(c->d_name + 65, 64)) continue;
+        char jp[4400], mp[4800];
+        entry_path(dc, a->d_name, c->d_name + 65, ".json", jp, sizeof jp);
+        snprintf(mp, sizeof mp, "%s/%s", p2, c->d_name);
+        if (all || access(jp, F_OK) != 0) unlink(mp);
+      }
+      if (d2) closedir(d2);
+      rmdir(p2); /* (where empty) */
+    }
+    if (d1) closedir(d1);
+    rmdir(p1);
+  }
+  if (d0) closedir(d0);
 }
 
 void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__disk_cache_visit visit, void *user,
@@ -481,4 +573,5 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
     }
   }
   free(v);
+  if (verify || remove_all) prune_markers(dc, remove_all);
 }

@@ -38,23 +38,26 @@ DA_HIDDEN int da__disk_cache_peek(da__disk_cache *dc, const char *arch, const ch
                                   void **data, size_t *size);
 
 /* Another compiler's build of the same source: a verified entry of arch, under a key other
- * than key, whose metadata names source_key (entries written since 0.2.0 name it), newest
- * first among those accept (NULL: any) takes; 1 with its path and a malloc'ed copy of its
- * bytes, as da__disk_cache_get (its time refreshed), else 0. Reads every entry's .json: for
- * a process that cannot compile the kernel (DILATTN_DISABLE_JIT, no NVRTC, no CC), not for
- * a plain miss. */
+ * than key, that put recorded as source_key's (a marker in <arch>/src/), newest first among
+ * those accept (NULL: any) takes; accept sees the entry's path, the compiler its metadata
+ * names ("compiler"; "" where it names none) and its bytes. 1 with its path and a malloc'ed
+ * copy of its bytes, as da__disk_cache_get (its time refreshed); -1 where such a build was
+ * there but refused or unreadable; 0 where there is none. For a process that cannot compile
+ * the kernel (DILATTN_DISABLE_JIT, no NVRTC, no CC); lists one folder of markers (a 256th of
+ * the source keys'), removing those whose entry is gone. */
 DA_HIDDEN int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char *key, const char *source_key,
                                          da__artifact_accept accept, void *user, char *path, size_t cap, void **data,
                                          size_t *size);
 
 /* Store an artifact atomically (temp file in the same folder, fsync, rename; the .json,
- * written last, commits the entry). meta is extra JSON members ("\"kernel\":\"...\"") or
- * NULL. Then evicts least recently used entries above $DILATTN_CACHE_MAX_BYTES (default
+ * written last, commits the entry). source_key (NULL: none) is recorded in the .json and by a
+ * marker for da__disk_cache_find_source; meta is extra JSON members ("\"kernel\":\"...\"")
+ * or NULL. Then evicts least recently used entries above $DILATTN_CACHE_MAX_BYTES (default
  * 4 GiB). A failure (unwritable, full disk) switches the cache to memory-only with a
  * warning; returns 0 on success, -1 otherwise. path receives the artifact's path. */
 DA_HIDDEN int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key,
-                                 const void *data, size_t size, const char *meta, char *path,
-                                 size_t cap);
+                                 const void *data, size_t size, const char *source_key, const char *meta,
+                                 char *path, size_t cap);
 
 /* Cross-process lock of one key (flock on <key>.lock): returns a descriptor >= 0, or -1
  * (no lock: the caller proceeds without, as in memory-only mode). */

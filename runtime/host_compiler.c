@@ -327,6 +327,33 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
   return DA_OK;
 }
 
+/* The options of CC text cc (its words from the first one that starts with '-', as
+ * da__host_build takes them), one space between words, into out; 0 where cc names no command */
+static int cc_options(const char *cc, char *out, size_t cap) {
+  size_t n = 0;
+  int command = 0, options = 0;
+  out[0] = '\0';
+  for (const char *p = cc; *p;) {
+    while (*p == ' ' || *p == '\t') p++;
+    const size_t len = strcspn(p, " \t");
+    if (!len) break;
+    if (p[0] == '-') options = 1;
+    if (!options) command = 1;
+    else if (n + len + 1 < cap) n += (size_t)snprintf(out + n, cap - n, "%s%.*s", n ? " " : "", (int)len, p);
+    else return 0; /* (cannot happen: the options are shorter than cc) */
+    p += len;
+  }
+  return command;
+}
+
+int da__host_cc_same_options(const char *a, const char *b) {
+  const size_t ca = strlen(a) + 1, cb = strlen(b) + 1;
+  char *oa = malloc(ca), *ob = malloc(cb);
+  const int same = oa && ob && cc_options(a, oa, ca) && cc_options(b, ob, cb) && !strcmp(oa, ob);
+  free(oa), free(ob);
+  return same;
+}
+
 void da__host_build_cleanup(const char *dir) { remove_dir(dir, build_files); }
 
 da_status da__host_load(const da_context *ctx, const char *so, const char *symbol, da__host_module *out) {

@@ -55,6 +55,10 @@ DA_HIDDEN int da__host_isa_has(const char *name);
  * lacks or that cannot be checked, into missing (cap bytes): 1, else 0. */
 DA_HIDDEN int da__host_isa_missing(const char *words, char *missing, size_t cap);
 
+/* Whether two CCs give the same options (the words after the command's: "cc -O3" and
+ * "gcc-12 -O3" do, "cc" and "cc -ffast-math" do not); "" gives none that matches. */
+DA_HIDDEN int da__host_cc_same_options(const char *a, const char *b);
+
 /* Name of the C compiler the host backend uses. */
 DA_HIDDEN const char *da__host_cc(void);
 

@@ -10,6 +10,7 @@
 #include "runtime/log.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,16 +119,20 @@ int da__jit_disabled(void) {
 }
 
 /* The disk cache's build of source_key by another compiler (another NVRTC, none, another
- * CC), for a process that cannot compile the kernel (why): 1 where one was taken (accept) */
-static int disk_other_compiler(da__kernel_cache *c, const char *arch, const char *key,
-                               const char *source_key, const char *kernel, da__artifact_accept accept, void *arg,
-                               const char *why, void **bytes, size_t *n, char *path, size_t cap) {
-  if (!da__disk_cache_find_source(c->disk, arch, key, source_key, accept, arg, path, cap, bytes, n)) return 0;
+ * CC's program), for a process that cannot compile the kernel (why): 1 where one was taken
+ * (accept), -1 where one was there but refused, 0 where there is none */
+static int disk_other_compiler(da__kernel_cache *c, const char *arch, const char *key, const char *source_key,
+                               const char *kernel, da__artifact_accept accept, void *arg, const char *why, void **bytes,
+                               size_t *n, char *path, size_t cap) {
+  const int r = da__disk_cache_find_source(c->disk, arch, key, source_key, accept, arg, path, cap, bytes, n);
+  if (r <= 0) return r;
   __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
   da__log(DA_LOG_INFO, "kernel %s for %s: the disk cache's build by another compiler (%s), as %s (artifact key %s here)",
           kernel, arch, path, why, key);
   return 1;
 }
+
+#define REFUSED_OTHER "the disk cache's build of it by another compiler is not taken here (see the warning)"
 
 da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c, const char *arch,
                                          const char *key, const char *source_key, const char *kernel,
@@ -165,38 +170,40 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
     return DA_OK;
   }
   if (jit_off) {
-    if (disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, "DILATTN_DISABLE_JIT is set", bytes, n,
-                            path, cap)) {
-      da__disk_cache_unlock(fd);
-      return DA_OK;
-    }
-    da__disk_cache_unlock(fd);
+    da__disk_cache_unlock(fd); /* (the look for another compiler's build reads other keys' entries alone) */
+    const int other = disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, "DILATTN_DISABLE_JIT is set",
+                                          bytes, n, path, cap);
+    if (other > 0) return DA_OK;
     /* an entry that looked corrupt, and could not be looked at again under its lock (a
      * read-only cache folder, say): say so, not only "not in the disk cache" */
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
                          "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
-                         "(%zu artifacts) and not in the disk cache%s",
+                         "(%zu artifacts) and not in the disk cache%s%s",
                          kernel, arch, key, da__bundles_count(c->bundles),
                          seen >= 0 ? ""
                          : fd < 0  ? " (its entry there is unreadable or corrupt, and its lock file could not be "
                                      "opened to look again: is the cache folder read-only?)"
-                                   : " (its entry there was unreadable or corrupt, and is gone)");
+                                   : " (its entry there was unreadable or corrupt, and is gone)",
+                         other < 0 ? "; " REFUSED_OTHER : "");
   }
-  da_status st = build(ctx, arg, bytes, n);
+  int no_compiler = 0;
+  da_status st = build(ctx, arg, bytes, n, &no_compiler);
   if (st == DA_OK) {
     __atomic_add_fetch(&c->builds, 1, __ATOMIC_RELAXED);
-    if (da__disk_cache_put(c->disk, arch, key, *bytes, *n, meta, path, cap) != 0) path[0] = '\0';
-  } else if (st == DA_ERR_UNSUPPORTED) { /* no compiler here (NVRTC, CC): what another one built */
+    if (da__disk_cache_put(c->disk, arch, key, *bytes, *n, source_key, meta, path, cap) != 0) path[0] = '\0';
+  }
+  da__disk_cache_unlock(fd);
+  if (st != DA_OK && no_compiler) { /* no compiler here (NVRTC, CC): what another one built */
     char why[1024];
     snprintf(why, sizeof why, "%s", da_context_last_error(ctx));
-    if (disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, why, bytes, n, path, cap)) {
+    const int other = disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, why, bytes, n, path, cap);
+    if (other > 0) {
       da__clear_error(ctx);
       st = DA_OK;
     } else {
-      da__set_error(ctx, st, "%s", why); /* (accept may have set another) */
+      da__set_error(ctx, st, "%s%s", why, other < 0 ? "; " REFUSED_OTHER : ""); /* (accept may have set another) */
     }
   }
-  da__disk_cache_unlock(fd);
   return st;
 }
 
@@ -207,8 +214,9 @@ typedef struct {
 } host_job;
 
 
-static da_status build_host(const da_context *ctx, void *arg, void **bytes, size_t *n) {
+static da_status build_host(const da_context *ctx, void *arg, void **bytes, size_t *n, int *no_compiler) {
   const host_job *j = arg;
+  *no_compiler = !da__host_cc_found(NULL, 0); /* (a CC that is there but misconfigured: its error stands) */
   char dir[4096], so[4200], file[300];
   snprintf(file, sizeof file, "%s.c", j->symbol);
   (void)da__dump_source(file, j->source); /* DILATTN_DUMP_DIR (warns where it cannot) */
@@ -239,8 +247,18 @@ static da_status load_from_bytes(const da_context *ctx, const void *bytes, size_
 /* A bundle's host module that another C compiler built: taken where it loads here with its
  * symbol (a library its CC linked that is missing here, another CPU's build: compiled here
  * instead, as before such modules were taken) */
-static int accept_host(void *user, const char *origin, const void *bytes, size_t n) {
+static int accept_host(void *user, const char *origin, const char *compiler, const void *bytes, size_t n) {
   const host_job *j = user;
+  /* the disk cache's: only a build whose CC had this one's options (another program: gcc for
+   * cc, clang); a debugging CC's -O0, -ffast-math or -fsanitize build is not another
+   * compiler's equivalent (a bundle's, the program's own, is taken whoever built it) */
+  if (compiler && !da__host_cc_same_options(compiler, da__host_cc())) {
+    da__log(DA_LOG_WARN, "%s: host kernel %s was built by %s%s%s, whose options are not those of this process's "
+                         "CC='%s': not taken",
+            origin, j->symbol, *compiler ? "CC='" : "a compiler it does not record", compiler, *compiler ? "'" : "",
+            da__host_cc());
+    return 0;
+  }
   da__host_module m;
   memset(&m, 0, sizeof m);
   if (load_from_bytes(j->ctx, bytes, n, j->symbol, &m) == DA_OK) {
@@ -256,9 +274,14 @@ static int accept_host(void *user, const char *origin, const void *bytes, size_t
 static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *out) {
   const host_job *j = arg;
   /* artifact key: the source's key plus what turns it into a shared object here */
-  char key[65], path[4400], meta[512];
+  char key[65], path[4400], meta[8192];
   da__host_artifact_key(j->render_key, key);
-  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\",\"source_key\":\"%s\"", j->symbol, j->render_key);
+  json_t *cc = json_string(da__host_cc()); /* (CC's text, JSON-escaped: quotes and all) */
+  char *cc_json = cc ? json_dumps(cc, JSON_ENCODE_ANY) : NULL;
+  json_decref(cc);
+  snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\",\"compiler\":%s", j->symbol,
+           cc_json && strlen(cc_json) < sizeof meta - 300 ? cc_json : "\"\"");
+  free(cc_json);
   void *bytes = NULL;
   size_t n = 0;
   DA_TRY(da__kernel_cache_find_or_build(ctx, j->cache, "host", key, j->render_key, j->symbol, build_host, (void *)j,

@@ -50,12 +50,13 @@ DA_HIDDEN da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache
  * source_key for arch that another compiler built (another NVRTC or CC than the one key
  * names: a bundle must serve where its compiler is not), where accept (NULL: any) takes
  * it; on a miss take the key's cross-process lock, look again, else call build (which
- * returns malloc'ed bytes) and store them. Where nothing compiles here (DILATTN_DISABLE_JIT,
- * or build returns DA_ERR_UNSUPPORTED: no NVRTC, no CC) the disk cache's build of source_key
- * by another compiler is taken (accept, as for bundles). With DILATTN_DISABLE_JIT set a
- * kernel found nowhere is an error naming it. Returns the bytes (malloc'ed) and the entry's path on
+ * returns malloc'ed bytes, or fails with *no_compiler set where there is no compiler here to
+ * run: no NVRTC, one too old for the kernel, no CC) and store them with source_key. Where
+ * nothing compiles (DILATTN_DISABLE_JIT, or *no_compiler) the disk cache's build of
+ * source_key by another compiler is taken (accept, which sees the compiler it records). With
+ * DILATTN_DISABLE_JIT set a kernel found nowhere is an error naming it. Returns the bytes (malloc'ed) and the entry's path on
  * disk ("" when not on disk). */
-typedef da_status (*da__kbuild)(const da_context *ctx, void *arg, void **bytes, size_t *n);
+typedef da_status (*da__kbuild)(const da_context *ctx, void *arg, void **bytes, size_t *n, int *no_compiler);
 DA_HIDDEN da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c,
                                                    const char *arch, const char *key, const char *source_key,
                                                    const char *kernel, da__kbuild build, void *arg,

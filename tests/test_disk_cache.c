@@ -52,7 +52,7 @@ static void test_roundtrip_and_corruption(void) {
   for (int i = 0; i < 5000; i++) data[i] = (char)(i * 7);
   const char *key = "aa11111111111111111111111111111111111111111111111111111111111111";
   TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "hit on an empty cache");
-  TU_CHECK(da__disk_cache_put(dc, "host", key, data, sizeof data, "\"kernel\":\"k\"", path, sizeof path) == 0, "put");
+  TU_CHECK(da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, "\"kernel\":\"k\"", path, sizeof path) == 0, "put");
   void *got = NULL;
   size_t n = 0;
   TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, &got, &n) == 1 && n == sizeof data &&
@@ -67,23 +67,23 @@ static void test_roundtrip_and_corruption(void) {
   TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "bit-flipped entry was a hit");
   TU_CHECK(access(path, F_OK) != 0, "corrupt entry not removed");
   /* truncation */
-  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path);
+  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, NULL, path, sizeof path);
   TU_CHECK(truncate(path, 100) == 0, "truncate");
   TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "truncated entry was a hit");
   /* half-written: artifact without its .json commit marker, and garbage metadata */
-  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path);
+  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, NULL, path, sizeof path);
   char jp[4400];
   snprintf(jp, sizeof jp, "%.*s.json", (int)(strlen(path) - 4), path);
   unlink(jp);
   TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "entry without .json was a hit");
-  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path);
+  da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, NULL, path, sizeof path);
   FILE *f = fopen(jp, "w");
   fputs("{not json", f);
   fclose(f);
   TU_CHECK(da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0, "garbage .json was a hit");
   /* names that could escape the folder are refused */
-  TU_CHECK(da__disk_cache_put(dc, "../x", key, data, 10, NULL, path, sizeof path) != 0, "arch ../x accepted");
-  TU_CHECK(da__disk_cache_put(dc, "host", "../../etc", data, 10, NULL, path, sizeof path) != 0, "key ../../etc accepted");
+  TU_CHECK(da__disk_cache_put(dc, "../x", key, data, 10, NULL, NULL, path, sizeof path) != 0, "arch ../x accepted");
+  TU_CHECK(da__disk_cache_put(dc, "host", "../../etc", data, 10, NULL, NULL, path, sizeof path) != 0, "key ../../etc accepted");
   da__disk_cache_close(dc);
 }
 
@@ -172,7 +172,7 @@ static void test_budget(void) {
   char data[1000] = {0}, path[4400], key[65];
   for (int i = 0; i < 5; i++) {
     snprintf(key, sizeof key, "%02d%062d", i, 0);
-    TU_CHECK(da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path) == 0, "put %d", i);
+    TU_CHECK(da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, NULL, path, sizeof path) == 0, "put %d", i);
     if (i == 2) { /* use entry 0: it becomes the most recently used */
       snprintf(key, sizeof key, "%02d%062d", 0, 0);
       usleep(20000);
@@ -349,7 +349,8 @@ static void test_evicted_before_load(void) {
  * writer's .json without its .bin and compiled the kernel again (a spurious warning, a
  * rebuild, and the other process's entry lost). */
 static int race_builds;
-static da_status race_build(const da_context *ctx, void *arg, void **bytes, size_t *n) {
+static da_status race_build(const da_context *ctx, void *arg, void **bytes, size_t *n, int *no_compiler) {
+  (void)no_compiler;
   (void)ctx, (void)arg;
   race_builds++;
   *bytes = malloc(16);
@@ -388,7 +389,7 @@ static void test_rebuild_race(void) {
   char old_data[3000], new_data[3000], path[4400], bp[4400], jp[4400];
   memset(old_data, 1, sizeof old_data);
   memset(new_data, 2, sizeof new_data);
-  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, path, sizeof path) == 0, "put");
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, NULL, path, sizeof path) == 0, "put");
   snprintf(bp, sizeof bp, "%s", path);
   snprintf(jp, sizeof jp, "%.*s.json", (int)(strlen(bp) - 4), bp);
   /* the writer: the entry's lock, the new artifact in place, the old metadata */
@@ -401,7 +402,7 @@ static void test_rebuild_race(void) {
   usleep(300 * 1000); /* the reader's first look, then it waits for the lock */
   TU_CHECK(access(bp, F_OK) == 0 && access(jp, F_OK) == 0, "a lookup without the lock removed an entry being rebuilt");
   /* the writer finishes: put writes the .bin again and commits the .json */
-  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, new_data, sizeof new_data, NULL, path, sizeof path) == 0, "put new");
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, new_data, sizeof new_data, NULL, NULL, path, sizeof path) == 0, "put new");
   da__disk_cache_unlock(fd);
   pthread_join(t, NULL);
   TU_CHECK(r.st == DA_OK && race_builds == 0 && r.n == sizeof new_data && r.bytes &&
@@ -415,7 +416,7 @@ static void test_rebuild_race(void) {
   pthread_create(&t, NULL, race_verify, kc.disk);
   usleep(300 * 1000);
   TU_CHECK(access(bp, F_OK) == 0 && access(jp, F_OK) == 0, "cache verify removed an entry being rebuilt");
-  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, path, sizeof path) == 0, "put old");
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, NULL, path, sizeof path) == 0, "put old");
   da__disk_cache_unlock(fd);
   pthread_join(t, NULL);
   TU_CHECK(race_sum.entries == 1 && race_sum.corrupt == 0 && race_sum.removed == 0,
@@ -434,7 +435,7 @@ static void test_rebuild_race(void) {
            "cache verify of an entry removed meanwhile: %llu entries, %llu corrupt, %llu removed",
            (unsigned long long)race_sum.entries, (unsigned long long)race_sum.corrupt,
            (unsigned long long)race_sum.removed);
-  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, path, sizeof path) == 0, "put");
+  TU_CHECK(da__disk_cache_put(kc.disk, "host", key, old_data, sizeof old_data, NULL, NULL, path, sizeof path) == 0, "put");
   /* a corrupt entry nobody is writing is still removed (under the lock) and rebuilt */
   int f2 = open(bp, O_WRONLY);
   TU_CHECK(f2 >= 0 && pwrite(f2, "\x55", 1, 10) == 1, "flip");
@@ -486,7 +487,7 @@ static void test_memory_only(void) {
     setrlimit(RLIMIT_FSIZE, &rl);
     char data[8192] = {1}, path[4400];
     const char *key = "bb22222222222222222222222222222222222222222222222222222222222222";
-    int failed = da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, path, sizeof path) != 0;
+    int failed = da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, NULL, path, sizeof path) != 0;
     int degraded = !da__disk_cache_usable(dc);
     int miss = da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0;
     da__disk_cache_close(dc);
@@ -551,11 +552,25 @@ static void test_processes(void) {
 }
 
 /* Another compiler's build of the same source (da__disk_cache_find_source): the newest
- * entry of the arch whose .json names the source, under another key than the one asked
- * for, that accept takes; a corrupt one skipped for the next */
-static int refuse_data(void *user, const char *origin, const void *bytes, size_t n) {
+ * entry of the arch stored as the source's, under another key than the one asked for, that
+ * accept takes (it sees the compiler the entry records); a corrupt one skipped for the
+ * next; the markers of entries gone are removed (by the look, by verify, all by clear) */
+static char seen_compiler[64];
+static int refuse_data(void *user, const char *origin, const char *compiler, const void *bytes, size_t n) {
   (void)origin;
-  return !(n == 100 && ((const char *)bytes)[0] == *(const char *)user);
+  snprintf(seen_compiler, sizeof seen_compiler, "%s", compiler ? compiler : "(null)");
+  return !(n == 100 && strchr((const char *)user, ((const char *)bytes)[0]));
+}
+static int count_markers(const da__disk_cache *dc) {
+  char cmd[4300];
+  snprintf(cmd, sizeof cmd, "find %s/sm_90/src -type f 2>/dev/null | wc -l", da__disk_cache_root(dc));
+  FILE *p = popen(cmd, "r");
+  int n = -1;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
 }
 static void test_find_source(void) {
   use_dir("source");
@@ -571,26 +586,32 @@ static void test_find_source(void) {
       {"sm_90", "c3cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc", T, 'C'},
       {"sm_80", "d4dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd", S, 'D'},
       {"sm_90", "e5eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", S, 'E'}, /* the key asked for */
+      {"sm_90", "f6ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff", NULL, 'F'}, /* no source recorded */
   };
   char data[100], path[4400], meta[200];
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < 6; i++) {
     memset(data, e[i].fill, sizeof data);
-    snprintf(meta, sizeof meta, "\"kernel\":\"k\",\"source_key\":\"%s\"", e[i].source);
-    TU_CHECK(da__disk_cache_put(dc, e[i].arch, e[i].key, data, sizeof data, meta, path, sizeof path) == 0, "put %d", i);
+    snprintf(meta, sizeof meta, "\"kernel\":\"k\",\"compiler\":\"cc -O%d\"", i);
+    TU_CHECK(da__disk_cache_put(dc, e[i].arch, e[i].key, data, sizeof data, e[i].source, meta, path, sizeof path) == 0,
+             "put %d", i);
     const struct timespec t[2] = {{1000000 + i, 0}, {1000000 + i, 0}}; /* (distinct times: LRU order) */
     utimensat(AT_FDCWD, path, t, 0);
   }
+  TU_CHECK(count_markers(dc) == 4, "a marker an sm_90 entry with a source: %d", count_markers(dc));
   const char *ask = e[4].key;
   void *got = NULL;
   size_t n = 0;
-  int r = da__disk_cache_find_source(dc, "sm_90", ask, S, NULL, NULL, path, sizeof path, &got, &n);
-  TU_CHECK(r == 1 && n == 100 && got && ((char *)got)[0] == 'B' && strstr(path, e[1].key),
-           "the newest build of the source, not the key asked for (%d, %c)", r, got ? ((char *)got)[0] : '-');
+  int r = da__disk_cache_find_source(dc, "sm_90", ask, S, refuse_data, "", path, sizeof path, &got, &n);
+  TU_CHECK(r == 1 && n == 100 && got && ((char *)got)[0] == 'B' && strstr(path, e[1].key) &&
+               !strcmp(seen_compiler, "cc -O1"),
+           "the newest build of the source, not the key asked for, its compiler seen (%d, %c, %s)", r,
+           got ? ((char *)got)[0] : '-', seen_compiler);
   free(got), got = NULL;
-  char no = 'B';
-  r = da__disk_cache_find_source(dc, "sm_90", ask, S, refuse_data, &no, path, sizeof path, &got, &n);
+  r = da__disk_cache_find_source(dc, "sm_90", ask, S, refuse_data, "B", path, sizeof path, &got, &n);
   TU_CHECK(r == 1 && got && ((char *)got)[0] == 'A', "one accept refuses: the next older (%d)", r);
   free(got), got = NULL;
+  r = da__disk_cache_find_source(dc, "sm_90", ask, S, refuse_data, "AB", path, sizeof path, &got, &n);
+  TU_CHECK(r == -1 && !got, "accept refuses every one: -1 (%d)", r);
   r = da__disk_cache_find_source(dc, "sm_80", ask, S, NULL, NULL, path, sizeof path, &got, &n);
   TU_CHECK(r == 1 && got && ((char *)got)[0] == 'D', "another arch's (%d)", r);
   free(got), got = NULL;
@@ -604,7 +625,22 @@ static void test_find_source(void) {
   if (f) fputc('X', f), fclose(f);
   r = da__disk_cache_find_source(dc, "sm_90", ask, S, NULL, NULL, path, sizeof path, &got, &n);
   TU_CHECK(r == 1 && got && ((char *)got)[0] == 'A', "a corrupt build skipped for the next (%d)", r);
-  free(got);
+  free(got), got = NULL;
+  /* A gone (evicted, say): its marker goes with the next look; verify takes B's (corrupt) */
+  snprintf(path, sizeof path, "%s/sm_90/a1/%s.bin", da__disk_cache_root(dc), e[0].key);
+  unlink(path);
+  path[strlen(path) - 4] = '\0';
+  strcat(path, ".json");
+  unlink(path);
+  r = da__disk_cache_find_source(dc, "sm_90", ask, S, NULL, NULL, path, sizeof path, &got, &n);
+  TU_CHECK(r == -1 && count_markers(dc) == 3, "A gone: none served (B is corrupt), A's marker gone (%d, %d markers)",
+           r, count_markers(dc));
+  da__disk_cache_summary sum;
+  da__disk_cache_scan(dc, 1, 0, NULL, NULL, &sum);
+  TU_CHECK(count_markers(dc) == 2, "verify removes B (corrupt) and its marker: %d markers", count_markers(dc));
+  da__disk_cache_scan(dc, 0, 1, NULL, NULL, &sum);
+  snprintf(path, sizeof path, "%s/sm_90/src", da__disk_cache_root(dc));
+  TU_CHECK(count_markers(dc) == 0 && access(path, F_OK) != 0, "clear removes every marker and src/");
   da__disk_cache_close(dc);
 }
 

@@ -6,7 +6,9 @@
  * then J bytes of .json, the rest the .bin. Flags: bit 0 write no .bin; bit 1 also drop
  * the same pair under a mismatched folder name and an over-long key (stray entries the
  * scan must survive); bit 2 store a fresh entry with da__disk_cache_put (then eviction
- * runs, DILATTN_CACHE_MAX_BYTES=1). The cache lives in a scratch folder under /dev/shm.
+ * runs, DILATTN_CACHE_MAX_BYTES=1); bit 3 also mark the entry (and one that is not there) as
+ * builds of a source key and look that source up (da__disk_cache_find_source: a hit must
+ * return the .bin's bytes). The cache lives in a scratch folder under /dev/shm.
  * Sequence: get (verify, remove when corrupt), write again, scan verify=1 with a visitor,
  * write again, scan verify=0 with the visitor (`cache list`), scan remove_all (`clear`).
  * Any crash, sanitizer report or leak is a finding. Build: as fuzz_tuning_db.c.
@@ -110,13 +112,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gn != bn || (gn && memcmp(got, bin, gn))) abort(); /* a hit must return the .bin's bytes */
     free(got);
   }
+  if (flags & 8) { /* markers: the entry's, and a stray one (no entry) */
+    static const char *sk = "5500000000000000000000000000000000000000000000000000000000000000";
+    char d[700], name[300];
+    snprintf(d, sizeof d, "%s/%s/src", root, arch);
+    mkdir(d, 0700);
+    snprintf(d, sizeof d, "%s/%s/src/55", root, arch);
+    mkdir(d, 0700);
+    snprintf(name, sizeof name, "%s.%s", sk, key);
+    put_file(d, name, "", 0);
+    snprintf(name, sizeof name, "%s.cd%.62s", sk, key + 2);
+    put_file(d, name, "", 0);
+    got = NULL;
+    const char *other = "ef00000000000000000000000000000000000000000000000000000000000000";
+    if (da__disk_cache_find_source(dc, arch, other, sk, NULL, NULL, path, sizeof path, &got, &gn) == 1) {
+      if (gn != bn || (gn && memcmp(got, bin, gn))) abort();
+      free(got);
+    }
+  }
   size_t acc = 0;
   da__disk_cache_summary sum;
   write_entry(js, jn, bin, bn, flags);
   da__disk_cache_scan(dc, 1, 0, visit, &acc, &sum);
   write_entry(js, jn, bin, bn, flags);
   da__disk_cache_scan(dc, 0, 0, visit, &acc, &sum);
-  if (flags & 4) da__disk_cache_put(dc, arch, key, bin, bn, "\"kernel\":\"fuzz\"", path, sizeof path);
+  if (flags & 4) da__disk_cache_put(dc, arch, key, bin, bn, NULL, "\"kernel\":\"fuzz\"", path, sizeof path);
   da__disk_cache_scan(dc, 0, 1, NULL, NULL, &sum);
   char a[700];
   snprintf(a, sizeof a, "%s/%s", root, arch);
