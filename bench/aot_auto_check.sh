@@ -5,8 +5,9 @@
 # driver, wgmma-ws-tma: a kernel name ending in _wgmmat), and its out and lse match the
 # golden case's. The same with NVRTC missing (DILATTN_NVRTC_LIB=/nonexistent, JIT on: a GPU
 # without NVRTC runs bundled kernels), and with the manifest's artifact keys changed (the
-# bundle of another NVRTC: taken by its source once the driver loads it). Prints one JSON
-# line a check; exit 0 when all of that holds.
+# bundle of another NVRTC: taken by its source once the driver loads it). And without a
+# bundle, NVRTC missing, from a disk cache that NVRTC filled (disk_no_nvrtc: a cache folder
+# warmed where NVRTC was). Prints one JSON line a check; exit 0 when all of that holds.
 # Run: bash bench/aot_auto_check.sh BUILD_DIR GOLDEN_DIR [tma|any]   (gpu_session.sh first; any: the
 # kernel need not be wgmma-ws-tma, as on an sm_80 device)
 set -euo pipefail
@@ -20,13 +21,18 @@ trap 'rm -rf "$d"' EXIT
 sed 's/"key": "\(.\)/"key": "x\1/' "$d/manifest.json" | sed 's/"key": "x0/"key": "1/; s/"key": "x\(.\)/"key": "0/' \
   > "$d/manifest-other.json"
 rc=0
-for mode in jit_off no_nvrtc other_nvrtc; do
-  manifest=$d/manifest.json env=(DILATTN_DISABLE_JIT=1)
+run_case() { # env assignments: the plan's JSON line
+  env "$@" DILATTN_TUNING=0 "$B/dilattn" run "$case_dir/case.json" --q "$case_dir/q.npy" --k "$case_dir/k.npy" \
+    --v "$case_dir/v.npy" -o "$d/out.npy" --lse "$d/lse.npy" --backend cuda
+}
+run_case DILATTN_CACHE_DIR="$d/warm-cache" >/dev/null || rc=1 # (JIT: fills the cache disk_no_nvrtc reads)
+for mode in jit_off no_nvrtc other_nvrtc disk_no_nvrtc; do
+  manifest=$d/manifest.json env=(DILATTN_DISABLE_JIT=1) cache=$d/empty-cache-$mode
   [ $mode = no_nvrtc ] && env=(DILATTN_NVRTC_LIB=/nonexistent)  # a GPU without NVRTC: bundled kernels only
   [ $mode = other_nvrtc ] && manifest=$d/manifest-other.json
-  json=$(env "${env[@]}" DILATTN_BUNDLES="$manifest" DILATTN_CACHE_DIR="$d/empty-cache-$mode" DILATTN_TUNING=0 \
-    "$B/dilattn" run "$case_dir/case.json" --q "$case_dir/q.npy" --k "$case_dir/k.npy" --v "$case_dir/v.npy" \
-    -o "$d/out.npy" --lse "$d/lse.npy" --backend cuda) || { echo "{\"check\": \"aot_auto_$mode\", \"ok\": false}"; rc=1; continue; }
+  [ $mode = disk_no_nvrtc ] && env=(DILATTN_NVRTC_LIB=/nonexistent) manifest= cache=$d/warm-cache
+  json=$(run_case "${env[@]}" DILATTN_BUNDLES="$manifest" DILATTN_CACHE_DIR="$cache") ||
+    { echo "{\"check\": \"aot_auto_$mode\", \"ok\": false}"; rc=1; continue; }
   python3 - "$json" "$d" "$case_dir" "${3:-tma}" "$mode" <<'PY' || rc=1
 import json, sys
 import numpy as np
