@@ -110,14 +110,21 @@ static void entry_path(const da__disk_cache *dc, const char *arch, const char *k
 }
 
 
+/* Remove an entry's file p: 0 when it is gone (now or already). An empty folder in its place
+ * goes too (a put could never rename the artifact onto it); anything else there stays. */
+static int remove_file(const char *p) {
+  if (unlink(p) == 0 || errno == ENOENT) return 0;
+  return (errno == EISDIR || errno == EPERM) && rmdir(p) == 0 ? 0 : -1;
+}
+
 /* 0 when both files are gone (removed now or already), -1 when one stays. */
 static int remove_entry(const da__disk_cache *dc, const char *arch, const char *key) {
   char p[4400];
   int rc = 0;
   entry_path(dc, arch, key, ".json", p, sizeof p);
-  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
+  if (remove_file(p) != 0) rc = -1;
   entry_path(dc, arch, key, ".bin", p, sizeof p);
-  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
+  if (remove_file(p) != 0) rc = -1;
   return rc;
 }
 
@@ -293,9 +300,9 @@ static int remove_found(const da__disk_cache *dc, const entry_t *e) {
   char p[4700];
   int rc = 0;
   found_path(dc, e, ".json", p, sizeof p);
-  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
+  if (remove_file(p) != 0) rc = -1;
   found_path(dc, e, ".bin", p, sizeof p);
-  if (unlink(p) != 0 && errno != ENOENT) rc = -1;
+  if (remove_file(p) != 0) rc = -1;
   return rc;
 }
 

@@ -96,7 +96,7 @@ static void test_misplaced(void) {
   use_dir("mp");
   da__disk_cache *dc = da__disk_cache_open();
   const char *key = "ab00000000000000000000000000000000000000000000000000000000000000";
-  char dir[4400], jp[4600], bp[4600], cmd[9000];
+  char dir[4400], jp[4600], bp[4600], cmd[14000];
   /* outside the cache: a folder of files named like entries, linked in three ways */
   char outside[600], keep[4800];
   snprintf(outside, sizeof outside, "%s/outside", base);
@@ -133,6 +133,22 @@ static void test_misplaced(void) {
     snprintf(keep, sizeof keep, "%s/%s", outside, names[i]);
     TU_CHECK(access(keep, F_OK) == 0, "a file outside the cache, behind a link, was removed: %s", keep);
   }
+  /* an empty folder where an entry's .bin goes: verify takes the entry, folder and all, and a
+   * put of that key then works (the folder stayed, "could not be removed", and every put of
+   * the key turned the cache memory-only) */
+  snprintf(dir, sizeof dir, "%s/sm_90/ab", da__disk_cache_root(dc));
+  snprintf(jp, sizeof jp, "%s/%s.json", dir, key);
+  snprintf(bp, sizeof bp, "%s/%s.bin", dir, key);
+  snprintf(cmd, sizeof cmd, "rm -f %s/sm_90/ab && mkdir -p %s && echo '{}' > %s", da__disk_cache_root(dc), bp, jp);
+  TU_CHECK(system(cmd) == 0, "a folder at the .bin's path");
+  da__disk_cache_summary sum;
+  da__disk_cache_scan(dc, 1, 0, NULL, NULL, &sum);
+  TU_CHECK(sum.corrupt == 1 && sum.removed == 1 && access(bp, F_OK) != 0 && access(jp, F_OK) != 0,
+           "verify of an entry whose .bin is a folder: corrupt %llu removed %llu", (unsigned long long)sum.corrupt,
+           (unsigned long long)sum.removed);
+  char path[4400];
+  TU_CHECK(da__disk_cache_put(dc, "sm_90", key, "x", 1, NULL, NULL, path, sizeof path) == 0 && da__disk_cache_usable(dc),
+           "a put where the folder was");
   da__disk_cache_close(dc);
 }
 
