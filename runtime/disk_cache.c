@@ -380,6 +380,22 @@ static int by_mtime(const void *x, const void *y) {
   return a->mtime_ns < b->mtime_ns ? -1 : a->mtime_ns > b->mtime_ns;
 }
 
+/* The marker of a collected entry's source (where its .json names one) */
+static void remove_marker(const da__disk_cache *dc, const entry_t *e) {
+  char jp[4700], mp[4700];
+  size_t jl = 0;
+  found_path(dc, e, ".json", jp, sizeof jp);
+  char *jt = da__read_file(jp, &jl);
+  json_t *j = jt ? json_loadb(jt, jl, 0, NULL) : NULL;
+  const char *sk = j ? json_string_value(json_object_get(j, "source_key")) : NULL;
+  if (sk && da__is_hex(sk, 64) && !misplaced(e)) {
+    marker_path(dc, e->arch, sk, e->key, mp, sizeof mp);
+    unlink(mp);
+  }
+  json_decref(j);
+  free(jt);
+}
+
 static void evict(da__disk_cache *dc, const char *keep_key) {
   uint64_t max = da__disk_cache_max_bytes();
   size_t n = 0;
@@ -391,6 +407,7 @@ static void evict(da__disk_cache *dc, const char *keep_key) {
     qsort(v, n, sizeof *v, by_mtime);
     for (size_t i = 0; i < n && total > max; i++) {
       if (!strcmp(v[i].key, keep_key)) continue;
+      remove_marker(dc, &v[i]);
       remove_found(dc, &v[i]);
       total -= v[i].size;
       da__log(DA_LOG_INFO, "kernel cache: evicted %s/%s (%llu bytes) to stay within %llu bytes", v[i].arch,

@@ -657,6 +657,14 @@ static void test_find_source(void) {
   da__disk_cache_scan(dc, 0, 1, NULL, NULL, &sum);
   snprintf(path, sizeof path, "%s/sm_90/src", da__disk_cache_root(dc));
   TU_CHECK(count_markers(dc) == 0 && access(path, F_OK) != 0, "clear removes every marker and src/");
+  /* eviction takes an entry's marker with it (they piled up, a file a kernel ever compiled) */
+  setenv("DILATTN_CACHE_MAX_BYTES", "150", 1);
+  for (int i = 0; i < 2; i++) {
+    memset(data, e[i].fill, sizeof data);
+    da__disk_cache_put(dc, "sm_90", e[i].key, data, sizeof data, S, NULL, path, sizeof path);
+  }
+  unsetenv("DILATTN_CACHE_MAX_BYTES");
+  TU_CHECK(count_markers(dc) == 1, "the evicted entry's marker: %d markers", count_markers(dc));
   da__disk_cache_close(dc);
 }
 
