@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 
 typedef struct {
   char arch[32], key[65], source_key[65], sha256[65];
@@ -36,7 +37,7 @@ struct da__bundles {
 };
 
 void da__host_artifact_key(const char *source_key, char key[65]) {
-  char text[600], cpu[80] = "";
+  char text[700], cpu[160] = "";
   const char *cc = da__host_cc();
   /* -march=native (or -mcpu=, -mtune=): the module is this CPU's, and so is its key (a
    * cache folder shared by machines of other CPUs kept one module for all of them) */
@@ -45,8 +46,13 @@ void da__host_artifact_key(const char *source_key, char key[65]) {
     da__host_cpu_features(hex);
     snprintf(cpu, sizeof cpu, " cpu=%s", hex);
   }
-  int n = snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s%s", DA_CACHE_SCHEMA_VERSION,
-                   source_key, cc, da__host_flags(), cpu);
+  /* the machine's: x86-64 and arm64 hosts sharing a cache folder had one key for the two
+   * modules (the other's did not load) */
+  struct utsname u;
+  if (uname(&u) != 0) snprintf(u.machine, sizeof u.machine, "unknown");
+  snprintf(cpu + strlen(cpu), sizeof cpu - strlen(cpu), " machine=%.40s", u.machine);
+  const int n = snprintf(text, sizeof text, "dilattn-host schema=%d source=%s cc=%s flags=%s%s",
+                         DA_CACHE_SCHEMA_VERSION, source_key, cc, da__host_flags(), cpu);
   if (n < 0 || (size_t)n >= sizeof text) { /* a CC past the text: its hash in its place (cut, two CCs had one key) */
     char cc_hash[65];
     da__sha256_hex(cc, strlen(cc), cc_hash);

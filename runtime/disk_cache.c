@@ -166,12 +166,60 @@ static char *load_verified(const da__disk_cache *dc, const char *arch, const cha
   return bin;
 }
 
+/* <root>/<arch>/src/<2 hex>/<source_key>.<key>: an empty file that says entry key holds a
+ * build of source_key (da__disk_cache_find_source lists the folder instead of every entry) */
+static void marker_path(const da__disk_cache *dc, const char *arch, const char *source_key, const char *key, char *out,
+                        size_t cap) {
+  snprintf(out, cap, "%s/%s/src/%.2s/%s.%s", dc->root, arch, source_key, source_key, key);
+}
+
+/* Create the marker of (source_key, key): its folder again where a concurrent verify or
+ * clear took it between the two (best effort: without it, only this compiler's own key
+ * finds the entry, until a lookup of it puts it back) */
+static void touch_marker(const da__disk_cache *dc, const char *arch, const char *source_key, const char *key) {
+  char mp[4600], md[4600];
+  marker_path(dc, arch, source_key, key, mp, sizeof mp);
+  snprintf(md, sizeof md, "%s/%s/src/%.2s", dc->root, arch, source_key);
+  for (int attempt = 0; attempt < 2; attempt++) {
+    if (da__mkdir_p(md, 0700) != 0) return;
+    const int fd = open(mp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      close(fd);
+      return;
+    }
+    if (errno != ENOENT) return;
+  }
+}
+
+/* Remove the marker of (source_key, key) where its entry is gone (what says so: its file at
+ * path): only where that file is not there (ENOENT), and put back where a put wrote the
+ * entry again meanwhile */
+static void unmark_if_gone(const da__disk_cache *dc, const char *arch, const char *source_key, const char *key,
+                           const char *path) {
+  if (access(path, F_OK) == 0 || errno != ENOENT) return;
+  char mp[4600];
+  marker_path(dc, arch, source_key, key, mp, sizeof mp);
+  unlink(mp);
+  if (access(path, F_OK) == 0) touch_marker(dc, arch, source_key, key);
+}
+
 static int lookup(da__disk_cache *dc, const char *arch, const char *key, char *path, size_t cap, void **data,
                   size_t *size, int remove_corrupt) {
   if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return 0;
   const char *why;
   size_t n = 0;
-  char *bin = load_verified(dc, arch, key, &n, &why, NULL);
+  char *json = NULL, *bin = load_verified(dc, arch, key, &n, &why, &json);
+  if (bin) { /* the marker of its source, where a race with verify or eviction lost it */
+    json_t *j = json_loads(json, 0, NULL);
+    const char *sk = j ? json_string_value(json_object_get(j, "source_key")) : NULL;
+    char mp[4600];
+    if (sk && da__is_hex(sk, 64)) {
+      marker_path(dc, arch, sk, key, mp, sizeof mp);
+      if (access(mp, F_OK) != 0) touch_marker(dc, arch, sk, key);
+    }
+    json_decref(j);
+  }
+  free(json);
   if (!bin) {
     if (why && !remove_corrupt) return -1;
     if (why) {
@@ -206,13 +254,6 @@ int da__disk_cache_peek(da__disk_cache *dc, const char *arch, const char *key, c
 
 static void evict(da__disk_cache *dc, const char *keep_key);
 
-/* <root>/<arch>/src/<2 hex>/<source_key>.<key>: an empty file that says entry key holds a
- * build of source_key (da__disk_cache_find_source lists the folder instead of every entry) */
-static void marker_path(const da__disk_cache *dc, const char *arch, const char *source_key, const char *key, char *out,
-                        size_t cap) {
-  snprintf(out, cap, "%s/%s/src/%.2s/%s.%s", dc->root, arch, source_key, source_key, key);
-}
-
 int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, const void *data, size_t size,
                        const char *source_key, const char *meta, char *path, size_t cap) {
   if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return -1;
@@ -245,15 +286,7 @@ int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, co
     return -1;
   }
   if (path) snprintf(path, cap, "%s", bp);
-  if (source_key) { /* (best effort: without it, only this compiler's own key finds the entry) */
-    char mp[4600], md[4600];
-    marker_path(dc, arch, source_key, key, mp, sizeof mp);
-    snprintf(md, sizeof md, "%s/%s/src/%.2s", dc->root, arch, source_key);
-    if (da__mkdir_p(md, 0700) == 0) {
-      const int fd = open(mp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-      if (fd >= 0) close(fd);
-    }
-  }
+  if (source_key) touch_marker(dc, arch, source_key, key);
   evict(dc, key);
   return 0;
 }
@@ -446,9 +479,7 @@ int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char 
     struct stat st;
     entry_path(dc, arch, e->d_name + 65, ".bin", bp, sizeof bp);
     if (stat(bp, &st) != 0) { /* the entry is gone (evicted, cleared): so goes its marker */
-      char mp[4600];
-      marker_path(dc, arch, source_key, e->d_name + 65, mp, sizeof mp);
-      unlink(mp);
+      unmark_if_gone(dc, arch, source_key, e->d_name + 65, bp);
       continue;
     }
     if (n == capn) {
@@ -471,7 +502,11 @@ int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char 
     const char *cc = j ? json_string_value(json_object_get(j, "compiler")) : NULL;
     char bp[4400];
     entry_path(dc, arch, v[i].key, ".bin", bp, sizeof bp);
-    if (!bin) { /* corrupt: left to its own lookups (under its lock) */
+    char jp[4400];
+    entry_path(dc, arch, v[i].key, ".json", jp, sizeof jp);
+    if (!bin && why && access(jp, F_OK) != 0 && errno == ENOENT) {
+      /* evicted meanwhile (its .json goes first): a plain miss, not a corrupt build */
+    } else if (!bin) { /* corrupt: left to its own lookups (under its lock) */
       if (why) {
         da__log(DA_LOG_WARN, "kernel cache: entry %s/%s, a build of the same source by another compiler, is corrupt "
                              "(%s): not taken", arch, v[i].key, why);
@@ -522,13 +557,55 @@ static void prune_markers(const da__disk_cache *dc, int all) {
         char jp[4400], mp[4800];
         entry_path(dc, a->d_name, c->d_name + 65, ".json", jp, sizeof jp);
         snprintf(mp, sizeof mp, "%s/%s", p2, c->d_name);
-        if (all || access(jp, F_OK) != 0) unlink(mp);
+        if (all) {
+          unlink(mp);
+        } else { /* (its entry gone: ENOENT alone; put back where a put wrote it again meanwhile) */
+          char sk[65];
+          snprintf(sk, sizeof sk, "%.64s", c->d_name);
+          unmark_if_gone(dc, a->d_name, sk, c->d_name + 65, jp);
+        }
       }
       if (d2) closedir(d2);
       rmdir(p2); /* (where empty) */
     }
     if (d1) closedir(d1);
     rmdir(p1);
+  }
+  if (d0) closedir(d0);
+}
+
+/* Lock files of keys without an entry (a process that could not compile leaves one), for a
+ * clear: a process holding one keeps its lock on the file it opened */
+static void remove_orphan_locks(const da__disk_cache *dc) {
+  DIR *d0 = opendir(dc->root);
+  struct dirent *a;
+  while (d0 && (a = readdir(d0))) {
+    char p1[4400];
+    if (a->d_name[0] == '.' || !safe_name(a->d_name) ||
+        snprintf(p1, sizeof p1, "%s/%s", dc->root, a->d_name) >= (int)sizeof p1 || !real_dir(p1))
+      continue;
+    DIR *d1 = opendir(p1);
+    struct dirent *b;
+    while (d1 && (b = readdir(d1))) {
+      char p2[4500];
+      if (!da__is_hex(b->d_name, 2) || snprintf(p2, sizeof p2, "%s/%s", p1, b->d_name) >= (int)sizeof p2 ||
+          !real_dir(p2))
+        continue;
+      DIR *d2 = opendir(p2);
+      struct dirent *c;
+      while (d2 && (c = readdir(d2))) {
+        char k[65];
+        snprintf(k, sizeof k, "%.64s", c->d_name);
+        if (strlen(c->d_name) != 69 || strcmp(c->d_name + 64, ".lock") || !da__is_hex(k, 64)) continue;
+        char jp[4800], lp[4800];
+        snprintf(jp, sizeof jp, "%s/%.64s.json", p2, c->d_name);
+        snprintf(lp, sizeof lp, "%s/%s", p2, c->d_name);
+        if (access(jp, F_OK) != 0 && errno == ENOENT) unlink(lp);
+      }
+      if (d2) closedir(d2);
+      rmdir(p2); /* (where empty) */
+    }
+    if (d1) closedir(d1);
   }
   if (d0) closedir(d0);
 }
@@ -598,4 +675,5 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
   }
   free(v);
   if (verify || remove_all) prune_markers(dc, remove_all);
+  if (remove_all) remove_orphan_locks(dc);
 }

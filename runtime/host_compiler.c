@@ -134,7 +134,7 @@ static void join_host_flags(void) {
 #include <cpuid.h>
 /* What CPUID says of each extension a module may name (templates/host/prims.h's words):
  * leaf, subleaf, register, bit, and the register state the OS must enable for it (XCR0):
- * 1 AVX's (bits 1, 2), 2 AVX-512's (and 5, 6, 7), 3 AMX's (17, 18) */
+ * 1 AVX's (bits 1, 2), 2 AVX-512's (and 5, 6, 7), 3 AMX's (17, 18), 4 APX's (19) */
 typedef struct {
   const char *name;
   unsigned leaf, sub;
@@ -155,6 +155,8 @@ static const isa_bit ISA[] = {
     {"avx512vp2intersect", 7, 0, 'd', 8, 2}, {"avx512fp16", 7, 0, 'd', 23, 2}, {"amx-tile", 7, 0, 'd', 24, 3},
     {"avxvnni", 7, 1, 'a', 4, 1},       {"avx512bf16", 7, 1, 'a', 5, 2},   {"lzcnt", 0x80000001u, 0, 'c', 5, 0},
     {"sse4a", 0x80000001u, 0, 'c', 6, 0}, {"xop", 0x80000001u, 0, 'c', 11, 1}, {"fma4", 0x80000001u, 0, 'c', 16, 1},
+    {"tbm", 0x80000001u, 0, 'c', 21, 0}, {"avx512er", 7, 0, 'b', 27, 2}, {"avx512pf", 7, 0, 'b', 26, 2},
+    {"apxf", 7, 1, 'd', 21, 4},
 };
 #define NISA (sizeof ISA / sizeof ISA[0])
 
@@ -169,7 +171,7 @@ static int isa_present(const isa_bit *e) {
   unsigned lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   const unsigned long long xcr0 = ((unsigned long long)hi << 32) | lo;
-  const unsigned long long need = e->state == 1 ? 0x6ull : e->state == 2 ? 0xe6ull : 0x60000ull;
+  const unsigned long long need = e->state == 1 ? 0x6ull : e->state == 2 ? 0xe6ull : e->state == 3 ? 0x60000ull : 0x80000ull;
   return (xcr0 & need) == need;
 }
 #endif

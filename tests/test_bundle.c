@@ -212,7 +212,8 @@ static void test_isa_table(const char *dir) {
       {"avx512cd", "avx512cd"}, {"avx512vbmi", "avx512vbmi"}, {"avx512ifma", "avx512ifma"},
       {"avx512vbmi2", "avx512_vbmi2"}, {"avx512vnni", "avx512_vnni"}, {"avx512bitalg", "avx512_bitalg"},
       {"avx512vpopcntdq", "avx512_vpopcntdq"}, {"avx512bf16", "avx512_bf16"}, {"avx512fp16", "avx512_fp16"},
-      {"avx512vp2intersect", "avx512_vp2intersect"}, {"amx-tile", "amx_tile"}};
+      {"avx512vp2intersect", "avx512_vp2intersect"}, {"amx-tile", "amx_tile"}, {"tbm", "tbm"},
+      {"avx512er", "avx512er"}, {"avx512pf", "avx512pf"}};
   static char flags[16384]; /* the first CPU's flags line (a /proc file's size is 0: read as lines) */
   FILE *ci = fopen("/proc/cpuinfo", "r");
   int have = 0;

@@ -149,6 +149,14 @@ static void test_misplaced(void) {
   char path[4400];
   TU_CHECK(da__disk_cache_put(dc, "sm_90", key, "x", 1, NULL, NULL, path, sizeof path) == 0 && da__disk_cache_usable(dc),
            "a put where the folder was");
+  /* the lock file of a key that never had an entry (a process that could not compile it):
+   * a clear takes it (they stayed) */
+  const char *lk = "cd00000000000000000000000000000000000000000000000000000000000000";
+  da__disk_cache_unlock(da__disk_cache_lock(dc, "sm_90", lk));
+  snprintf(path, sizeof path, "%s/sm_90/cd/%s.lock", da__disk_cache_root(dc), lk);
+  TU_CHECK(access(path, F_OK) == 0, "the lock file");
+  da__disk_cache_scan(dc, 0, 1, NULL, NULL, &sum);
+  TU_CHECK(access(path, F_OK) != 0, "clear left the lock file of a key without an entry");
   da__disk_cache_close(dc);
 }
 
@@ -665,6 +673,12 @@ static void test_find_source(void) {
   }
   unsetenv("DILATTN_CACHE_MAX_BYTES");
   TU_CHECK(count_markers(dc) == 1, "the evicted entry's marker: %d markers", count_markers(dc));
+  /* a marker lost (a verify's prune raced a put, say): the entry's next lookup puts it back */
+  snprintf(path, sizeof path, "%s/sm_90/src", da__disk_cache_root(dc));
+  snprintf(meta, sizeof meta, "rm -rf %s", path);
+  TU_CHECK(system(meta) == 0 && count_markers(dc) <= 0, "markers removed");
+  TU_CHECK(da__disk_cache_get(dc, "sm_90", e[1].key, path, sizeof path, NULL, NULL) == 1 && count_markers(dc) == 1,
+           "a lookup puts its entry's marker back: %d markers", count_markers(dc));
   da__disk_cache_close(dc);
 }
 

@@ -117,10 +117,12 @@ static inline void da_merge_partial(float *restrict acc, float *restrict lse,
 }
 
 /* The x86 instruction-set extensions beyond x86-64's baseline this module was compiled for
- * (CC's -march or -m flags), as words. Data, not code: the runtime checks them against the
- * CPU (runtime/host_compiler.c, by CPUID) before it runs anything here, so that a module
- * built for another CPU (a bundle, a shared cache folder) is refused by name instead of
- * killing the process with SIGILL. */
+ * (CC's -march or -m flags) that a compiler emits from plain C (not those it uses only for
+ * intrinsics: AES, SHA, VP2INTERSECT, which compilers enable for CPUs that lack it, AMX...),
+ * as words. Data, not code: the runtime checks them against the CPU (runtime/host_compiler.c,
+ * by CPUID) after dlopen and before it calls anything here (the module has no constructors),
+ * so that a module built for another CPU (a bundle, a shared cache folder) is refused by name
+ * instead of killing the process with SIGILL. */
 static const char da_isa_words[] = ""
 #if defined(__x86_64__)
 #ifdef __SSE3__
@@ -137,9 +139,6 @@ static const char da_isa_words[] = ""
 #endif
 #ifdef __POPCNT__
     " popcnt"
-#endif
-#ifdef __SSE4A__
-    " sse4a"
 #endif
 #ifdef __LZCNT__
     " lzcnt"
@@ -162,6 +161,9 @@ static const char da_isa_words[] = ""
 #ifdef __XOP__
     " xop"
 #endif
+#ifdef __TBM__
+    " tbm"
+#endif
 #ifdef __F16C__
     " f16c"
 #endif
@@ -171,26 +173,8 @@ static const char da_isa_words[] = ""
 #ifdef __BMI2__
     " bmi2"
 #endif
-#ifdef __ADX__
-    " adx"
-#endif
-#ifdef __AES__
-    " aes"
-#endif
-#ifdef __PCLMUL__
-    " pclmul"
-#endif
-#ifdef __VPCLMULQDQ__
-    " vpclmulqdq"
-#endif
 #ifdef __GFNI__
     " gfni"
-#endif
-#ifdef __VAES__
-    " vaes"
-#endif
-#ifdef __SHA__
-    " sha"
 #endif
 #ifdef __AVXVNNI__
     " avxvnni"
@@ -234,11 +218,11 @@ static const char da_isa_words[] = ""
 #ifdef __AVX512FP16__
     " avx512fp16"
 #endif
-#ifdef __AVX512VP2INTERSECT__
-    " avx512vp2intersect"
+#ifdef __AVX512ER__
+    " avx512er"
 #endif
-#ifdef __AMX_TILE__
-    " amx-tile"
+#ifdef __APX_F__
+    " apxf"
 #endif
 #endif
     ;
