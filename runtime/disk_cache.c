@@ -535,54 +535,17 @@ int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char 
   return found;
 }
 
-/* The markers of src/ folders (marker_path) whose entry is gone, or all of them */
-static void prune_markers(const da__disk_cache *dc, int all) {
-  DIR *d0 = opendir(dc->root);
-  struct dirent *a;
-  while (d0 && (a = readdir(d0))) {
-    if (a->d_name[0] == '.' || !safe_name(a->d_name)) continue;
-    char p1[4400];
-    if (snprintf(p1, sizeof p1, "%s/%s/src", dc->root, a->d_name) >= (int)sizeof p1 || !real_dir(p1)) continue;
-    DIR *d1 = opendir(p1);
-    struct dirent *b;
-    while (d1 && (b = readdir(d1))) {
-      char p2[4500];
-      if (!da__is_hex(b->d_name, 2) || snprintf(p2, sizeof p2, "%s/%s", p1, b->d_name) >= (int)sizeof p2 ||
-          !real_dir(p2))
-        continue;
-      DIR *d2 = opendir(p2);
-      struct dirent *c;
-      while (d2 && (c = readdir(d2))) {
-        if (strlen(c->d_name) != 129 || c->d_name[64] != '.' || !da__is_hex(c->d_name + 65, 64)) continue;
-        char jp[4400], mp[4800];
-        entry_path(dc, a->d_name, c->d_name + 65, ".json", jp, sizeof jp);
-        snprintf(mp, sizeof mp, "%s/%s", p2, c->d_name);
-        if (all) {
-          unlink(mp);
-        } else { /* (its entry gone: ENOENT alone; put back where a put wrote it again meanwhile) */
-          char sk[65];
-          snprintf(sk, sizeof sk, "%.64s", c->d_name);
-          unmark_if_gone(dc, a->d_name, sk, c->d_name + 65, jp);
-        }
-      }
-      if (d2) closedir(d2);
-      rmdir(p2); /* (where empty) */
-    }
-    if (d1) closedir(d1);
-    rmdir(p1);
-  }
-  if (d0) closedir(d0);
-}
-
-/* Lock files of keys without an entry (a process that could not compile leaves one), for a
- * clear: a process holding one keeps its lock on the file it opened */
-static void remove_orphan_locks(const da__disk_cache *dc) {
+/* fn(dc, arch, folder, name, user) for every name in the folders <root>/<arch>/<sub><2 hex>
+ * (sub: "" for the entries' folders, "src/" for the markers'), real folders only; each such
+ * folder, and <root>/<arch>/<sub>, removed after where it is left empty */
+typedef void (*file_fn)(const da__disk_cache *dc, const char *arch, const char *dir, const char *name, void *user);
+static void walk_files(const da__disk_cache *dc, const char *sub, file_fn fn, void *user) {
   DIR *d0 = opendir(dc->root);
   struct dirent *a;
   while (d0 && (a = readdir(d0))) {
     char p1[4400];
     if (a->d_name[0] == '.' || !safe_name(a->d_name) ||
-        snprintf(p1, sizeof p1, "%s/%s", dc->root, a->d_name) >= (int)sizeof p1 || !real_dir(p1))
+        snprintf(p1, sizeof p1, "%s/%s/%s", dc->root, a->d_name, sub) >= (int)sizeof p1 || !real_dir(p1))
       continue;
     DIR *d1 = opendir(p1);
     struct dirent *b;
@@ -593,21 +556,43 @@ static void remove_orphan_locks(const da__disk_cache *dc) {
         continue;
       DIR *d2 = opendir(p2);
       struct dirent *c;
-      while (d2 && (c = readdir(d2))) {
-        char k[65];
-        snprintf(k, sizeof k, "%.64s", c->d_name);
-        if (strlen(c->d_name) != 69 || strcmp(c->d_name + 64, ".lock") || !da__is_hex(k, 64)) continue;
-        char jp[4800], lp[4800];
-        snprintf(jp, sizeof jp, "%s/%.64s.json", p2, c->d_name);
-        snprintf(lp, sizeof lp, "%s/%s", p2, c->d_name);
-        if (access(jp, F_OK) != 0 && errno == ENOENT) unlink(lp);
-      }
+      while (d2 && (c = readdir(d2))) fn(dc, a->d_name, p2, c->d_name, user);
       if (d2) closedir(d2);
       rmdir(p2); /* (where empty) */
     }
     if (d1) closedir(d1);
+    if (*sub) rmdir(p1);
   }
   if (d0) closedir(d0);
+}
+
+/* A marker (marker_path) whose entry is gone, or any where *all */
+static void prune_marker(const da__disk_cache *dc, const char *arch, const char *dir, const char *name, void *all) {
+  if (strlen(name) != 129 || name[64] != '.' || !da__is_hex(name + 65, 64)) return;
+  char jp[4400], mp[4800];
+  entry_path(dc, arch, name + 65, ".json", jp, sizeof jp);
+  snprintf(mp, sizeof mp, "%s/%s", dir, name);
+  if (*(const int *)all) {
+    unlink(mp);
+  } else { /* (its entry gone: ENOENT alone; put back where a put wrote it again meanwhile) */
+    char sk[65];
+    snprintf(sk, sizeof sk, "%.64s", name);
+    unmark_if_gone(dc, arch, sk, name + 65, jp);
+  }
+}
+
+/* The lock file of a key without an entry (a process that could not compile leaves one), for
+ * a clear: a process holding one keeps its lock on the file it opened */
+static void remove_orphan_lock(const da__disk_cache *dc, const char *arch, const char *dir, const char *name,
+                               void *user) {
+  (void)dc, (void)arch, (void)user;
+  char k[65];
+  snprintf(k, sizeof k, "%.64s", name);
+  if (strlen(name) != 69 || strcmp(name + 64, ".lock") || !da__is_hex(k, 64)) return;
+  char jp[4800], lp[4800];
+  snprintf(jp, sizeof jp, "%s/%s.json", dir, k);
+  snprintf(lp, sizeof lp, "%s/%s", dir, name);
+  if (access(jp, F_OK) != 0 && errno == ENOENT) unlink(lp);
 }
 
 void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__disk_cache_visit visit, void *user,
@@ -674,6 +659,6 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
     }
   }
   free(v);
-  if (verify || remove_all) prune_markers(dc, remove_all);
-  if (remove_all) remove_orphan_locks(dc);
+  if (verify || remove_all) walk_files(dc, "src/", prune_marker, &remove_all);
+  if (remove_all) walk_files(dc, "", remove_orphan_lock, NULL);
 }

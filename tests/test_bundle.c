@@ -46,6 +46,19 @@ static void fresh_cache(const char *name) {
   setenv("DILATTN_CACHE_DIR", d, 1);
 }
 
+/* A context with manifest registered, in a fresh cache: the example runs, its kernel
+ * compiled here and not taken from the bundle (a module that does not load here) */
+static void compiled_not_bundled(const char *manifest, const char *cache, const char *what) {
+  fresh_cache(cache);
+  da_context *c;
+  da_context_create(&c);
+  TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "register: %s", da_context_last_error(c));
+  TU_CHECK(runs(c), "%s: %s", what, da_context_last_error(c));
+  const da__kernel_cache *kc = da__context_kernels(c);
+  TU_CHECK(kc->bundle_hits == 0 && kc->builds == 1, "%s: bundle %lld builds %lld", what, kc->bundle_hits, kc->builds);
+  da_context_destroy(c);
+}
+
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   fputs(text, f);
@@ -373,14 +386,7 @@ int main(int argc, char **argv) {
              "a bundle whose CC links libdilattnx");
     free(lcmd);
     snprintf(lmanifest, sizeof lmanifest, "%s/manifest.json", lbundle);
-    fresh_cache("5c");
-    da_context_create(&c);
-    TU_CHECK(da_context_register_bundle(c, lmanifest) == DA_OK, "register: %s", da_context_last_error(c));
-    TU_CHECK(runs(c), "a bundle's module that does not load here: %s", da_context_last_error(c));
-    kc = da__context_kernels(c);
-    TU_CHECK(kc->bundle_hits == 0 && kc->builds == 1, "a module that does not load here: bundle %lld builds %lld",
-             kc->bundle_hits, kc->builds);
-    da_context_destroy(c);
+    compiled_not_bundled(lmanifest, "5c", "a bundle's module that does not load here");
   }
 
   /* 5d. the disk cache's build by another C compiler (no bundle): taken where nothing
@@ -478,14 +484,7 @@ int main(int argc, char **argv) {
       if (was) setenv("CC", saved, 1);
       else unsetenv("CC");
       snprintf(emanifest, sizeof emanifest, "%s/manifest.json", ebundle);
-      fresh_cache("5e-bundle");
-      da_context_create(&c);
-      TU_CHECK(da_context_register_bundle(c, emanifest) == DA_OK, "register: %s", da_context_last_error(c));
-      TU_CHECK(runs(c), "5e: a bundle's module for another CPU: %s", da_context_last_error(c));
-      kc = da__context_kernels(c);
-      TU_CHECK(kc->bundle_hits == 0 && kc->builds == 1, "5e: a bundle's module for another CPU: bundle %lld builds %lld",
-               kc->bundle_hits, kc->builds);
-      da_context_destroy(c);
+      compiled_not_bundled(emanifest, "5e-bundle", "5e: a bundle's module for another CPU");
     }
   }
 

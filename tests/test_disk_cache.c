@@ -31,8 +31,8 @@ static void use_dir(const char *sub) {
 }
 
 static int count_files(const char *dir, const char *suffix) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "find %s -name '*%s' 2>/dev/null | wc -l", dir, suffix);
+  char cmd[4400];
+  snprintf(cmd, sizeof cmd, "find %s -type f -name '*%s' 2>/dev/null | wc -l", dir, suffix);
   FILE *p = popen(cmd, "r");
   int n = 0;
   if (p) {
@@ -586,15 +586,9 @@ static int refuse_data(void *user, const char *origin, const char *compiler, con
   return !(n == 100 && strchr((const char *)user, ((const char *)bytes)[0]));
 }
 static int count_markers(const da__disk_cache *dc) {
-  char cmd[4300];
-  snprintf(cmd, sizeof cmd, "find %s/sm_90/src -type f 2>/dev/null | wc -l", da__disk_cache_root(dc));
-  FILE *p = popen(cmd, "r");
-  int n = -1;
-  if (p) {
-    if (fscanf(p, "%d", &n) != 1) n = -1;
-    pclose(p);
-  }
-  return n;
+  char d[4200];
+  snprintf(d, sizeof d, "%s/sm_90/src", da__disk_cache_root(dc));
+  return count_files(d, "");
 }
 static void test_find_source(void) {
   use_dir("source");
