@@ -201,12 +201,14 @@ static void test_isa_table(const char *dir) {
   char cmd[800];
   snprintf(cmd, sizeof cmd, "cat %s/*.c", dir);
   FILE *f = popen(cmd, "r");
-  char line[512];
+  char line[512], listed[4096] = " ";
   int in = 0, words = 0;
   while (f && fgets(line, sizeof line, f)) {
     char w[64];
     if (strstr(line, "da_isa_words[] =")) in = 1;
     else if (in && strchr(line, ';')) in = 0;
+    else if (in && sscanf(line, "#ifdef %63s", w) == 1 && strlen(listed) + strlen(w) + 2 < sizeof listed)
+      strcat(strcat(listed, w), " ");
     else if (in && sscanf(line, " \" %63[^\"]\"", w) == 1) {
       words++;
       TU_CHECK(da__host_isa_has(w) >= 0, "a host module may name %s, which the runtime does not check", w);
@@ -214,6 +216,39 @@ static void test_isa_table(const char *dir) {
   }
   if (f) pclose(f);
   TU_CHECK(words >= 30, "the host source's da_isa_words: %d words", words);
+  /* every feature macro cc defines for these CPUs beyond its default is listed there, or is
+   * known not to be emitted from plain C: a new compiler's (an AVX10, say) fails here until
+   * it is sorted, rather than run into SIGILL */
+  static const char *const not_emitted =
+      " __ABM__ __ADX__ __AES__ __AMX_BF16__ __AMX_INT8__ __AMX_TILE__ __AMX_FP16__ __AMX_COMPLEX__ __AVX512PF__"
+      " __AVX512VP2INTERSECT__ __CLDEMOTE__ __CLFLUSHOPT__ __CLWB__ __CLZERO__ __CRC32__ __ENQCMD__ __FSGSBASE__"
+      " __FXSR__ __HRESET__ __KL__ __WIDEKL__ __LAHF_SAHF__ __LWP__ __MWAITX__ __MOVDIR64B__ __MOVDIRI__ __PCLMUL__"
+      " __PCONFIG__ __PKU__ __PREFETCHWT1__ __PRFCHW__ __PTWRITE__ __RDPID__ __RDRND__ __RDSEED__ __RTM__ __SERIALIZE__"
+      " __SGX__ __SHA__ __SHSTK__ __SSE4A__ __TSXLDTRK__ __UINTR__ __VAES__ __VPCLMULQDQ__ __WAITPKG__ __WBNOINVD__"
+      " __XSAVEC__ __XSAVEOPT__ __XSAVES__ __XSAVE__ __MMX_WITH_SSE__ __CMPCCXADD__ __RAOINT__ __PREFETCHI__ ";
+  static const char *const arches[] = {"x86-64-v4", "sapphirerapids", "graniterapids", "alderlake", "tigerlake",
+                                       "icelake-server", "knl", "znver3", "znver4", "bdver4"};
+  int sorted = 0;
+  for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++) {
+    char diff[600];
+    snprintf(diff, sizeof diff, "echo | cc -march=%s -dM -E - 2>/dev/null | grep -oE '^#define __[A-Z0-9_]+__ 1$' | "
+                                "grep -vxF -f <(echo | cc -dM -E - | grep -oE '^#define __[A-Z0-9_]+__ 1$')", arches[i]);
+    char *bash = NULL;
+    if (asprintf(&bash, "bash -c \"%s\"", diff) < 0) continue;
+    FILE *m = popen(bash, "r");
+    free(bash);
+    while (m && fgets(line, sizeof line, m)) {
+      char mac[80], pad[90];
+      if (sscanf(line, "#define %79s", mac) != 1) continue;
+      snprintf(pad, sizeof pad, " %s ", mac);
+      sorted++;
+      TU_CHECK(strstr(listed, pad) || strstr(not_emitted, pad),
+               "cc -march=%s defines %s, which prims.h's da_isa_words neither lists nor is known not to need", arches[i],
+               mac);
+    }
+    if (m) pclose(m);
+  }
+  TU_CHECK(sorted > 40, "feature macros of cc's -march CPUs: %d", sorted);
   static const char *const map[][2] = {
       {"sse3", "pni"},         {"ssse3", "ssse3"},     {"sse4.1", "sse4_1"},     {"sse4.2", "sse4_2"},
       {"popcnt", "popcnt"},    {"sse4a", "sse4a"},     {"lzcnt", "abm"},         {"movbe", "movbe"},
