@@ -128,9 +128,11 @@ static int remove_entry(const da__disk_cache *dc, const char *arch, const char *
   return rc;
 }
 
-/* Verify an entry: returns the artifact bytes (malloc'ed) or NULL with why set. */
+/* Verify an entry: returns the artifact bytes (malloc'ed) or NULL with why set; on success
+ * its .json's text (json_text) and parsed metadata (meta: the caller's to json_decref),
+ * where asked for. */
 static char *load_verified(const da__disk_cache *dc, const char *arch, const char *key, size_t *size,
-                           const char **why, char **json_text) {
+                           const char **why, char **json_text, json_t **meta) {
   char jp[4400], bp[4400];
   entry_path(dc, arch, key, ".json", jp, sizeof jp);
   entry_path(dc, arch, key, ".bin", bp, sizeof bp);
@@ -154,7 +156,8 @@ static char *load_verified(const da__disk_cache *dc, const char *arch, const cha
     da__sha256_hex(bin, blen, hex);
     if (strcmp(hex, sum)) *why = "checksum mismatch";
   }
-  json_decref(j);
+  if (*why || !meta) json_decref(j);
+  else *meta = j;
   if (*why) {
     free(bin);
     free(jt);
@@ -208,10 +211,10 @@ static int lookup(da__disk_cache *dc, const char *arch, const char *key, char *p
   if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return 0;
   const char *why;
   size_t n = 0;
-  char *json = NULL, *bin = load_verified(dc, arch, key, &n, &why, &json);
+  json_t *j = NULL;
+  char *bin = load_verified(dc, arch, key, &n, &why, NULL, &j);
   if (bin) { /* the marker of its source, where a race with verify or eviction lost it */
-    json_t *j = json_loads(json, 0, NULL);
-    const char *sk = j ? json_string_value(json_object_get(j, "source_key")) : NULL;
+    const char *sk = json_string_value(json_object_get(j, "source_key"));
     char mp[4600];
     if (sk && da__is_hex(sk, 64)) {
       marker_path(dc, arch, sk, key, mp, sizeof mp);
@@ -219,7 +222,6 @@ static int lookup(da__disk_cache *dc, const char *arch, const char *key, char *p
     }
     json_decref(j);
   }
-  free(json);
   if (!bin) {
     if (why && !remove_corrupt) return -1;
     if (why) {
@@ -496,8 +498,8 @@ int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char 
   for (size_t i = 0; i < n && found <= 0; i++) { /* newest first */
     const char *why;
     size_t sz = 0;
-    char *json = NULL, *bin = load_verified(dc, arch, v[i].key, &sz, &why, &json);
-    json_t *j = json ? json_loads(json, 0, NULL) : NULL;
+    json_t *j = NULL;
+    char *bin = load_verified(dc, arch, v[i].key, &sz, &why, NULL, &j);
     const char *sk = j ? json_string_value(json_object_get(j, "source_key")) : NULL;
     const char *cc = j ? json_string_value(json_object_get(j, "compiler")) : NULL;
     char bp[4400];
@@ -528,7 +530,6 @@ int da__disk_cache_find_source(da__disk_cache *dc, const char *arch, const char 
       found = -1;
     }
     json_decref(j);
-    free(json);
     free(bin);
   }
   free(v);
@@ -618,12 +619,12 @@ void da__disk_cache_scan(da__disk_cache *dc, int verify, int remove_all, da__dis
     if (verify) {
       const char *why = NULL;
       size_t sz;
-      char *bin = load_verified(dc, e->arch, e->key, &sz, &why, &json);
+      char *bin = load_verified(dc, e->arch, e->key, &sz, &why, &json, NULL);
       int fd = -1;
       if (!bin) { /* again under the entry's lock: a process rewriting it holds that, and its
                      new .bin comes before its .json */
         fd = da__disk_cache_lock(dc, e->arch, e->key);
-        bin = load_verified(dc, e->arch, e->key, &sz, &why, &json);
+        bin = load_verified(dc, e->arch, e->key, &sz, &why, &json, NULL);
       }
       free(bin);
       if (!bin && !why) { /* no .json now: removed meanwhile (evicted by another process), not corrupt */
