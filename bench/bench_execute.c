@@ -11,18 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "dilattn.h"
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
   int64_t N = 16384;
@@ -71,10 +61,10 @@ int main(int argc, char **argv) {
           }
         t[r] = (now_us() - t0) / 2000;
       }
-      qsort(t, 7, sizeof t[0], cmp);
+      const stat_t st = stats(t, 7);
       printf("{\"config\": \"%s\", \"seq_len\": %lld, \"strategy\": \"%s\", \"workspace\": \"%s\", "
              "\"workspace_bytes\": %zu, \"us_median\": %.3f, \"us_min\": %.3f}\n",
-             argv[c], (long long)N, da_plan_strategy(p), caller ? "caller" : "pool", wsb, t[3], t[0]);
+             argv[c], (long long)N, da_plan_strategy(p), caller ? "caller" : "pool", wsb, st.median, st.min);
     }
     free(q), free(k), free(v), free(o), free(lse), free(ws);
     da_plan_destroy(p);

@@ -21,31 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "gen/render.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-typedef struct {
-  double median, min, max;
-  int n;
-} stat_t;
-
-static stat_t stats(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  stat_t s = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1], n};
-  return s;
-}
 
 static FILE *out_json;
 
