@@ -2,8 +2,10 @@
  * backend: argument checks, the stream check, launch set-up, pool allocations and memsets,
  * timed against the fake driver (tests/fake_cuda.c), which launches nothing, so that only
  * dilattn's work is on the clock. Configs: bench/configs/ files given on the command line.
- * Prints one JSON object a config and workspace mode (the pool's, or the caller's): median
- * and min microseconds a call over 7 runs of 2000 calls.
+ * Prints one JSON object a config, workspace mode (the pool's, or the caller's) and argument
+ * mode: median and min microseconds a call over 7 runs of 2000 calls. Arguments "same":
+ * every call with one k (a plan's tensor maps then come from its memo after the first);
+ * "cycling": k at 65 addresses in turn, one more than the memo keeps (every call encodes).
  * Run: DILATTN_CUDA_LIB=build/tests/libfake_cuda.so build/bench/bench_execute [--seq-len N] CONFIG.json... */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -41,12 +43,14 @@ int main(int argc, char **argv) {
     }
     const size_t nq = (size_t)N * s.num_heads * s.head_dim, nkv = (size_t)N * s.num_kv_heads * s.head_dim;
     const size_t es = s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
-    void *q = calloc(nq, es), *k = calloc(nkv, es), *v = calloc(nkv, es), *o = calloc(nq, es);
+    enum { CYCLE = 65 };
+    void *q = calloc(nq, es), *k = calloc(nkv + 8 * CYCLE, es), *v = calloc(nkv, es), *o = calloc(nq, es);
     float *lse = calloc((size_t)N * s.num_heads, 4);
     size_t wsb = 0;
     da_plan_workspace_size(p, 1, N, &wsb);
     void *ws = calloc(wsb ? wsb : 1, 1);
-    for (int caller = 0; caller < 2; caller++) {
+    for (int mode = 0; mode < 4; mode++) {
+      const int caller = mode & 1, cycling = mode >> 1;
       da_args a;
       da_args_init(&a, &s, 1, N, q, k, v, o, lse);
       if (caller) a.workspace = ws, a.workspace_bytes = wsb;
@@ -54,17 +58,20 @@ int main(int argc, char **argv) {
       double t[7];
       for (int r = 0; r < 7; r++) {
         const double t0 = now_us();
-        for (int i = 0; i < 2000; i++)
+        for (int i = 0; i < 2000; i++) {
+          a.k = (char *)k + (cycling ? (size_t)(i % CYCLE) * 8 * es : 0); /* (16 bytes apart) */
           if (da_plan_execute(p, &a) != DA_OK) {
             fprintf(stderr, "%s: %s\n", argv[c], da_context_last_error(ctx));
             return 1;
           }
+        }
         t[r] = (now_us() - t0) / 2000;
       }
       const stat_t st = stats(t, 7);
       printf("{\"config\": \"%s\", \"seq_len\": %lld, \"strategy\": \"%s\", \"workspace\": \"%s\", "
-             "\"workspace_bytes\": %zu, \"us_median\": %.3f, \"us_min\": %.3f}\n",
-             argv[c], (long long)N, da_plan_strategy(p), caller ? "caller" : "pool", wsb, st.median, st.min);
+             "\"workspace_bytes\": %zu, \"args\": \"%s\", \"us_median\": %.3f, \"us_min\": %.3f}\n",
+             argv[c], (long long)N, da_plan_strategy(p), caller ? "caller" : "pool", wsb, cycling ? "cycling" : "same",
+             st.median, st.min);
     }
     free(q), free(k), free(v), free(o), free(lse), free(ws);
     da_plan_destroy(p);

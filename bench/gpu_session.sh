@@ -152,6 +152,11 @@ if [ "$phase" = second ]; then
   # (the bench's @lib rows below: without these the 58e46dd session's had only an error)
   export DILATTN_BASE_LIB=$B/base/lib/libdilattn.so DILATTN_BASE_COMMIT=$(cat $B/base/commit 2>/dev/null)
   step 60 $B/tests/test_gpu "$golden" large
+  # the host's time a da_plan_execute against the real driver (untimed-since-30da0bd.md,
+  # session 28): tensor maps from the plan's memo ("same") against encoded every call
+  # ("cycling"); bench_execute.c's fake-driver figures leave out what the driver's calls cost
+  step 90 sh -c "python3 bench/host_overhead_gpu.py --lib $B/libdilattn.so bench/configs/longnet2_causal.json \
+    bench/configs/longnet5_causal.json bench/configs/dense2048_causal.json > '$out/host_overhead.jsonl'"
   step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" golden
   step 60 tests/run_sanitizer.sh $B/tests/test_gpu racecheck "$golden" default-tma
   # where the plain causal kernel's instructions go (gpu-h200-58e46dd.md: dense 2048 causal

@@ -19,6 +19,7 @@
 #include "runtime/nvrtc.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ struct da__cuda_plan {
   void *dmasks;     /* device: pointer table followed by the masks */
   int pdl;          /* launches after a sequence's first are programmatic dependent ones */
   int cta_tiles;    /* DILATTN_CTA_TILES at plan creation: CTA_TILES_* */
+  da__tmap_memo *memo; /* its tensor maps of recent arguments (NULL: the plan has none) */
 };
 
 /* A driver and a device: NVRTC is needed only to compile a kernel that no bundle (nor
@@ -279,6 +281,8 @@ da_status da__cuda_plan_create(const da_context *ctx, da__kernel_cache *cache, c
     st = da__cuda_load(ctx, dev, pl->blob, fn, i == DA_CUDA_K_MAIN ? r->smem_bytes : 0, &p->k[i]);
   }
   if (st == DA_OK) st = load_masks(ctx, p, spec);
+  if (st == DA_OK && r->tma_maps > 0 && !(p->memo = da__tmap_memo_create()))
+    st = da__set_error(ctx, DA_ERR_NO_MEMORY, "cuda plan: out of memory");
   if (st != DA_OK) {
     da__cuda_plan_destroy(p);
     return st;
@@ -292,6 +296,7 @@ void da__cuda_plan_destroy(da__cuda_plan *p) {
   for (int i = 0; i < DA_CUDA_K_COUNT; i++)
     if (p->k[i].module) da__cuda_unload(p->dev, &p->k[i]);
   da__cuda_free(p->dev, p->dmasks);
+  da__tmap_memo_destroy(p->memo);
   free(p);
 }
 
@@ -368,7 +373,7 @@ static size_t exec_bytes(const da_context *ctx, const da__cuda_plan *p, const da
   da__rendered dr = p->r;
   dr.tma_maps = 0;
   int n = 0;
-  if (da__cuda_launch_sequence(ctx, &dr, p->heads, p->head_dim, sms, waves, &dry, count_persistent, &n, NULL) != DA_OK)
+  if (da__cuda_launch_sequence(ctx, &dr, p->heads, p->head_dim, sms, waves, &dry, count_persistent, &n, NULL, NULL) != DA_OK)
     return rows;
   const size_t off = (rows + 15) & ~(size_t)15;
   if (!n || off + (size_t)n * sizeof(unsigned) > budget) return rows;
@@ -493,26 +498,119 @@ static int64_t map_slot(const da__rendered *r, int br) {
   return slot;
 }
 
-/* Every branch's maps, encoded once an execution, at map_slot: the fused kernel's layout (kernel.cu.tpl BR_TMAP0), of which a branch launch
- * takes its branch's slice (its kernel's BR_TMAP0 is 0). malloc'ed; NULL, with *why said,
- * where the plan has no maps, the arguments do not allow them (tma_unusable: the kernels
- * then copy K and V as wgmma-ws's do) or the encoder refuses one. */
+/* A plan's tensor maps of its last DA_TMAP_MEMO_SLOTS argument sets (least recently used
+ * out). A map holds addresses, sizes and strides, nothing of the data, so the maps encoded
+ * for one (k, v, their strides, N, batch) serve every later execution with the same ones,
+ * a freed and reallocated buffer at the same address included (PyTorch's caching allocator
+ * hands a model's layers the same addresses every step). The rest of what encode_tmaps
+ * reads is the plan's. 64 slots: a model's layers sharing one plan, up to 64 of them,
+ * each hit; a slot takes the plan's maps (at most DA_CUDA_TMAPS_MAX x 128 bytes). */
+#define DA_TMAP_MEMO_SLOTS 64
+typedef struct {
+  const void *k, *v;
+  int64_t k_stride[3], v_stride[3], seq_len, batch;
+} tmap_key;
+struct da__tmap_memo {
+  pthread_mutex_t mu;
+  uint64_t clock;
+  struct {
+    tmap_key key;
+    uint64_t used; /* 0: empty */
+    da__cuda_tmap *maps;
+  } slot[DA_TMAP_MEMO_SLOTS];
+};
+
+da__tmap_memo *da__tmap_memo_create(void) {
+  da__tmap_memo *m = calloc(1, sizeof *m);
+  if (m && pthread_mutex_init(&m->mu, NULL)) {
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+void da__tmap_memo_destroy(da__tmap_memo *m) {
+  if (!m) return;
+  for (int i = 0; i < DA_TMAP_MEMO_SLOTS; i++) free(m->slot[i].maps);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+}
+
+static tmap_key key_of(const da__cuda_args *a) {
+  tmap_key key;
+  memset(&key, 0, sizeof key);
+  key.k = a->k, key.v = a->v, key.seq_len = a->seq_len, key.batch = a->batch;
+  memcpy(key.k_stride, a->k_stride, sizeof key.k_stride);
+  memcpy(key.v_stride, a->v_stride, sizeof key.v_stride);
+  return key;
+}
+
+/* (k first: a miss compares 64 keys, most of them at once) */
+static int same_key(const tmap_key *a, const tmap_key *b) { return a->k == b->k && !memcmp(a, b, sizeof *a); }
+
+/* The maps of key into m (count of them), from the memo: whether it held them */
+static int memo_get(da__tmap_memo *memo, const tmap_key *key, da__cuda_tmap *m, int64_t count) {
+  int hit = 0;
+  pthread_mutex_lock(&memo->mu);
+  for (int i = 0; i < DA_TMAP_MEMO_SLOTS && !hit; i++)
+    if (same_key(&memo->slot[i].key, key) && memo->slot[i].used) {
+      memcpy(m, memo->slot[i].maps, (size_t)count * sizeof *m);
+      memo->slot[i].used = ++memo->clock;
+      hit = 1;
+    }
+  pthread_mutex_unlock(&memo->mu);
+  return hit;
+}
+
+/* m (count maps), encoded for key, into the memo's empty or least recently used slot
+ * (nothing where no memory: the memo is only speed) */
+static void memo_put(da__tmap_memo *memo, const tmap_key *key, const da__cuda_tmap *m, int64_t count) {
+  pthread_mutex_lock(&memo->mu);
+  int at = 0;
+  for (int i = 0; i < DA_TMAP_MEMO_SLOTS; i++) {
+    if (same_key(&memo->slot[i].key, key) && memo->slot[i].used) { /* another thread's, meanwhile */
+      at = -1;
+      break;
+    }
+    if (memo->slot[i].used < memo->slot[at].used) at = i;
+  }
+  if (at >= 0) {
+    if (!memo->slot[at].maps) memo->slot[at].maps = aligned_alloc(_Alignof(da__cuda_tmap), (size_t)count * sizeof *m);
+    if (memo->slot[at].maps) {
+      memcpy(memo->slot[at].maps, m, (size_t)count * sizeof *m);
+      memo->slot[at].key = *key;
+      memo->slot[at].used = ++memo->clock;
+    }
+  }
+  pthread_mutex_unlock(&memo->mu);
+}
+
+/* Every branch's maps, encoded once an execution (or taken from memo, where not NULL and it
+ * has those of these arguments), at map_slot: the fused kernel's layout (kernel.cu.tpl
+ * BR_TMAP0), of which a branch launch takes its branch's slice (its kernel's BR_TMAP0 is
+ * 0). malloc'ed; NULL, with *why said, where the plan has no maps, the arguments do not
+ * allow them (tma_unusable: the kernels then copy K and V as wgmma-ws's do) or the encoder
+ * refuses one. */
 static da__cuda_tmap *encode_all(const da__rendered *r, const da__cuda_args *a, int head_dim, da__tmap_encode_fn enc,
-                                 const char **why) {
+                                 da__tmap_memo *memo, const char **why) {
   *why = NULL;
   if (r->tma_maps <= 0) return NULL;
   if ((*why = tma_unusable(r, a, enc)) != NULL) return NULL;
-  da__cuda_tmap *m = aligned_alloc(_Alignof(da__cuda_tmap), (size_t)map_slot(r, r->num_branches) * sizeof *m);
+  const int64_t count = map_slot(r, r->num_branches);
+  da__cuda_tmap *m = aligned_alloc(_Alignof(da__cuda_tmap), (size_t)count * sizeof *m);
   if (!m) {
     *why = "out of host memory";
     return NULL;
   }
+  const tmap_key key = key_of(a);
+  if (memo && memo_get(memo, &key, m, count)) return m;
   for (int i = 0; i < r->num_branches; i++)
     if (!encode_tmaps(r, a, head_dim, i, enc, &m[map_slot(r, i)])) {
       free(m);
       *why = "the driver refused a tensor map: strides or sizes";
       return NULL;
     }
+  if (memo) memo_put(memo, &key, m, count);
   return m;
 }
 
@@ -542,14 +640,14 @@ void da__cuda_tma_stats(unsigned long long *with, unsigned long long *without, c
 
 da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim, int sms,
                                    int persist_waves, da__cuda_args *args, da__cuda_launch_fn launch, void *user,
-                                   da__tmap_encode_fn enc) {
+                                   da__tmap_encode_fn enc, da__tmap_memo *memo) {
   /* every launch takes the kernels' full parameter (the arguments, then a wgmma-ws-tma
    * kernel's tensor maps: other kernels read the prefix) */
   da__cuda_kargs K;
   K.a = *args;
   da__cuda_args *a = &K.a;
   const char *why;
-  da__cuda_tmap *maps = encode_all(r, a, head_dim, enc, &why);
+  da__cuda_tmap *maps = encode_all(r, a, head_dim, enc, memo, &why);
   if (why) {
     da__log(DA_LOG_DEBUG, "cuda: wgmma-ws-tma without tensor maps (%s): K and V copied as wgmma-ws copies them", why);
     __atomic_add_fetch(&tma_without, 1, __ATOMIC_RELAXED);
@@ -725,7 +823,7 @@ da_status da__cuda_plan_execute(const da_context *ctx, da__cuda_plan *p, const d
   }
   if (!d.nctrs) waves = 0;
   da_status st = da__cuda_launch_sequence(ctx, &p->r, p->heads, p->head_dim, sms, waves, &a, launch_on_driver, &d,
-                                          da__cuda_tmap_encoder(p->dev));
+                                          da__cuda_tmap_encoder(p->dev), p->memo);
   if (owned) {
     const da_status s2 = free_on(ctx, p->dev, owned, stream);
     if (st == DA_OK) st = s2;

@@ -74,8 +74,12 @@ DA_HIDDEN size_t da__cuda_plan_workspace_min(const da__cuda_plan *p, int64_t bat
  * or seq_len: one run) with a->tok0 set; it stops at the first failure. The CUDA backend
  * launches through the driver; tests/emu launches the same sequence on the CPU. a points
  * to a da__cuda_kargs at every launch: a wgmma-ws-tma plan's maps (r->tma_maps) encoded
- * through enc and a->tma set where its arguments allow (NULL enc: never). */
+ * through enc and a->tma set where its arguments allow (NULL enc: never), or taken from
+ * memo (NULL: none), which keeps those of a plan's recent arguments. */
 enum { DA_CUDA_K_MAIN, DA_CUDA_K_AUX1, DA_CUDA_K_COUNT };
+typedef struct da__tmap_memo da__tmap_memo;
+DA_HIDDEN da__tmap_memo *da__tmap_memo_create(void);
+DA_HIDDEN void da__tmap_memo_destroy(da__tmap_memo *m);
 DA_HIDDEN const char *da__cuda_kernel_suffix(const char *strategy, int which);
 typedef da_status (*da__cuda_launch_fn)(void *user, int which, unsigned gx, unsigned gy, unsigned gz,
                                         unsigned threads, unsigned smem, da__cuda_args *a, int persistent);
@@ -94,7 +98,7 @@ DA_HIDDEN void da__cuda_tma_stats(unsigned long long *with, unsigned long long *
 DA_HIDDEN unsigned long long da__cuda_persistent_launches(void);
 DA_HIDDEN da_status da__cuda_launch_sequence(const da_context *ctx, const da__rendered *r, int heads, int head_dim,
                                              int sms, int persist_waves, da__cuda_args *a, da__cuda_launch_fn launch,
-                                             void *user, da__tmap_encode_fn enc);
+                                             void *user, da__tmap_encode_fn enc, da__tmap_memo *memo);
 /* Pointers, sizes and strides of args (masks, ws and branch zero). */
 DA_HIDDEN void da__cuda_args_fill(da__cuda_args *a, const da_args *args);
 /* Bytes of split workspace for (batch, seq_len), or for runs of seq_len tokens; 0 when the

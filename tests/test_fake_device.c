@@ -410,7 +410,7 @@ static void test_block_limit(da_context *ctx) {
     memset(&a, 0, sizeof a);
     a.batch = batch, a.seq_len = (int64_t)1 << 24, a.ws_len = a.seq_len;
     int launches = 0;
-    st = da__cuda_launch_sequence(ctx, &rd, 8, 64, 132, DA_CUDA_PERSIST_WAVES, &a, count_launch, &launches, NULL);
+    st = da__cuda_launch_sequence(ctx, &rd, 8, 64, 132, DA_CUDA_PERSIST_WAVES, &a, count_launch, &launches, NULL, NULL);
     if (batch == 4095)
       TU_CHECK(st == DA_OK && launches == 1, "batch 4095: %u blocks launched (%d, %s)", 4095u << 20, launches,
                da_context_last_error(ctx));
@@ -539,6 +539,78 @@ static void test_tma(da_context *ctx) {
   }
   da_plan_destroy(p);
   unsetenv("DILATTN_WORKSPACE_LIMIT");
+}
+
+/* The plan's memo of tensor maps: an execution with the (k, v, strides, N, batch) of one of
+ * the last 64 encodes none and launches with the maps of those arguments; a change of any
+ * one of them encodes afresh (a memo hit on a stale key would point the TMA copies at the
+ * wrong tensor); the least recently used arguments go first. */
+static void test_tma_memo(da_context *ctx) {
+  launch_t L[64];
+  read_launches(L, 64);
+  const da_spec s = longnet(5, 0);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 6, &st);
+  TU_CHECK(p != NULL, "LongNet 5-branch, cuda_mma 6: %s", da_context_last_error(ctx));
+  if (!p) return;
+  da_plan_options o;
+  da_plan_get_options(p, &o);
+  const int64_t N = 8192, spare = 8 * 70;
+  const size_t nq = (size_t)2 * N * 8 * 64 + 2 * (size_t)spare; /* room for batch 2, wider rows, offsets */
+  uint16_t *q = calloc(nq, 2), *k = calloc(nq, 2), *v = calloc(nq, 2), *out = calloc(nq, 2), *k2 = calloc(nq, 2),
+           *v2 = calloc(nq, 2);
+  float *lse = calloc((size_t)2 * N * 8, 4);
+  const int order[5] = {0, 1, 2, 3, 4};
+  /* the maps an encode gives at n tokens: three a class, two where no segment is whole */
+#define MEMO_MAPS(n) (1 * 3 + 2 * 3 + 4 * 3 + 6 * ((n) >= 16384 ? 3 : 2) + 12 * ((n) >= 32768 ? 3 : 2) - ((n) < 8192 ? 4 : 0))
+  /* what: the change; fresh: whether it must encode (75 maps) or hit (none) */
+  struct {
+    const char *what;
+    int fresh;
+  } step[] = {{"first", 1},    {"again", 0},      {"k", 1},     {"k back", 0}, {"v", 1},    {"k stride", 1},
+              {"v stride", 1}, {"seq_len", 1},    {"batch", 1}, {"first again", 0}};
+  for (int i = 0; i < (int)(sizeof step / sizeof *step); i++) {
+    da_args a;
+    const int64_t n = !strcmp(step[i].what, "seq_len") ? N / 2 : N, b = !strcmp(step[i].what, "batch") ? 2 : 1;
+    const uint16_t *kk = !strcmp(step[i].what, "k") ? k2 : k, *vv = !strcmp(step[i].what, "v") ? v2 : v;
+    da_args_init(&a, &s, b, n, q, kk, vv, out, lse);
+    if (n < N) { /* the first n rows of the N-row tensors: only seq_len differs */
+      da_args full;
+      da_args_init(&full, &s, b, N, q, kk, vv, out, lse);
+      memcpy(a.q_stride, full.q_stride, sizeof a.q_stride), memcpy(a.k_stride, full.k_stride, sizeof a.k_stride);
+      memcpy(a.v_stride, full.v_stride, sizeof a.v_stride), memcpy(a.out_stride, full.out_stride, sizeof a.out_stride);
+    }
+    if (!strcmp(step[i].what, "k stride")) a.k_stride[1] += 8; /* rows of a wider tensor */
+    if (!strcmp(step[i].what, "v stride")) a.v_stride[0] += 64;
+    st = da_plan_execute(p, &a);
+    const int nl = read_launches(L, 64);
+    int with = 0;
+    for (int j = 0; j < nl; j++) with += L[j].tma && L[j].map0 == (unsigned long long)(uintptr_t)kk;
+    const int want = step[i].fresh ? MEMO_MAPS(n) : 0;
+    TU_CHECK(st == DA_OK && nl == 5 && with == 5 && ntmaps == want,
+             "tensor-map memo, %s: %d launches, %d with maps at k, %d maps encoded (want 5, 5, %d): %s", step[i].what, nl,
+             with, ntmaps, want, st == DA_OK ? "ok" : da_context_last_error(ctx));
+    if (i < 5 && step[i].fresh) /* (check_tmaps: the strides da_args_init gives) */
+      check_tmaps(tmaps, ntmaps, &s, order, 5, (const char *)kk, (const char *)vv, N, o.tile_k, step[i].what);
+  }
+  /* 64 more argument sets (k 16 bytes further each time) fill the memo; the first of them
+   * used again is a hit, then one more evicts the least recently used: the second */
+  for (int i = 1; i <= 67; i++) {
+    const int at = i <= 64 ? i : i == 65 ? 1 : i == 66 ? 65 : i == 67 ? 2 : 0, fresh = i <= 64 || i == 66 || i == 67;
+    da_args a;
+    da_args_init(&a, &s, 1, N, q, k + 8 * at, v, out, lse);
+    st = da_plan_execute(p, &a);
+    const int nl = read_launches(L, 64);
+    int with = 0;
+    for (int j = 0; j < nl; j++) with += L[j].tma && L[j].map0 == (unsigned long long)(uintptr_t)(k + 8 * at);
+    if (st != DA_OK || with != 5 || ntmaps != (fresh ? MEMO_MAPS(N) : 0))
+      TU_CHECK(0, "tensor-map memo, k + %d x 16 bytes (execution %d): %d launches with maps at k, %d maps encoded "
+                  "(want 5, %d): %s", at, i, with, ntmaps, fresh ? MEMO_MAPS(N) : 0,
+               st == DA_OK ? "ok" : da_context_last_error(ctx));
+  }
+#undef MEMO_MAPS
+  free(q), free(k), free(v), free(out), free(k2), free(v2), free(lse);
+  da_plan_destroy(p);
 }
 
 /* A copy of the templates in cache/name whose CUDA kernel has an #error where the planner's
@@ -1592,6 +1664,7 @@ int main(int argc, char **argv) {
   test_launches(ctx);
   test_block_limit(ctx);
   test_tma(ctx);
+  test_tma_memo(ctx);
   test_callers_context(ctx, argv[1]);
   test_pool(argv[1]);
   test_workspace(ctx);

@@ -12,6 +12,8 @@
  *            instead of cp.async); an odd pointer refused
  *   huge:    q with more than 2^31 elements: the last segment checked (64-bit offsets)
  *   graph: (in small too) executions captured into a CUDA graph, bitwise the direct ones
+ *   tma-memo: (sm_90; in small too) a plan's tensor maps of earlier arguments serve only
+ *            those: A, B, A again bitwise as they should be
  *   foreign: a stream of a non-primary CUDA context on the device: refused, by name; a
  *            green context's stream: taken, out as the default stream's
  *   wgmma:   (sm_90 only) the wgmma probe, then golden, random and unaligned on the wgmma
@@ -26,7 +28,7 @@
  *   persistent: (sm_90 only; in small too) persistent grids of the 128-row causal
  *             plans bitwise the same as the pairs (DILATTN_CTA_TILES), with TMA and without
  *   persistent-race: the same at N = 16384, H = 2 (not in small; for racecheck)
- * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|graph|pdl|persistent|persistent-race|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
+ * Run: build/tests/test_gpu ../shared/golden [golden|default-tma|random|unaligned|foreign|graph|tma-memo|pdl|persistent|persistent-race|sync|large|huge|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-tma|small|probe]
  *      (sync: golden and random with mma.sync forced, on sm_90 devices whose default is wgmma)
  *      (small = golden + a few random specs, for compute-sanitizer) */
 #include <dlfcn.h>
@@ -761,6 +763,59 @@ static void test_graph(da_context *ctx) {
   if (pctx) release(ordinal);
 }
 
+/* tma-memo: (sm_90; in small too) a plan's tensor maps kept for the arguments it last ran
+ * with (cuda_backend.c memo) serve only those: one plan runs on inputs A, then B, then A
+ * again (its maps from the memo) and a new plan on B (maps encoded afresh). A's two outputs
+ * must be bitwise equal, and B's bitwise the new plan's and unlike A's: a memo that took
+ * B's arguments for A's would give B A's output. LongNet 2-branch (fused) and 5-branch
+ * causal (split), N = 16384, H = 8, D = 64. */
+static void test_tma_memo(da_context *ctx) {
+  const int64_t N = 16384, n = N * 8 * 64;
+  uint16_t *h = malloc((size_t)n * 2), *ho = malloc((size_t)n * 2 * 4);
+  for (int c = 0; c < 2 && h && ho; c++) {
+    const da_spec s = longnet_spec(c ? 5 : 2, 8, c);
+    da_plan *p = NULL, *fresh = NULL;
+    void *d[2] = {NULL, NULL}, *dout = NULL, *dlse = NULL;
+    da_status st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &p);
+    if (st == DA_OK) st = da_plan_create(ctx, &s, DA_BACKEND_CUDA, &fresh);
+    for (int i = 0; i < 2 && st == DA_OK; i++) {
+      uint64_t seed = 71 + 2 * (uint64_t)c + (uint64_t)i;
+      for (int64_t j = 0; j < n; j++) tu_store(DA_DTYPE_FLOAT16, h, j, 2 * tu_uniform(&seed) - 1);
+      st = da__cuda_malloc(ctx, dev, (size_t)n * 2, &d[i]);
+      if (st == DA_OK) st = da__cuda_memcpy_htod(ctx, dev, d[i], h, (size_t)n * 2);
+    }
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)n * 2 * 4, &dout);
+    if (st == DA_OK) st = da__cuda_malloc(ctx, dev, (size_t)(8 * N) * 4, &dlse);
+    unsigned long long with0, without0, with1, without1;
+    const char *why;
+    da__cuda_tma_stats(&with0, &without0, &why);
+    /* out slots: 0 A, 1 B, 2 A again, 3 B by the new plan */
+    static const int input[4] = {0, 1, 0, 1};
+    for (int run = 0; run < 4 && st == DA_OK; run++) {
+      da_args a;
+      da_args_init(&a, &s, 1, N, d[input[run]], d[input[run]], d[input[run]], (char *)dout + (size_t)run * n * 2, dlse);
+      st = da_plan_execute(run == 3 ? fresh : p, &a);
+    }
+    if (st == DA_OK) st = da__cuda_sync(ctx, dev, NULL);
+    if (st == DA_OK) st = da__cuda_memcpy_dtoh(ctx, dev, ho, dout, (size_t)n * 2 * 4);
+    da__cuda_tma_stats(&with1, &without1, &why);
+    TU_CHECK(st == DA_OK && with1 - with0 == 4 && without1 == without0,
+             "tma-memo %d: %s; %llu executions with maps of 4", c, st ? da_context_last_error(ctx) : "ok", with1 - with0);
+    if (st == DA_OK) {
+      const int a_same = !memcmp(ho, ho + 2 * n, (size_t)n * 2), b_same = !memcmp(ho + n, ho + 3 * n, (size_t)n * 2),
+                ab = !memcmp(ho, ho + n, (size_t)n * 2);
+      TU_CHECK(a_same && b_same && !ab, "tma-memo, %s: A then A again bitwise %s, B and a new plan's B %s, A and B %s",
+               c ? "LongNet 5-branch causal" : "LongNet 2-branch", a_same ? "equal" : "DIFFERENT",
+               b_same ? "equal" : "DIFFERENT", ab ? "EQUAL" : "different");
+      if (a_same && b_same && !ab) printf("tma-memo: %s (%s): A, B, A, a new plan's B as they should be\n",
+                                          c ? "LongNet 5-branch causal" : "LongNet 2-branch", da_plan_strategy(p));
+    }
+    da__cuda_free(dev, d[0]), da__cuda_free(dev, d[1]), da__cuda_free(dev, dout), da__cuda_free(dev, dlse);
+    da_plan_destroy(p), da_plan_destroy(fresh);
+  }
+  free(h), free(ho);
+}
+
 /* foreign: a stream of a CUDA context other than the device's primary one (a C engine on
  * the driver API makes its own with cuCtxCreate). The plans' modules and memory live in the
  * primary context, so such a stream must be refused with a clear error, never launched
@@ -934,6 +989,9 @@ int main(int argc, char **argv) {
     if (mma == 2) test_wgmma_probe(ctx);
     test_wgmma_suite(ctx, golden, mma, small);
   }
+  if ((all || small || !strcmp(which, "tma-memo")) && da__cuda_wgmma_arch(da__cuda_arch(dev)) &&
+      da__cuda_big_params(ctx))
+    test_tma_memo(ctx);
   if (all || small || !strcmp(which, "foreign")) test_foreign_stream(ctx);
   if (all || small || !strcmp(which, "graph")) test_graph(ctx);
   if (all || !strcmp(which, "large")) test_long(ctx, 1 << 20, 8, 64, 0, "N=1048576 H=8 D=64");

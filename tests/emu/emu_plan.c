@@ -132,7 +132,7 @@ da_status da_emu_execute(da_context *ctx, const da_spec *s, const da__render_opt
   }
   da_emu_register_buffer(ctrs, sizeof ctrs, 1);
   st = da__cuda_launch_sequence(ctx, &r, s->num_heads, s->head_dim, emu_sms, emu_persist, &a, emu_launch, &L,
-                                tma_off ? NULL : da_emu_tensor_map_encode);
+                                tma_off ? NULL : da_emu_tensor_map_encode, NULL);
 out:
   free(ws);
   if (lib) dlclose(lib);
