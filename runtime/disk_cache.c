@@ -31,7 +31,8 @@
 
 struct da__disk_cache {
   char root[4096]; /* .../v1 */
-  int usable;
+  int usable;      /* set at open, then read only */
+  int no_writes;   /* atomic: a put failed for a reason that lasts; lookups go on */
 };
 
 size_t da__disk_cache_base(char *base, size_t cap) {
@@ -63,11 +64,13 @@ da__disk_cache *da__disk_cache_open(void) {
   const size_t need = da__disk_cache_base(base, sizeof base);
   snprintf(dc->root, sizeof dc->root, "%s/v1", base);
   if (need > DA_CACHE_BASE_MAX) { /* (cut short, it named another folder, which was then made and filled) */
-    da__log(DA_LOG_WARN, "kernel cache: the folder's name is %zu characters long, past the %d its entries' paths "
+    if (!warned_before(dc->root))
+      da__log(DA_LOG_WARN, "kernel cache: the folder's name is %zu characters long, past the %d its entries' paths "
             "allow (DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME); kernels are cached in memory only", need,
             DA_CACHE_BASE_MAX);
   } else if (!base[0]) {
-    da__log(DA_LOG_WARN, "kernel cache: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME; memory-only");
+    if (!warned_before(dc->root))
+      da__log(DA_LOG_WARN, "kernel cache: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME; memory-only");
   } else if (da__mkdir_p(dc->root, 0700) != 0 || access(dc->root, W_OK | X_OK) != 0) {
     const int e = errno;
     if (!warned_before(dc->root))
@@ -81,6 +84,9 @@ da__disk_cache *da__disk_cache_open(void) {
 
 void da__disk_cache_close(da__disk_cache *dc) { free(dc); }
 int da__disk_cache_usable(const da__disk_cache *dc) { return dc && dc->usable; }
+int da__disk_cache_writable(const da__disk_cache *dc) {
+  return da__disk_cache_usable(dc) && !__atomic_load_n(&dc->no_writes, __ATOMIC_RELAXED);
+}
 const char *da__disk_cache_root(const da__disk_cache *dc) { return dc ? dc->root : ""; }
 
 uint64_t da__disk_cache_max_bytes(void) {
@@ -258,7 +264,7 @@ static void evict(da__disk_cache *dc, const char *keep_key);
 
 int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, const void *data, size_t size,
                        const char *source_key, const char *meta, char *path, size_t cap) {
-  if (!da__disk_cache_usable(dc) || !safe_name(arch) || !safe_name(key)) return -1;
+  if (!da__disk_cache_writable(dc) || !safe_name(arch) || !safe_name(key)) return -1;
   if (source_key && !da__is_hex(source_key, 64)) source_key = NULL;
   char dir[4300], bp[4400], jp[4400];
   snprintf(dir, sizeof dir, "%s/%s/%.2s", dc->root, arch, key);
@@ -273,18 +279,24 @@ int da__disk_cache_put(da__disk_cache *dc, const char *arch, const char *key, co
                    source_key ? ",\"source_key\":\"" : "", source_key ? source_key : "", source_key ? "\"" : "",
                    meta ? "," : "", meta ? meta : "");
   if (n < 0) return -1;
-  int rc = -1;
+  int rc = -1, e = 0;
   const char *failed = dir; /* (the warning names what could not be written) */
-  if (da__mkdir_p(dir, 0700) == 0 && (failed = bp, da__write_file_atomic(bp, data, size, 0600) == 0) &&
-      (failed = jp, da__write_file_atomic(jp, json, strlen(json), 0600) == 0))
-    rc = 0;
-  int e = errno;
+  /* ENOENT: the folder went meanwhile (`dilattn cache clear` in another process): once more */
+  for (int attempt = 0; attempt < 2 && rc != 0 && (attempt == 0 || e == ENOENT); attempt++) {
+    failed = dir;
+    if (da__mkdir_p(dir, 0700) == 0 && (failed = bp, da__write_file_atomic(bp, data, size, 0600) == 0) &&
+        (failed = jp, da__write_file_atomic(jp, json, strlen(json), 0600) == 0))
+      rc = 0;
+    else
+      e = errno;
+  }
   free(json);
   if (rc != 0) {
-    da__log(DA_LOG_WARN, "kernel cache: cannot write %s (%s); continuing with the cache in memory only", failed,
-            strerror(e));
     unlink(bp);
-    dc->usable = 0;
+    /* no more writes (each would fail and warn the same), but the entries there still serve */
+    if (!__atomic_exchange_n(&dc->no_writes, 1, __ATOMIC_RELAXED))
+      da__log(DA_LOG_WARN, "kernel cache: cannot write %s (%s); new kernels are cached in memory only (those on disk "
+              "still load)", failed, strerror(e));
     return -1;
   }
   if (path) snprintf(path, cap, "%s", bp);

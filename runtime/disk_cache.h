@@ -22,6 +22,9 @@ DA_HIDDEN da__disk_cache *da__disk_cache_open(void);
 DA_HIDDEN size_t da__disk_cache_base(char *base, size_t cap);
 DA_HIDDEN void da__disk_cache_close(da__disk_cache *dc);
 DA_HIDDEN int da__disk_cache_usable(const da__disk_cache *dc);
+/* Usable and taking writes: a put that failed (a full disk, a folder turned read-only)
+ * stops the puts after it, for the cache's life, but not the lookups. */
+DA_HIDDEN int da__disk_cache_writable(const da__disk_cache *dc);
 DA_HIDDEN const char *da__disk_cache_root(const da__disk_cache *dc); /* ".../v1" */
 
 /* Look key up, holding its lock (da__disk_cache_lock). A hit verifies the entry (size and

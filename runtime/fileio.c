@@ -18,17 +18,43 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-char *da__read_file(const char *path, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NULL;
-  struct stat st;
-  int e = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : !S_ISREG(st.st_mode) ? EINVAL
-                                      : st.st_size > (1ll << 31) ? EFBIG : 0;
+/* path opened for reading where it is a regular file of at most max bytes: its descriptor
+ * (blocking), its stat; else -1 with errno EISDIR, EINVAL (a FIFO, a device) or EFBIG. The
+ * open does not wait: O_NONBLOCK, since an open of a FIFO waits for a writer (which would
+ * hang a plan creation on DILATTN_BUNDLES or DILATTN_TUNING_DB naming one). */
+static int open_regular(const char *path, long long max, struct stat *st) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return -1;
+  int e = fstat(fd, st) != 0 ? errno : S_ISDIR(st->st_mode) ? EISDIR : !S_ISREG(st->st_mode) ? EINVAL
+                                       : st->st_size > max ? EFBIG : 0;
+  const int fl = e ? 0 : fcntl(fd, F_GETFL);
+  if (!e && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)) e = errno;
   if (e) {
     close(fd);
     errno = e;
-    return NULL;
+    return -1;
   }
+  return fd;
+}
+
+const char *da__read_error(int e) { return e == EINVAL ? "not a regular file (a FIFO or a device)" : strerror(e); }
+
+FILE *da__fopen_regular(const char *path, long long max) {
+  struct stat st;
+  const int fd = open_regular(path, max, &st);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+  if (fd >= 0 && !f) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+  }
+  return f;
+}
+
+char *da__read_file(const char *path, size_t *len) {
+  struct stat st;
+  const int fd = open_regular(path, 1ll << 31, &st);
+  if (fd < 0) return NULL;
   char *buf = malloc((size_t)st.st_size + 1);
   size_t done = 0;
   while (buf && done < (size_t)st.st_size) {

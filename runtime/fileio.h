@@ -3,12 +3,22 @@
 #define DA_FILEIO_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "runtime/internal.h"
 
-/* Read a whole file (up to 2 GiB) into a malloc'ed, NUL-terminated buffer; NULL with
- * errno set on failure. */
+/* Read a whole regular file (up to 2 GiB) into a malloc'ed, NUL-terminated buffer; NULL
+ * with errno set on failure (EINVAL: not a regular file; a FIFO is not waited on). */
 DA_HIDDEN char *da__read_file(const char *path, size_t *len);
+
+/* Why da__read_file or da__fopen_regular failed, from its errno: strerror's text, but
+ * "not a regular file (a FIFO or a device)" for EINVAL. */
+DA_HIDDEN const char *da__read_error(int e);
+
+/* path opened to read (fopen "r") where it is a regular file of at most max bytes; else
+ * NULL with errno set (EISDIR; EINVAL: a FIFO or device, opened without waiting for a
+ * writer; EFBIG). */
+DA_HIDDEN FILE *da__fopen_regular(const char *path, long long max);
 
 /* Write data to path whole or not at all: a temp file in the same folder, fsync, rename.
  * mode is the new file's permission bits. 0 on success, -1 with errno set. */

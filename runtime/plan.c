@@ -116,7 +116,7 @@ da_status da_context_register_bundle(da_context *ctx, const char *manifest_path)
   size_t len = 0;
   char *text = da__read_file(manifest_path, &len);
   DA_RETURN_IF(!text, errno == ENOMEM ? DA_ERR_NO_MEMORY : DA_ERR_IO, "bundle: cannot read %s: %s", manifest_path,
-               strerror(errno));
+               da__read_error(errno));
   char dir[4096];
   if (!da__split_path(manifest_path, dir, sizeof dir)) {
     free(text);
@@ -318,6 +318,13 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
     da__tuning_db_path(path, sizeof path);
     int mismatch = 0, skipped = 0;
     ctx->ntuning = da__tuning_db_read_for(ctx, path, &ctx->tuning, &mismatch, &skipped);
+    const int read_errno = errno;
+    if (ctx->ntuning < 0 && !mismatch) { /* unreadable (a folder, a FIFO: not waited on), or no database */
+      static int warned_unread;
+      if (!__atomic_exchange_n(&warned_unread, 1, __ATOMIC_RELAXED))
+        da__log(DA_LOG_WARN, "tuning db %s: not read: %s; the planner's defaults", path,
+                read_errno ? da__read_error(read_errno) : "not a dilattn tuning database: its first line is no header");
+    }
     if (ctx->ntuning < 0 || skipped) {
       /* a sweep the user ran, now unused (whole, or one backend's records: the host's under
        * another C compiler, say): said once a process (it was an info line) */

@@ -26,6 +26,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* the largest tuning database read (a record is about 300 bytes: some 900,000 of them);
+ * a larger file is refused as unreadable (EFBIG), as a FIFO or device is (EINVAL) */
+#define DA_TUNING_DB_MAX (256ll << 20)
+
 int da__tuning_bucket(int64_t n) {
   int b = 0;
   while (n > 1) n >>= 1, b++;
@@ -141,7 +145,7 @@ static int env_mask(const da_context *ctx, const char *header) {
 
 void da__tuning_db_env_diff(const da_context *ctx, const char *path, char *out, size_t cap) {
   out[0] = '\0';
-  FILE *f = fopen(path, "r");
+  FILE *f = da__fopen_regular(path, DA_TUNING_DB_MAX);
   char *line = NULL;
   size_t lcap = 0;
   const ssize_t len = f ? getline(&line, &lcap, f) : -1;
@@ -265,8 +269,8 @@ static void format_record(const da__tune_record *r, FILE *f) {
  * unreadable. */
 static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mask, char **header) {
   *out = NULL, *header = NULL, *mask = ENV_HOST | ENV_CUDA;
-  FILE *f = fopen(path, "r");
-  if (!f) return errno == ENOENT ? 0 : -1;
+  FILE *f = da__fopen_regular(path, DA_TUNING_DB_MAX);
+  if (!f) return errno == ENOENT ? 0 : -1; /* (errno: why) */
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -295,6 +299,7 @@ static int read_db(const da_context *ctx, const char *path, da__tune_record **ou
   fclose(f);
   if (n < 0) {
     free(v);
+    errno = 0; /* (not a tuning database: no errno) */
     return -1;
   }
   *out = v;
@@ -391,7 +396,7 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
   struct stat st;
   if (stat(path, &st) == 0) { /* a folder or a FIFO read as no records (or hung) */
     DA_RETURN_IF(!S_ISREG(st.st_mode), DA_ERR_IO, "tuning db %s: not a regular file", path);
-    FILE *f = fopen(path, "r");
+    FILE *f = da__fopen_regular(path, DA_TUNING_DB_MAX);
     DA_RETURN_IF(!f, DA_ERR_IO, "tuning db %s: %s", path, strerror(errno));
     fclose(f);
   } else {

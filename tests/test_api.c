@@ -7,6 +7,8 @@
  * Host backend (every check here comes before a backend runs).
  * Run: build/tests/test_api */
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -547,6 +549,51 @@ static void test_tuning_other_backend(void) {
   rm_tree(dir);
 }
 
+/* Files that are no regular files where the library reads one: a FIFO as a bundle
+ * manifest (register_bundle, DILATTN_BUNDLES) or as DILATTN_TUNING_DB, /dev/zero as the
+ * latter. Each used to block in open() for a writer that never comes, or (/dev/zero) read
+ * one endless line into memory; now each is refused at once (a bundle: DA_ERR_IO, a
+ * tuning database: not read, the planner's defaults). An alarm turns a hang into a
+ * failure. */
+static void fifo_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "FAIL test_api: a read of a FIFO or /dev/zero hung (10 s)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(1);
+}
+
+static void test_not_regular_files(void) {
+  char dir[] = "/tmp/dilattn-test-api-XXXXXX", fifo[200], db[200];
+  da_context *ctx = tuning_scratch(dir, db, sizeof db);
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  TU_CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+  signal(SIGALRM, fifo_alarm);
+  alarm(10);
+  TU_CHECK(da_context_register_bundle(ctx, fifo) == DA_ERR_IO, "register_bundle(a FIFO): %s", da_context_last_error(ctx));
+  setenv("DILATTN_BUNDLES", fifo, 1);
+  da_context *c2 = NULL;
+  TU_CHECK(da_context_create(&c2) == DA_OK, "DILATTN_BUNDLES=a FIFO: context");
+  da_context_destroy(c2);
+  unsetenv("DILATTN_BUNDLES");
+  const char *const dbs[2] = {fifo, "/dev/zero"};
+  for (int i = 0; i < 2; i++) {
+    setenv("DILATTN_TUNING_DB", dbs[i], 1);
+    da_context *c3 = NULL;
+    da_plan *p = NULL;
+    const da_spec s = small_spec();
+    da_context_create(&c3);
+    TU_CHECK(da_plan_create(c3, &s, DA_BACKEND_HOST, &p) == DA_OK, "DILATTN_TUNING_DB=%s: plan: %s", dbs[i],
+             da_context_last_error(c3));
+    da_plan_destroy(p);
+    da_context_destroy(c3);
+  }
+  unsetenv("DILATTN_TUNING_DB");
+  alarm(0);
+  signal(SIGALRM, SIG_DFL);
+  da_context_destroy(ctx);
+  rm_tree(dir);
+}
+
 /* The host backend's out and lse for spec at (B = 1, N) against the float64 reference. */
 static int matches_reference(da_context *ctx, const da_spec *s, const da_plan_options *opts, int64_t N) {
   da_plan *p = NULL;
@@ -631,6 +678,7 @@ int main(void) {
   test_sigchld_ignored();
   test_tuning_batches();
   test_tuning_other_backend();
+  test_not_regular_files();
   test_lcm_overflow(ctx);
   test_long_kernel_name(ctx);
   test_unit_tiles(ctx);

@@ -510,20 +510,26 @@ static void test_memory_only(void) {
     struct rlimit rl = {2048, 2048};
     setrlimit(RLIMIT_FSIZE, &rl);
     char data[8192] = {1}, path[4400];
-    const char *key = "bb22222222222222222222222222222222222222222222222222222222222222";
+    const char *key = "bb22222222222222222222222222222222222222222222222222222222222222",
+               *small = "cc33333333333333333333333333333333333333333333333333333333333333";
+    int before = da__disk_cache_put(dc, "host", small, data, 16, NULL, NULL, path, sizeof path) == 0;
     int failed = da__disk_cache_put(dc, "host", key, data, sizeof data, NULL, NULL, path, sizeof path) != 0;
-    int degraded = !da__disk_cache_usable(dc);
+    int degraded = !da__disk_cache_writable(dc) && da__disk_cache_usable(dc);
     int miss = da__disk_cache_get(dc, "host", key, path, sizeof path, NULL, NULL) == 0;
+    /* the entries there still serve; no put after the failure */
+    int still = da__disk_cache_get(dc, "host", small, path, sizeof path, NULL, NULL) == 1;
+    int later = da__disk_cache_put(dc, "host", "dd" "44444444444444444444444444444444444444444444444444444444444444",
+                                   data, 16, NULL, NULL, path, sizeof path) != 0;
     da__disk_cache_close(dc);
-    _exit(failed && degraded && miss ? 0 : 1);
+    _exit(before && failed && degraded && miss && still && later ? 0 : 1);
   }
   int status = 0;
   waitpid(pid, &status, 0);
   TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "full disk: put did not fail cleanly (status %d)", status);
   char dir[512];
   snprintf(dir, sizeof dir, "%s/full", base);
-  TU_CHECK(count_files(dir, ".tmp-*") == 0 && count_files(dir, ".json") == 0 && count_files(dir, ".bin") == 0,
-           "full disk left files behind");
+  TU_CHECK(count_files(dir, ".tmp-*") == 0 && count_files(dir, ".json") == 1 && count_files(dir, ".bin") == 1,
+           "full disk left files behind, or lost the one written before");
   /* a folder that turns unwritable after opening: the plan still works, memory-only */
   use_dir("turns");
   da_context_create(&c);
@@ -532,7 +538,7 @@ static void test_memory_only(void) {
   FILE *blocker = fopen(hostdir, "w"); /* a file where the arch folder should go */
   if (blocker) fclose(blocker);
   TU_CHECK(plan_works(c, 3), "plan with a cache that cannot be written");
-  TU_CHECK(!da__disk_cache_usable(da__context_kernels(c)->disk), "failed write did not degrade the cache");
+  TU_CHECK(!da__disk_cache_writable(da__context_kernels(c)->disk), "failed write did not degrade the cache");
   TU_CHECK(plan_works(c, 3) && da__context_kernels(c)->builds == 1, "kernel not kept in memory after degrading");
   da_context_destroy(c);
 }
