@@ -22,6 +22,7 @@ enum { ENTRY_COMPILING, ENTRY_READY };
 struct da__kentry {
   char key[65];
   int state;
+  pid_t producer; /* ENTRY_COMPILING: the process whose thread produces it */
   da__kpayload payload;
   da__kentry *next;
 };
@@ -71,8 +72,10 @@ static void unlink_entry(da__kernel_cache *c, da__kentry *dead) {
 da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const char *key,
                                da__kproduce produce, void *arg, const da__kpayload **out) {
   pthread_mutex_lock(&c->mu);
+  const pid_t self = getpid();
+  da__kentry *e;
   for (;;) {
-    da__kentry *e = find(c, key);
+    e = find(c, key);
     if (!e) break;
     if (e->state == ENTRY_READY) {
       c->hits++;
@@ -80,17 +83,23 @@ da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const
       pthread_mutex_unlock(&c->mu);
       return DA_OK;
     }
+    /* a forked child's copy of an entry a thread of its parent was producing: that thread
+     * is not in this process, nobody would ever finish it; this thread does */
+    if (e->producer != self) break;
     pthread_cond_wait(&c->cv, &c->mu); /* someone is producing this key */
   }
-  da__kentry *e = calloc(1, sizeof *e);
   if (!e) {
-    pthread_mutex_unlock(&c->mu);
-    return da__set_error(ctx, DA_ERR_NO_MEMORY, "kernel cache: out of memory");
+    e = calloc(1, sizeof *e);
+    if (!e) {
+      pthread_mutex_unlock(&c->mu);
+      return da__set_error(ctx, DA_ERR_NO_MEMORY, "kernel cache: out of memory");
+    }
+    memcpy(e->key, key, 64);
+    e->state = ENTRY_COMPILING;
+    e->next = c->head;
+    c->head = e;
   }
-  memcpy(e->key, key, 64);
-  e->state = ENTRY_COMPILING;
-  e->next = c->head;
-  c->head = e;
+  e->producer = self;
   c->misses++;
   pthread_mutex_unlock(&c->mu);
 

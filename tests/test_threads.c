@@ -18,6 +18,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "reference.h"
@@ -323,6 +326,57 @@ static void test_cuda_threads(const char *fake_driver, double tag) {
   TU_CHECK(system(cmd) == 0, "%s", cmd);
 }
 
+/* fork while a thread of the process compiles a kernel (Python's DataLoader workers fork
+ * a process whose model loads): the child's plan of the same spec used to wait forever
+ * for the compile, whose thread the child does not have (helper-54). The compile made
+ * slow (CC a script that sleeps 1 s first) so that it is in flight at the fork; the child
+ * must make its plan within 20 s. */
+static da_context *fork_ctx;
+static da_spec fork_spec;
+static void *fork_compile(void *arg) {
+  da_plan *p = NULL;
+  *(da_status *)arg = da_plan_create(fork_ctx, &fork_spec, DA_BACKEND_HOST, &p);
+  da_plan_destroy(p);
+  return NULL;
+}
+
+static void test_fork_inflight(double tag) {
+  char dir[] = "/tmp/dilattn-fork-XXXXXX", cc[300], old_cc[300];
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  snprintf(cc, sizeof cc, "%s/slowcc", dir);
+  FILE *f = fopen(cc, "w");
+  const char *base = getenv("CC");
+  snprintf(old_cc, sizeof old_cc, "%s", base ? base : "");
+  if (f) fprintf(f, "#!/bin/sh\nsleep 1\nexec %s \"$@\"\n", base && *base ? base : "cc"), fclose(f);
+  chmod(cc, 0755);
+  setenv("CC", cc, 1);
+  two_branch_spec(&fork_spec, 64, 128, 2, 16, tag + 1e-4 * (getpid() % 997)); /* (a kernel no cache holds) */
+  da_context_create(&fork_ctx);
+  pthread_t t;
+  da_status parent = DA_ERR_INTERNAL;
+  pthread_create(&t, NULL, fork_compile, &parent);
+  usleep(300000); /* the compile in flight (the script's sleep) */
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);
+    da_plan *p = NULL;
+    const da_status st = da_plan_create(fork_ctx, &fork_spec, DA_BACKEND_HOST, &p);
+    _exit(st == DA_OK && p ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  pthread_join(t, NULL);
+  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "fork during a compile: the child's plan of the same spec %s (status %d)",
+           WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? "hung" : "failed", status);
+  TU_CHECK(parent == DA_OK, "fork during a compile: the parent's plan: %s", da_status_name(parent));
+  da_context_destroy(fork_ctx);
+  if (old_cc[0]) setenv("CC", old_cc, 1);
+  else unsetenv("CC");
+  unlink(cc);
+  rmdir(dir);
+}
+
 int main(int argc, char **argv) {
   const char *tag = getenv("DILATTN_TEST_TAG"); /* lets the TSan build use fresh kernels */
   make_specs(tag ? atof(tag) : 0.5);
@@ -378,6 +432,7 @@ int main(int argc, char **argv) {
   TU_CHECK(st == DA_ERR_INVALID_SPEC && strstr(da_context_last_error(ctx), "spec 1"), "bad spec: %s %s",
            da_status_name(st), da_context_last_error(ctx));
   da_context_destroy(ctx);
+  test_fork_inflight(tag ? atof(tag) + 0.7 : 1.2);
   if (argc > 1) test_cuda_threads(argv[1], tag ? atof(tag) + 0.9 : 1.4);
   return tu_report();
 }
