@@ -395,7 +395,14 @@ static json_t *int_list(const int64_t *v, int n) {
 }
 
 char *da_spec_to_json(const da_spec *s) {
-  if (!s) return NULL;
+  /* what JSON cannot say of it: NULL, not the JSON of another spec */
+  if (!s || s->num_branches < 0 || s->num_branches > DA_MAX_BRANCHES || (unsigned)s->mode > 1u ||
+      (unsigned)s->offsets > 1u || (unsigned)s->dtype > 2u || (unsigned)s->sparsity.layout > DA_LAYOUT_EXPLICIT ||
+      (s->has_scale && !isfinite(s->scale)) ||
+      (s->sparsity.layout == DA_LAYOUT_DILATED_SPARSE &&
+       (s->sparsity.num_strides < 0 || s->sparsity.num_strides > DA_MAX_STRIDES)) ||
+      (s->sparsity.layout == DA_LAYOUT_RANDOM && !isfinite(s->sparsity.density)))
+    return NULL;
   static const char *const modes[] = {"longnet", "grouped"};
   static const char *const offs[] = {"mod", "block"};
   static const char *const dtypes[] = {"float32", "float16", "bfloat16"};

@@ -195,7 +195,7 @@ DA_API void da_plan_destroy(da_plan *plan);
 typedef int (*da_preload_progress)(void *user, int done, int total, int index, da_status status);
 
 /* JIT at model load: create plans for specs[0..count) with compiles in num_threads
- * parallel threads (0 = online CPUs); specs sharing a kernel compile it once. plans
+ * parallel threads (0 = online CPUs; negative: DA_ERR_INVALID_ARGUMENT); specs sharing a kernel compile it once. plans
  * (optional, count entries) receives each plan (NULL for a failed or skipped spec; the
  * caller destroys them, on failure too: the specs that did not fail keep theirs);
  * without it the plans only warm the caches. Returns DA_OK, the first failing spec's
@@ -312,7 +312,9 @@ DA_API da_status da_render(da_context *ctx, const da_spec *spec, da_target targe
                            char **source, char **kernel_name);
 
 /* Canonical JSON of a spec (sorted, fixed format; what banners and keys hold).
- * malloc'ed; NULL on out of memory. */
+ * malloc'ed; NULL on out of memory, and for a spec JSON cannot say as it is (an enum
+ * value out of range, num_branches or num_strides past their maximum, a NaN or infinite
+ * scale or density). A spec that is only invalid (da_spec_validate) is written as it is. */
 DA_API char *da_spec_to_json(const da_spec *spec);
 
 /* ---------------------------------------------------------------------------------
@@ -391,7 +393,8 @@ typedef struct {
 
 /* Density of plan's spec at seq_len: the attended (query, key) pairs of every head and
  * branch, causal and sparsity applied, over the same count with no sparsity (1.0 for a
- * spec without sparsity). Built from the block tables of the context's pattern cache.
+ * spec without sparsity, and at a seq_len with no pair at all, 0 say). Built from the block
+ * tables of the context's pattern cache.
  * DA_ERR_INVALID_ARGUMENT when a table would be too large (more than 2^26 entries). */
 DA_API da_status da_plan_density(da_plan *plan, int64_t seq_len, double *density);
 

@@ -664,6 +664,6 @@ da_status da__pattern_density(const da_context *ctx, da__pattern_cache *pc, cons
       }
     }
   }
-  *density = den > 0.0 ? num / den : 0.0;
+  *density = den > 0.0 ? num / den : 1.0; /* (no pair at all, seq_len 0: none dropped) */
   return DA_OK;
 }

@@ -592,7 +592,9 @@ static int num_threads(int64_t work) {
   const char *env = getenv("DILATTN_NUM_THREADS");
   long n = 0; /* unset, empty, 0 or junk: the online CPUs */
   if (env && *env && !da__parse_count(env, LONG_MAX, &n)) {
-    da__log(DA_LOG_WARN, "DILATTN_NUM_THREADS=%s is not a number of threads; using the online CPUs", env);
+    static int warned; /* (read at every execution: said once a process) */
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      da__log(DA_LOG_WARN, "DILATTN_NUM_THREADS=%s is not a number of threads; using the online CPUs", env);
     n = 0;
   }
   if (n == 0) n = da__online_cpus();
@@ -631,7 +633,9 @@ static da_status workspace_size(const da_plan *p, int64_t batch, int64_t seq_len
                DA_ERR_INVALID_ARGUMENT, "batch %lld x seq_len %lld x %d heads x head_dim %d overflows 64 bits",
                (long long)batch, (long long)seq_len, p->spec.num_heads, p->spec.head_dim);
   size_t b;
-  if (p->cuda)
+  if (batch == 0 || seq_len == 0) /* (an execution of no rows returns at once) */
+    b = 0;
+  else if (p->cuda)
     b = least ? da__cuda_plan_workspace_min(p->cuda, batch, seq_len)
               : da__cuda_plan_workspace(ctx, p->cuda, batch, seq_len, p->ws_limit);
   else {
@@ -826,6 +830,8 @@ static da_status check_tensors(const da_context *ctx, const da_spec *s, const da
   t[5].span = a->workspace ? (int64_t)(a->workspace_bytes > INT64_MAX ? INT64_MAX : a->workspace_bytes) : 0;
   DA_RETURN_IF(a->workspace && t[5].base % 4, DA_ERR_INVALID_ARGUMENT, "workspace (%p) is not aligned to 4 bytes",
                a->workspace);
+  DA_RETURN_IF(a->workspace && (uintptr_t)t[5].span > UINTPTR_MAX - t[5].base, DA_ERR_INVALID_ARGUMENT,
+               "workspace: %p + %zu bytes passes the end of the address space", a->workspace, a->workspace_bytes);
   /* out, lse and the workspace: none shares a byte with another or an input */
   for (int i = 3; i < 6; i++)
     for (int j = 0; j < i; j++) {

@@ -68,11 +68,11 @@ void *da__pool_alloc(da__pool *p, size_t bytes) {
     pthread_mutex_unlock(&p->mu);
     return x;
   }
-  p->raw_allocs++;
   pthread_mutex_unlock(&p->mu);
   void *mem = malloc(p->enabled ? sz : bytes);
   if (!mem) return NULL;
   pthread_mutex_lock(&p->mu);
+  p->raw_allocs++; /* (one made: a failed malloc is none) */
   p->total += p->enabled ? sz : bytes;
   if (p->total > p->peak) p->peak = p->total;
   pthread_mutex_unlock(&p->mu);

@@ -50,6 +50,8 @@ da_status da_plan_preload(da_context *ctx, const da_spec *specs, int count, da_b
                           int num_threads, da_preload_progress progress, void *user, da_plan **plans) {
   DA_RETURN_IF(!ctx || (!specs && count > 0) || count < 0, DA_ERR_INVALID_ARGUMENT,
                "ctx and specs must not be NULL; count must not be negative");
+  DA_RETURN_IF(num_threads < 0, DA_ERR_INVALID_ARGUMENT, "num_threads %d: must be 0 (the online CPUs) or more",
+               num_threads);
   if (count == 0) return DA_OK;
   job_t j;
   memset(&j, 0, sizeof j);

@@ -112,6 +112,8 @@ static void test_tensors(da_context *ctx) {
   EXPECT("lse inside out", "lse overlaps out");
   b = a, b.workspace = o, b.workspace_bytes = 64;
   EXPECT("workspace on out", "workspace overlaps out");
+  b = a, b.workspace = (void *)(UINTPTR_MAX - 15), b.workspace_bytes = 4096; /* (used to run into it: SIGSEGV) */
+  EXPECT("workspace past the end of the address space", "passes the end of the address space");
   b = a, b.q = (const char *)q + 2;
   EXPECT("q misaligned", "q (");
   b = a, b.lse = (float *)((char *)lse + 1);
@@ -594,6 +596,50 @@ static void test_not_regular_files(void) {
   rm_tree(dir);
 }
 
+/* Edges of the small calls (helper-54): the JSON of a spec JSON cannot say is NULL, not
+ * another spec's; an empty shape needs no workspace and has density 1 (no pair dropped);
+ * a negative preload thread count is refused. */
+static void test_api_edges(da_context *ctx) {
+  da_spec s = small_spec();
+  char *js = da_spec_to_json(&s);
+  TU_CHECK(js != NULL, "to_json of a valid spec");
+  free(js);
+  struct {
+    const char *what;
+    da_spec s;
+  } bad[7];
+  for (int i = 0; i < 7; i++) bad[i].s = s;
+  bad[0].what = "mode 7", bad[0].s.mode = (da_mode)7;
+  bad[1].what = "dtype 9", bad[1].s.dtype = (da_dtype)9;
+  bad[2].what = "offsets -1", bad[2].s.offsets = (da_offsets)-1;
+  bad[3].what = "layout 42", bad[3].s.sparsity.layout = (da_layout)42;
+  bad[4].what = "NaN scale", bad[4].s.has_scale = 1, bad[4].s.scale = NAN;
+  bad[5].what = "1000 branches", bad[5].s.num_branches = 1000;
+  bad[6].what = "random layout, infinite density", bad[6].s.sparsity.layout = DA_LAYOUT_RANDOM,
+  bad[6].s.sparsity.block = 4, bad[6].s.sparsity.density = INFINITY;
+  for (int i = 0; i < 7; i++) {
+    js = da_spec_to_json(&bad[i].s);
+    TU_CHECK(js == NULL, "to_json of a spec with %s: %s (want NULL)", bad[i].what, js);
+    free(js);
+  }
+  s.dilation_rates[0] = 3; /* invalid (w 8 is no multiple of 3) but sayable: written as it is */
+  js = da_spec_to_json(&s);
+  TU_CHECK(js && strstr(js, "\"dilation_rates\":[3"), "to_json of an invalid spec: %s", js ? js : "NULL");
+  free(js);
+  s = small_spec();
+  da_plan *p = NULL;
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK, "plan: %s", da_context_last_error(ctx));
+  size_t bytes = 7;
+  double d = -1;
+  TU_CHECK(da_plan_workspace_size(p, 0, 16, &bytes) == DA_OK && bytes == 0, "workspace of batch 0: %zu bytes", bytes);
+  TU_CHECK(da_plan_workspace_size(p, 1, 0, &bytes) == DA_OK && bytes == 0, "workspace of seq_len 0: %zu bytes", bytes);
+  TU_CHECK(da_plan_density(p, 0, &d) == DA_OK && d == 1.0, "density at seq_len 0: %g (want 1)", d);
+  da_plan_destroy(p);
+  TU_CHECK(da_plan_preload(ctx, &s, 1, DA_BACKEND_HOST, -1, NULL, NULL, NULL) == DA_ERR_INVALID_ARGUMENT &&
+               has(ctx, "num_threads"),
+           "preload with -1 threads: %s", da_context_last_error(ctx));
+}
+
 /* The host backend's out and lse for spec at (B = 1, N) against the float64 reference. */
 static int matches_reference(da_context *ctx, const da_spec *s, const da_plan_options *opts, int64_t N) {
   da_plan *p = NULL;
@@ -679,6 +725,7 @@ int main(void) {
   test_tuning_batches();
   test_tuning_other_backend();
   test_not_regular_files();
+  test_api_edges(ctx);
   test_lcm_overflow(ctx);
   test_long_kernel_name(ctx);
   test_unit_tiles(ctx);

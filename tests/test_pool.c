@@ -56,6 +56,12 @@ static void test_unit(void) {
   void *d = da__pool_alloc(p, 9000); /* next bucket: raw */
   da__pool_stats(p, &s);
   TU_CHECK(s.allocation_count == 3 && s.total_allocated == 8192 + 4096 + 16384, "third bucket");
+  /* an allocation the system refuses (2^58 bytes) is no allocation made */
+  TU_CHECK(da__pool_alloc(p, (size_t)1 << 58) == NULL, "2^58 bytes allocated?");
+  da__pool_stats(p, &s);
+  TU_CHECK(s.allocation_count == 3 && s.total_allocated == 8192 + 4096 + 16384,
+           "after a failed allocation: count %llu (want 3), total %zu", (unsigned long long)s.allocation_count,
+           s.total_allocated);
   da__pool_free(p, b, 100), da__pool_free(p, c, 6000), da__pool_free(p, d, 9000);
   da__pool_destroy(p);
 
