@@ -243,7 +243,7 @@ static int parse_archs(const char *list, char archs[][16], int cap, char *why, s
 }
 
 static int write_atomic_bytes(const char *path, const void *data, size_t len) {
-  return da__write_file_atomic(path, data, len, da__output_mode(path));
+  return da__write_output(path, data, len);
 }
 
 static int write_atomic(const char *path, const char *text) {
@@ -711,7 +711,8 @@ int da__cli_same_file(const char *a, const char *b) {
 /* One output of `run`: written to a temp file beside its target, renamed into place only
  * when every output was written (the one before restored if a later rename fails). */
 typedef struct {
-  const char *flag, *path;
+  const char *flag, *path; /* path: the target (da__output_resolve) */
+  int stream;              /* a device, FIFO or socket: written into at commit, never replaced */
   char tmp[4200], bak[4200];
   int have_tmp, have_bak;
 } out_file;
@@ -737,7 +738,7 @@ static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *
 static int commit_outputs(out_file *o, int n) {
   for (int i = 0; i < n; i++) { /* hard links to the files about to be replaced */
     struct stat st;
-    if (stat(o[i].path, &st) != 0) continue;
+    if (o[i].stream || stat(o[i].path, &st) != 0) continue;
     for (int t = 0; t < 8 && !o[i].have_bak; t++) {
       snprintf(o[i].bak, sizeof o[i].bak, "%s.tmp-old-XXXXXX", o[i].path);
       int fd = mkstemp(o[i].bak);
@@ -749,7 +750,8 @@ static int commit_outputs(out_file *o, int n) {
     }
   }
   int done = 0, rc = EXIT_OK;
-  for (; done < n; done++) {
+  for (; done < n; done++) { /* (streams last: a rename that fails after one was written could not undo it) */
+    if (o[done].stream) continue;
     if (rename(o[done].tmp, o[done].path) != 0) {
       rc = fail(EXIT_INPUT, "%s %s: cannot rename the temporary file over it: %s", o[done].flag, o[done].path,
                 strerror(errno));
@@ -757,7 +759,14 @@ static int commit_outputs(out_file *o, int n) {
     }
     o[done].have_tmp = 0;
   }
+  for (int i = 0; i < n && rc == EXIT_OK; i++)
+    if (o[i].stream) {
+      o[i].have_tmp = 0; /* (da__output_commit removes it) */
+      if (da__output_commit(o[i].tmp, o[i].path) != 0)
+        rc = fail(EXIT_INPUT, "%s %s: cannot write into it: %s", o[i].flag, o[i].path, strerror(errno));
+    }
   for (int i = 0; i < done && rc != EXIT_OK; i++) {
+    if (o[i].stream) continue;
     if (o[i].have_bak ? rename(o[i].bak, o[i].path) == 0 : unlink(o[i].path) == 0 || errno == ENOENT)
       o[i].have_bak = 0;
     else
@@ -810,15 +819,33 @@ static int cmd_run(int argc, char **argv) {
   else if (!strcmp(backend_s, "host")) backend = DA_BACKEND_HOST;
   else if (!strcmp(backend_s, "cuda")) backend = DA_BACKEND_CUDA;
   else return fail(EXIT_INPUT, "--backend: '%s' is not auto, host or cuda", backend_s);
-  /* the outputs: two distinct files, neither a folder (checked before anything runs) */
-  if (lsep && da__cli_same_file(outp, lsep))
+  /* the outputs: their targets (a symlink's target is replaced, the link kept; a device or
+   * FIFO such as /dev/null or /dev/stdout is written into, not replaced) */
+  char otgt[PATH_MAX], ltgt[PATH_MAX];
+  int ostream = 0, lstream = 0;
+  if (da__output_resolve(outp, otgt, sizeof otgt, &ostream) != 0)
+    return fail(EXIT_INPUT, "-o %s: %s", outp, strerror(errno));
+  if (lsep && da__output_resolve(lsep, ltgt, sizeof ltgt, &lstream) != 0)
+    return fail(EXIT_INPUT, "--lse %s: %s", lsep, strerror(errno));
+  /* two distinct files, neither a folder nor an input (checked before anything runs) */
+  if (lsep && !ostream && !lstream && da__cli_same_file(otgt, ltgt))
     return fail(EXIT_INPUT, "-o %s and --lse %s name the same file", outp, lsep);
+  const char *ins[4] = {config, qp, kp, vp}, *inflags[4] = {"the config", "--q", "--k", "--v"};
+  for (int o = 0; o < 2; o++) {
+    const char *t = o ? (lsep ? ltgt : NULL) : otgt;
+    for (int i = 0; t && !(o ? lstream : ostream) && i < 4; i++)
+      if (ins[i] && da__cli_same_file(t, ins[i]))
+        return fail(EXIT_INPUT, "%s %s is %s (%s): an output may not replace an input", o ? "--lse" : "-o",
+                    o ? lsep : outp, inflags[i], ins[i]);
+  }
   struct stat ost;
-  if (stat(outp, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
-  if (lsep && stat(lsep, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
-  /* and their folders writable: found now, not after the inputs were read and the kernel ran */
-  if (da__can_write_beside(outp) != 0) return fail(EXIT_INPUT, "-o %s: cannot write there: %s", outp, strerror(errno));
-  if (lsep && da__can_write_beside(lsep) != 0)
+  if (stat(otgt, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
+  if (lsep && stat(ltgt, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
+  /* and their folders writable (a stream: itself): found now, not after the inputs were
+   * read and the kernel ran */
+  if (ostream ? access(otgt, W_OK) != 0 : da__can_write_beside(otgt) != 0)
+    return fail(EXIT_INPUT, "-o %s: cannot write there: %s", outp, strerror(errno));
+  if (lsep && (lstream ? access(ltgt, W_OK) != 0 : da__can_write_beside(ltgt) != 0))
     return fail(EXIT_INPUT, "--lse %s: cannot write there: %s", lsep, strerror(errno));
 
   da_spec spec;
@@ -866,7 +893,8 @@ static int cmd_run(int argc, char **argv) {
     if (st != DA_OK) rc = fail(run_exit_code(st), "run: %s", da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) { /* both outputs or neither; an existing file is replaced only by a whole new one */
-    out_file of[2] = {{.flag = "-o", .path = outp}, {.flag = "--lse", .path = lsep}};
+    out_file of[2] = {{.flag = "-o", .path = otgt, .stream = ostream},
+                      {.flag = "--lse", .path = lsep ? ltgt : NULL, .stream = lstream}};
     int nof = lsep ? 2 : 1;
     int64_t shp[3] = {B, spec.num_heads, N};
     rc = stage_output(&of[0], q.dtype, 4, q.shape, out);
@@ -876,10 +904,18 @@ static int cmd_run(int argc, char **argv) {
   }
   double density = -1;
   if (rc == EXIT_OK && da_plan_density(plan, N, &density) != DA_OK) density = -1;
+  /* the summary line on stderr where an output went to stdout (-o /dev/stdout) */
+  FILE *summary = stdout;
+  struct stat so, st1;
+  if (fstat(1, &st1) == 0)
+    for (int o = 0; o < 2; o++)
+      if ((o ? lstream : ostream) && stat(o ? ltgt : otgt, &so) == 0 && so.st_dev == st1.st_dev &&
+          so.st_ino == st1.st_ino)
+        summary = stderr;
   da_plan_options used = {0, 0, 0, 0, 0};
   if (rc == EXIT_OK) da_plan_get_options(plan, &used);
   if (rc == EXIT_OK)
-    printf("{\"kernel\":%s,\"backend\":\"%s\",\"strategy\":%s,\"batch\":%lld,"
+    fprintf(summary, "{\"kernel\":%s,\"backend\":\"%s\",\"strategy\":%s,\"batch\":%lld,"
            "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"tile_q\":%d,\"tile_k\":%d,\"cuda_mma\":%d,\"execute_ms\":%.2f,"
            "\"out\":%s,\"lse\":%s}\n",
            jstr(da_plan_kernel_name(plan), 0), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",

@@ -91,14 +91,17 @@ unsigned da__output_mode(const char *path) {
   return 0666 & ~mask;
 }
 
-/* "<path>.tmp-XXXXXX" made with mode: its descriptor, or -1 with errno set and nothing left */
-static int tmp_beside(const char *path, char *tmp, size_t cap, mode_t mode) {
-  if (snprintf(tmp, cap, "%s.tmp-XXXXXX", path) >= (int)cap) {
+/* "<path>.tmp-XXXXXX" made with mode: its descriptor, or -1 with errno set and nothing left
+ * (a name within 11 bytes of NAME_MAX: cut, so that its temp's name is a legal one too) */
+int da__tmp_beside(const char *path, char *tmp, size_t cap, unsigned mode) {
+  const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+  const size_t keep = strlen(name) > NAME_MAX - 11 ? (size_t)(name - path) + NAME_MAX - 11 : strlen(path);
+  if (keep > INT_MAX || snprintf(tmp, cap, "%.*s.tmp-XXXXXX", (int)keep, path) >= (int)cap) {
     errno = ENAMETOOLONG;
     return -1;
   }
   int fd = mkstemp(tmp);
-  if (fd >= 0 && fchmod(fd, mode) != 0) {
+  if (fd >= 0 && fchmod(fd, (mode_t)mode) != 0) {
     const int e = errno;
     close(fd);
     unlink(tmp);
@@ -118,22 +121,126 @@ const char *da__split_path(const char *path, char *dir, size_t cap) {
   return slash ? slash + 1 : path;
 }
 
+int da__output_resolve(const char *path, char *target, size_t cap, int *stream) {
+  char cur[PATH_MAX], link[PATH_MAX];
+  *stream = 0;
+  if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (int hops = 0;; hops++) {
+    struct stat st, fin;
+    /* what the links end in, where it exists: a device, FIFO or socket, or anything
+     * through /proc or /dev/fd (/dev/stdout: the process's own descriptors, whose links
+     * name no path, "pipe:[N]", or a file the shell opened and writes to): written into
+     * by this name */
+    const int there = stat(cur, &fin) == 0;
+    if (there && !S_ISDIR(fin.st_mode) &&
+        (!S_ISREG(fin.st_mode) || !strncmp(cur, "/proc/", 6) || !strncmp(cur, "/dev/fd/", 8))) {
+      *stream = 1;
+      break;
+    }
+    if (lstat(cur, &st) != 0) {
+      if (errno != ENOENT) return -1;
+      break; /* a new file (a dangling link's target too) */
+    }
+    if (!S_ISLNK(st.st_mode)) break;
+    if (hops >= 40) {
+      errno = ELOOP;
+      return -1;
+    }
+    const ssize_t n = readlink(cur, link, sizeof link - 1);
+    if (n < 0) return -1;
+    link[n] = '\0';
+    char dir[PATH_MAX], next[PATH_MAX];
+    if (link[0] != '/' && !da__split_path(cur, dir, sizeof dir)) return -1;
+    if (snprintf(next, sizeof next, "%s%s%s", link[0] == '/' ? "" : dir, link[0] == '/' ? "" : "/", link) >=
+        (int)sizeof next) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    memcpy(cur, next, sizeof cur);
+  }
+  if (snprintf(target, cap, "%s", cur) >= (int)cap) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return 0;
+}
+
 int da__output_tmp(const char *path, char *tmp, size_t cap) {
-  return tmp_beside(path, tmp, cap, (mode_t)da__output_mode(path));
+  char target[PATH_MAX];
+  int stream;
+  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
+  if (!stream) return da__tmp_beside(target, tmp, cap, (mode_t)da__output_mode(target));
+  /* a device, FIFO or socket: staged in TMPDIR, then copied into it (da__output_commit) */
+  const char *td = getenv("TMPDIR");
+  if (snprintf(tmp, cap, "%s/dilattn-out-XXXXXX", td && *td ? td : "/tmp") >= (int)cap) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return mkstemp(tmp);
+}
+
+/* data[0..len) written to fd whole; 0, or -1 with errno */
+static int write_all_fd(int fd, const void *data, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = write(fd, (const char *)data + done, len - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n == 0 ? (errno = EIO, -1) : -1;
+    done += (size_t)n;
+  }
+  return 0;
+}
+
+/* the bytes of a stream target (da__output_resolve) written into it: no temp, no rename */
+static int write_stream(const char *target, const void *data, size_t len) {
+  const int fd = open(target, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = write_all_fd(fd, data, len);
+  const int e = errno;
+  if (close(fd) != 0 && rc == 0) return -1;
+  errno = e;
+  return rc;
+}
+
+int da__output_commit(const char *tmp, const char *path) {
+  char target[PATH_MAX];
+  int stream;
+  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
+  if (!stream) return rename(tmp, target);
+  size_t len = 0;
+  char *data = da__read_file(tmp, &len);
+  const int rc = data ? write_stream(target, data, len) : -1, e = errno;
+  free(data);
+  unlink(tmp);
+  errno = e;
+  return rc;
 }
 
 int da__can_write_beside(const char *path) {
-  char probe[4500];
-  const int fd = tmp_beside(path, probe, sizeof probe, 0600);
+  char probe[4500], target[PATH_MAX];
+  int stream;
+  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
+  if (stream) return access(target, W_OK); /* (written into: da__output_commit) */
+  const int fd = da__tmp_beside(target, probe, sizeof probe, 0600);
   if (fd < 0) return -1;
   close(fd);
   unlink(probe);
   return 0;
 }
 
+int da__write_output(const char *path, const void *data, size_t len) {
+  char target[PATH_MAX];
+  int stream;
+  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
+  return stream ? write_stream(target, data, len) : da__write_file_atomic(target, data, len, da__output_mode(target));
+}
+
 int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
   char tmp[4500];
-  int fd = tmp_beside(path, tmp, sizeof tmp, (mode_t)mode);
+  int fd = da__tmp_beside(path, tmp, sizeof tmp, (mode_t)mode);
   if (fd < 0) return -1;
   /* A write past RLIMIT_FSIZE fails with EFBIG and raises SIGXFSZ, whose default action
    * ends the process: blocked in this thread while it writes (the signal is then pending

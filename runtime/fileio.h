@@ -20,22 +20,45 @@ DA_HIDDEN const char *da__read_error(int e);
  * writer; EFBIG). */
 DA_HIDDEN FILE *da__fopen_regular(const char *path, long long max);
 
-/* Write data to path whole or not at all: a temp file in the same folder, fsync, rename.
- * mode is the new file's permission bits. 0 on success, -1 with errno set. */
+/* Write data to path whole or not at all: a temp file in the same folder, fsync, rename
+ * (path itself: a link there is replaced; the caches' own files). mode is the new file's
+ * permission bits. 0 on success, -1 with errno set. */
 DA_HIDDEN int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode);
+
+/* A user's output file: path resolved as da__output_resolve says (a link's target
+ * replaced, a device or FIFO written into), then da__write_file_atomic with the target's
+ * own mode (da__output_mode). */
+DA_HIDDEN int da__write_output(const char *path, const void *data, size_t len);
 
 /* Permission bits for an output file written over path: an existing file's own, else
  * 0666 less the process umask (read without changing it: umask(2) would race threads). */
 DA_HIDDEN unsigned da__output_mode(const char *path);
 
-/* A new empty file beside path, "<path>.tmp-XXXXXX" (its name into tmp), with the
- * permission bits path is to have (da__output_mode: mkstemp's are 0600): its descriptor,
- * or -1 with errno set and nothing left behind. The caller writes it and renames it over
- * path (or unlinks it). */
+/* "<path>.tmp-XXXXXX" made with mode (a name within 11 bytes of NAME_MAX cut short, so that
+ * the temp's is legal too): its descriptor, or -1 with errno set and nothing left. */
+DA_HIDDEN int da__tmp_beside(const char *path, char *tmp, size_t cap, unsigned mode);
+
+/* Where an output named path goes: its final target (symlinks followed, a dangling one's
+ * target included: a link stays a link and its target gets the data) into target, and
+ * *stream set where that target exists and is no regular file or folder (a character
+ * device such as /dev/null or /dev/stdout, a FIFO, a socket): written into, never
+ * replaced. 0, or -1 with errno (ELOOP, ENAMETOOLONG). */
+DA_HIDDEN int da__output_resolve(const char *path, char *target, size_t cap, int *stream);
+
+/* A new empty file for an output to path (its name into tmp): beside path's target,
+ * "<target>.tmp-XXXXXX" with the permission bits the target is to have (da__output_mode:
+ * mkstemp's are 0600), or in TMPDIR where the target is a stream. Its descriptor, or -1
+ * with errno set and nothing left behind. The caller writes it, then da__output_commit
+ * (or unlinks it). */
 DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
 
-/* 0 when a file can be made beside path (a temp file made there and removed: checked
- * before long work whose result goes there), else -1 with errno set. */
+/* tmp (da__output_tmp's) into place as path: renamed over its target, or copied into a
+ * stream target and removed. 0, or -1 with errno. */
+DA_HIDDEN int da__output_commit(const char *tmp, const char *path);
+
+/* 0 when a file can be made beside path's target (da__output_resolve; a temp file made
+ * there and removed: checked before long work whose result goes there), or a stream
+ * target can be written, else -1 with errno set. */
 DA_HIDDEN int da__can_write_beside(const char *path);
 
 /* A file's path split at its last '/': the folder into dir ("." where there is no '/',

@@ -617,12 +617,9 @@ da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const in
 
   const mode_t mode = (mode_t)da__output_mode(path);
 
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
+  char *tmp = malloc(strlen(path) + 32);
   if (!tmp) return fail(msg, msg_cap, DA_ERR_NO_MEMORY, "%s: out of memory", path);
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
-  int fd = mkstemp(tmp);
+  int fd = da__tmp_beside(path, tmp, strlen(path) + 32, mode);
   if (fd < 0) {
     int e = errno;
     free(tmp);
@@ -630,9 +627,7 @@ da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const in
                 path, strerror(e));
   }
   const char *step = "cannot write";
-  if (fchmod(fd, mode) != 0) {
-    step = "cannot set permissions of the temporary file";
-  } else if (write_all(fd, head, total) == 0 && write_all(fd, data, bytes) == 0) {
+  if (write_all(fd, head, total) == 0 && write_all(fd, data, bytes) == 0) {
     step = "cannot sync";
     if (fsync(fd) == 0) {
       step = "cannot close";

@@ -51,7 +51,7 @@ int da__png_write(const char *path, int w, int h, const unsigned char *rgb) {
     ok = fwrite(sig, 1, 8, f) == 8 && chunk(f, "IHDR", ihdr, 13) && chunk(f, "IDAT", z, (uint32_t)zlen) &&
          chunk(f, "IEND", NULL, 0);
     ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok || da__output_commit(tmp, path) != 0) {
       unlink(tmp);
       ok = 0;
     }

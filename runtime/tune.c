@@ -556,6 +556,13 @@ int da__cmd_tune(int argc, char **argv) {
                 files[i]);
         bad = 1;
       }
+  for (int i = 0; i < 3 && !bad; i++) /* and none is a config (an output may not replace an input) */
+    for (int c = 0; c < nconf && !bad; c++)
+      if (files[i] && da__cli_same_file(files[i], configs[c])) {
+        fprintf(stderr, "dilattn: error: tune: %s %s is the config %s: an output may not replace an input\n",
+                names[i], files[i], configs[c]);
+        bad = 1;
+      }
   if (!bad) { /* a database the sweep could not be merged into: before the sweep, not after it */
     da_context *dctx = NULL;
     if (da_context_create(&dctx) != DA_OK) {
@@ -605,7 +612,7 @@ int da__cmd_tune(int argc, char **argv) {
   } else if (csv) {
     int ok = !ferror(csv) && fflush(csv) == 0 && fsync(fileno(csv)) == 0;
     ok = fclose(csv) == 0 && ok;
-    if (!ok || rename(tmp, csv_path) != 0) {
+    if (!ok || da__output_commit(tmp, csv_path) != 0) {
       unlink(tmp);
       fprintf(stderr, "dilattn: error: cannot write %s\n", csv_path);
       if (!rc) rc = 2;

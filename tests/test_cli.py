@@ -299,6 +299,77 @@ def test_run_outputs(tmp):
     check(rc == 2 and open(out, "rb").read() == before, f"run --lse <a folder>: exit {rc}: {err}")
 
 
+def test_run_special_outputs(tmp):
+    """Outputs that are no plain file name (helper-55): a symlink keeps being a link and its
+    target gets the data; a FIFO and /dev/stdout are written into (the summary line then on
+    stderr), a character device is never replaced by a file (as root, `-o /dev/null` used to
+    turn /dev/null into a regular file); an output naming an input, or a config, is refused
+    before anything runs; a name 11 bytes short of NAME_MAX works (its temp's name was too
+    long)."""
+    import stat
+    import threading
+    d = os.path.join(tmp, "special")
+    os.mkdir(d)
+    args = golden_run_args()
+    # a symlink, and a dangling one: the links stay, their targets are written
+    for target in ("real.npy", "dangling-target.npy"):
+        link = os.path.join(d, "link-" + target)
+        if target == "real.npy":
+            open(os.path.join(d, target), "wb").write(b"old")
+        os.symlink(target, link)
+        rc, so, err = run("run", *args, "-o", link)
+        check(rc == 0 and os.path.islink(link) and np.load(os.path.join(d, target)).ndim == 4,
+              f"run -o <a symlink to {target}>: exit {rc}, link {'kept' if os.path.islink(link) else 'REPLACED'}: {err}")
+    # a FIFO: written into (a reader waiting on it gets the NPY)
+    fifo = os.path.join(d, "fifo")
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    rc, so, err = run("run", *args, "-o", fifo)
+    reader.join(30)
+    check(rc == 0 and stat.S_ISFIFO(os.stat(fifo).st_mode) and got and got[0][:6] == b"\x93NUMPY",
+          f"run -o <a FIFO>: exit {rc}, {len(got[0]) if got else 0} bytes read: {err}")
+    # stdout: the NPY on stdout, the summary on stderr; through a link of our own as
+    # /dev/stdout is one (never /dev/stdout itself: a broken build would replace it)
+    own = os.path.join(d, "stdout")
+    os.symlink("/proc/self/fd/1", own)
+    for o in ("/proc/self/fd/1", own):
+        p = subprocess.run([DILATTN, "run", *args, "-o", o], capture_output=True)
+        check(p.returncode == 0 and p.stdout[:6] == b"\x93NUMPY" and b'"kernel"' in p.stderr,
+              f"run -o {o}: exit {p.returncode}, stdout {p.stdout[:8]!r}, stderr {p.stderr[-200:]!r}")
+    check(os.path.islink(own), "the link to /proc/self/fd/1 was replaced")
+    # a character device (a private copy of /dev/null, made where we may: as root)
+    if os.geteuid() == 0:
+        dev = os.path.join(d, "null")
+        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        rc, so, err = run("run", *args, "-o", dev, "--lse", os.path.join(d, "lse.npy"))
+        check(rc == 0 and stat.S_ISCHR(os.stat(dev).st_mode), f"run -o <a character device>: exit {rc}, now "
+              f"{'a device' if stat.S_ISCHR(os.stat(dev).st_mode) else 'A REGULAR FILE'}: {err}")
+    # an output naming an input: refused, the input as it was
+    q2 = os.path.join(d, "q2.npy")
+    shutil.copy(args[2], q2)
+    before = open(q2, "rb").read()
+    a2 = list(args)
+    a2[2] = q2
+    for flags in (("-o", q2), ("-o", os.path.join(d, "o.npy"), "--lse", q2), ("-o", args[0])):
+        rc, so, err = run("run", *a2, *flags)
+        check(rc == 2 and "may not replace an input" in err and open(q2, "rb").read() == before,
+              f"run {' '.join(flags)} (an input): exit {rc}: {err}")
+    cfg = os.path.join(d, "cfg.json")
+    shutil.copy(args[0], cfg)
+    before = open(cfg, "rb").read()
+    rc, so, err = run("tune", cfg, "--seq-len", "32", "--reps", "1", "-o", cfg, "--db", os.path.join(d, "db.jsonl"))
+    check(rc == 2 and "may not replace an input" in err and open(cfg, "rb").read() == before,
+          f"tune -o <its config>: exit {rc}: {err}")
+    # a name of NAME_MAX - 11 bytes and more (up to NAME_MAX)
+    for n in (244, 255):
+        name = os.path.join(d, "y" * (n - 4) + ".npy")
+        rc, so, err = run("run", *args, "-o", name)
+        check(rc == 0 and np.load(name).ndim == 4, f"run -o <a {n}-byte name>: exit {rc}: {err}")
+    check(not [f for f in os.listdir(d) if ".tmp" in f], f"temp files left: {os.listdir(d)}")
+
+
 def test_json_escaped(tmp):
     """Paths printed into the JSON summaries are escaped: quotes, backslashes, control
     characters, and long paths are not cut."""
@@ -994,6 +1065,7 @@ def main():
         test_run_golden(tmp)
         test_run_bf16(tmp)
         test_run_outputs(tmp)
+        test_run_special_outputs(tmp)
         test_json_escaped(tmp)
         test_stdout_errors(tmp)
         test_gen_checks_first(tmp)
