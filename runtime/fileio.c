@@ -5,6 +5,9 @@
 #define _GNU_SOURCE
 #include "runtime/fileio.h"
 
+#include "gen/render.h"
+
+#include "runtime/internal.h"
 #include "runtime/log.h"
 
 #include <errno.h>
@@ -301,11 +304,30 @@ int da__mkdir_p(const char *path, unsigned mode) {
   return 0;
 }
 
+void da__dump_file_name(const char *dir, const char *file, const char *text, char *out, size_t cap) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  size_t n = 0;
+  char *old = da__read_file(path, &n);
+  const int taken = old && (n != strlen(text) || memcmp(old, text, n) != 0);
+  free(old);
+  if (!taken) {
+    snprintf(out, cap, "%s", file);
+    return;
+  }
+  char hex[65];
+  da__sha256_hex(text, strlen(text), hex);
+  const char *dot = strrchr(file, '.');
+  const int stem = dot ? (int)(dot - file) : (int)strlen(file);
+  snprintf(out, cap, "%.*s.%.12s%s", stem, file, hex, dot ? dot : "");
+}
+
 int da__dump_source(const char *file, const char *text) {
   const char *dir = getenv("DILATTN_DUMP_DIR");
   if (!dir || !*dir) return 0;
-  char path[4400];
-  snprintf(path, sizeof path, "%s/%s", dir, file);
+  char path[4400], name[400];
+  da__dump_file_name(dir, file, text, name, sizeof name);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
   if (da__mkdir_p(dir, 0700) == 0 && da__write_file_atomic(path, text, strlen(text), 0600) == 0) return 0;
   static int warned; /* once a process */
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))

@@ -70,8 +70,15 @@ DA_HIDDEN const char *da__split_path(const char *path, char *dir, size_t cap);
  * then, -1 with errno set. */
 DA_HIDDEN int da__mkdir_p(const char *path, unsigned mode);
 
-/* Where DILATTN_DUMP_DIR is set: write text there as file (the folder made as needed).
- * 0 when written or unset; -1 when it cannot be written (a warning, once a process). */
+/* The name a dump of text takes in dir: file, where no other text holds that name there,
+ * else file with the first 12 hex digits of text's SHA-256 before its extension
+ * (<kernel>.<12 hex>.c): a kernel's variants (tiles, strategies, another arch) share its
+ * name and each keeps its own dump. */
+DA_HIDDEN void da__dump_file_name(const char *dir, const char *file, const char *text, char *out, size_t cap);
+
+/* Where DILATTN_DUMP_DIR is set: write text there as file (da__dump_file_name; the folder
+ * made as needed). 0 when written or unset; -1 when it cannot be written (a warning, once
+ * a process). */
 DA_HIDDEN int da__dump_source(const char *file, const char *text);
 
 #endif

@@ -313,6 +313,9 @@ static int dump(const char *name, const char *source, const char *log, int fresh
       return -1;
     }
   }
+  char named[sizeof file]; /* (a variant of the kernel dumped before keeps its file) */
+  da__dump_file_name(dir, file, source, named, sizeof named);
+  memcpy(file, named, sizeof file);
   int e = write_file(dir, file, source, strlen(source));
   if (e == 0 && log) {
     char lname[300];

@@ -359,6 +359,20 @@ static void test_cc_words(void) {
   FILE *f = fopen(file, "r");
   TU_CHECK(f != NULL, "DILATTN_DUMP_DIR: no host source %s", file);
   if (f) fclose(f);
+  /* another variant of the same kernel (other tiles: the same name, another source) keeps
+   * its own dump beside the first, <kernel>.<12 hex>.c (it replaced the first: helper-55) */
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "test $(ls '%s' | wc -l) = 1", dump);
+  TU_CHECK(system(cmd) == 0, "DILATTN_DUMP_DIR: one dump for one kernel");
+  da_plan_options o = {16, 8, 0, 0, 0};
+  da_plan *p2 = NULL;
+  TU_CHECK(da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &o, &p2) == DA_OK && p && p2 &&
+               !strcmp(da_plan_kernel_name(p), da_plan_kernel_name(p2)) &&
+               strcmp(da_plan_cache_key(p), da_plan_cache_key(p2)),
+           "a variant of the kernel: %s", da_context_last_error(ctx));
+  snprintf(cmd, sizeof cmd, "test $(ls '%s' | wc -l) = 2 && ls '%s' | grep -q '\\.[0-9a-f]\\{12\\}\\.c$'", dump, dump);
+  TU_CHECK(system(cmd) == 0, "DILATTN_DUMP_DIR: a variant's dump is not beside the first (%s)", dump);
+  da_plan_destroy(p2);
   unsetenv("DILATTN_DUMP_DIR");
   da_plan_destroy(p), p = NULL;
   /* a wrapper first (ccache cc): the words before the first option are the command */
