@@ -20,6 +20,7 @@
 #include "runtime/internal.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <lua.h>
@@ -993,14 +994,22 @@ static int cmd_info(void) {
 static void print_entry(void *user, const char *arch, const char *key, uint64_t size, int64_t mtime,
                         const char *json) {
   (void)user;
-  /* the entry's own metadata plus where and how big it is on disk */
-  size_t n = strlen(json);
-  while (n && (json[n - 1] == '\n' || json[n - 1] == ' ')) n--;
-  if (n && json[n - 1] == '}')
-    printf("%.*s,\"disk_bytes\":%llu,\"last_used\":%lld}\n", (int)(n - 1), json, (unsigned long long)size,
-           (long long)mtime);
-  else
-    printf("{\"arch\":%s,\"key\":%s,\"disk_bytes\":%llu}\n", jstr(arch, 0), jstr(key, 1), (unsigned long long)size);
+  /* the entry's own metadata (parsed: a damaged or multi-line .json stays one line of
+   * valid JSON) plus where it is, as its file names say, and how big it is on disk */
+  json_t *o = json ? json_loads(json, 0, NULL) : NULL;
+  if (!json_is_object(o)) {
+    json_decref(o);
+    o = json_object();
+  }
+  if (!o) return;
+  json_object_set_new(o, "arch", json_string(arch));
+  json_object_set_new(o, "key", json_string(key));
+  json_object_set_new(o, "disk_bytes", json_integer((json_int_t)size));
+  json_object_set_new(o, "last_used", json_integer((json_int_t)mtime));
+  char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (line) printf("%s\n", line);
+  free(line);
+  json_decref(o);
 }
 
 /* Why the cache folder root (".../v1") cannot be used, for the error message. */

@@ -698,6 +698,22 @@ def test_cache(tmp):
     entries = [json.loads(x) for x in so.splitlines()] if rc == 0 else []
     check(rc == 0 and len(entries) == stats.get("entries") and all("key" in e and "arch" in e for e in entries),
           f"cache list: one object per entry, each with a key: {so}")
+    # an entry's .json damaged ({}), or pretty-printed over lines: still one valid line each,
+    # the key its file's name (it printed "{,"disk_bytes"..." and lines that do not parse)
+    jsons = sorted(glob.glob(os.path.join(cd, "v1", "*", "*", "*.json")))
+    if jsons:
+        saved = open(jsons[0]).read()
+        for text in ("{}", json.dumps(json.loads(saved), indent=2)):
+            open(jsons[0], "w").write(text)
+            rc, so, err = run("cache", "list", env=env)
+            try:
+                listed = [json.loads(x) for x in so.splitlines()]
+            except ValueError:
+                listed = []
+            key = os.path.basename(jsons[0])[:-5]
+            check(rc == 0 and len(listed) == stats.get("entries") and any(e.get("key") == key for e in listed),
+                  f"cache list with an entry's .json {text[:20]!r}...: {so}")
+        open(jsons[0], "w").write(saved)
     # verify: a corrupt entry it cannot remove (its .bin a folder holding a file) is said and
     # fails the command (it was counted as removed, exit 0); that folder gone, verify is clean
     bins = glob.glob(os.path.join(cd, "v1", "*", "*", "*.bin"))
