@@ -1076,7 +1076,8 @@ static int dispatch(int argc, char **argv) {
     /* `dilattn gen --help`; not the value of an option (`-o -h`: a folder), and a file
      * named help is still one */
     const char *prev = argv[i - 1];
-    const int value = i > 1 && prev[0] == '-' && strcmp(prev, "--report") && strcmp(prev, "--compile");
+    const int value = i > 1 && prev[0] == '-' && strcmp(prev, "--report") && strcmp(prev, "--compile") &&
+                      strcmp(prev, "--version") && !is_help(prev);
     if (is_help(argv[i]) && !value && (i == 1 || strcmp(argv[i], "help"))) {
       usage_to(stdout);
       return EXIT_OK;

@@ -547,6 +547,13 @@ int da__cmd_tune(int argc, char **argv) {
   char db[4200];
   if (db_arg) snprintf(db, sizeof db, "%s", db_arg);
   else da__tuning_db_path(db, sizeof db);
+  if (!bad && !db[0]) { /* (it ran the sweep, then failed to write "") */
+    fprintf(stderr, "dilattn: error: tune: %s\n",
+            db_arg ? "--db: an empty path"
+                   : "no tuning database: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME to keep it beside the kernel "
+                     "cache; set DILATTN_TUNING_DB or give --db");
+    bad = 1;
+  }
   /* the CSV, the plot and the database: three files (one would overwrite another) */
   const char *files[3] = {csv_path, plot, db}, *names[3] = {"-o", "--plot", "the tuning database"};
   for (int i = 0; i < 3 && !bad; i++)

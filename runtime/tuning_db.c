@@ -42,11 +42,15 @@ void da__tuning_db_path(char *out, size_t cap) {
     snprintf(out, cap, "%s", e);
     return;
   }
-  da__disk_cache *dc = da__disk_cache_open();
-  const char *root = dc ? da__disk_cache_root(dc) : "/tmp/dilattn/v1";
-  /* root is ".../v1": the database sits beside it */
-  snprintf(out, cap, "%.*s/tuning.jsonl", (int)(strlen(root) > 3 ? strlen(root) - 3 : strlen(root)), root);
-  da__disk_cache_close(dc);
+  /* beside the cache's v1/; "" where no folder is set (no DILATTN_CACHE_DIR, XDG_CACHE_HOME
+   * or HOME: no database then, rather than /v1/tuning.jsonl) */
+  char base[DA_CACHE_BASE_MAX + 1];
+  const size_t need = da__disk_cache_base(base, sizeof base);
+  if (!base[0] || need > DA_CACHE_BASE_MAX) {
+    if (cap) out[0] = '\0';
+    return;
+  }
+  snprintf(out, cap, "%s/tuning.jsonl", base);
 }
 
 /* The environment but the GPU: made once a process */

@@ -941,6 +941,21 @@ def test_user_errors(tmp):
     for args in (("info", "extra"), ("--version", "extra")):
         rc, out, err = run(*args)
         check(rc == 2 and "unexpected argument extra" in err and not out, f"{args}: exit {rc}: {err}")
+    rc, out, err = run("--version", "--help")  # (--help anywhere: the usage, exit 0)
+    check(rc == 0 and "usage" in out.lower(), f"--version --help: exit {rc}: {err}")
+    # tune without a database to write: said before the sweep (it ran, then failed on "" or
+    # /v1/tuning.jsonl), exit 2, nothing left behind
+    cfg = golden_run_args()[0]
+    d = os.path.join(tmp, "nodb")
+    os.mkdir(d)
+    for db_args, env, why in (((("--db", "")), {"DILATTN_CACHE_DIR": d}, "empty path"),
+                              ((), {"DILATTN_CACHE_DIR": "", "XDG_CACHE_HOME": "", "HOME": "", "DILATTN_TUNING_DB": ""},
+                               "no tuning database")):
+        p = subprocess.run([DILATTN, "tune", cfg, "--seq-len", "32", "--reps", "1", *db_args], capture_output=True,
+                           text=True, cwd=d, env={**os.environ, **env})
+        left = [f for f in os.listdir(d) if f != "v1"]  # (the kernel cache of the first)
+        check(p.returncode == 2 and why in p.stderr and "best" not in p.stdout and not left,
+              f"tune {db_args}: exit {p.returncode}, left {left}: {p.stderr[-200:]}")
     cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
     d = os.path.join(tmp, "ue")
     os.mkdir(d)
