@@ -8,6 +8,7 @@
 
 #include "gen/render.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -99,7 +100,7 @@ static void read_log(const char *path, char *buf, size_t cap) {
 }
 
 static void remove_dir(const char *dir, const char *const *names) {
-  char p[4200];
+  char p[4400];
   for (int i = 0; names[i]; i++) {
     snprintf(p, sizeof p, "%s/%s", dir, names[i]);
     unlink(p);
@@ -231,10 +232,32 @@ const char *da__host_flags(void) {
   return host_flags_text;
 }
 
+/* The build folders of processes that were killed mid-compile (SIGINT during `dilattn
+ * tune`: hundreds pile up in /tmp): this user's dilattn-build-* in tmp untouched for a day
+ * or more, holding nothing but a build's files, removed, once a process */
+static void sweep_stale_builds(void) {
+  const char *tmp = getenv("TMPDIR"), *sweep_tmp = tmp && *tmp ? tmp : "/tmp";
+  DIR *d = opendir(sweep_tmp);
+  if (!d) return;
+  const time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "dilattn-build-", 14) || strlen(e->d_name) != 20) continue;
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", sweep_tmp, e->d_name);
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && now - st.st_mtime > 24 * 3600)
+      remove_dir(p, build_files); /* (rmdir leaves a folder holding anything else) */
+  }
+  closedir(d);
+}
+
 da_status da__host_build(const da_context *ctx, const char *source, char *dir, size_t dcap, char *so, size_t scap,
                          double *ms) {
   double t0 = now_ms();
   const char *tmp = getenv("TMPDIR");
+  static pthread_once_t swept = PTHREAD_ONCE_INIT;
+  pthread_once(&swept, sweep_stale_builds);
   snprintf(dir, dcap, "%s/dilattn-build-XXXXXX", (tmp && *tmp) ? tmp : "/tmp");
   DA_RETURN_IF(!mkdtemp(dir), DA_ERR_IO, "host compile: cannot create a build folder %s: %s", dir,
                strerror(errno));

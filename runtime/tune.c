@@ -585,14 +585,15 @@ int da__cmd_tune(int argc, char **argv) {
     free(specs);
     return 2;
   }
+  /* the CSV's rows in memory, written whole at the end: a sweep interrupted (SIGINT) leaves
+   * no temp file beside it (it left one each time) */
   FILE *csv = NULL;
-  char tmp[4300];
+  char *csv_text = NULL;
+  size_t csv_len = 0;
   if (csv_path) {
-    int fd = da__output_tmp(csv_path, tmp, sizeof tmp);
-    csv = fd >= 0 ? fdopen(fd, "w") : NULL;
+    csv = open_memstream(&csv_text, &csv_len);
     if (!csv) {
       fprintf(stderr, "dilattn: error: -o %s: %s\n", csv_path, strerror(errno));
-      if (fd >= 0) close(fd), unlink(tmp);
       free(specs);
       return 2;
     }
@@ -613,17 +614,13 @@ int da__cmd_tune(int argc, char **argv) {
   }
   free(specs);
   if (plot_failed && !rc) rc = 2; /* a plot that cannot be written fails the run, like the CSV */
-  if (csv && stopped) {
-    fclose(csv);
-    unlink(tmp);
-  } else if (csv) {
-    int ok = !ferror(csv) && fflush(csv) == 0 && fsync(fileno(csv)) == 0;
-    ok = fclose(csv) == 0 && ok;
-    if (!ok || da__output_commit(tmp, csv_path) != 0) {
-      unlink(tmp);
-      fprintf(stderr, "dilattn: error: cannot write %s\n", csv_path);
+  if (csv) {
+    const int ok = !ferror(csv) && fclose(csv) == 0;
+    if (!stopped && (!ok || da__write_output(csv_path, csv_text, csv_len) != 0)) {
+      fprintf(stderr, "dilattn: error: cannot write %s: %s\n", csv_path, ok ? strerror(errno) : "out of memory");
       if (!rc) rc = 2;
     }
+    free(csv_text);
   }
   return rc;
 }

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -368,6 +369,32 @@ def test_run_special_outputs(tmp):
         rc, so, err = run("run", *args, "-o", name)
         check(rc == 0 and np.load(name).ndim == 4, f"run -o <a {n}-byte name>: exit {rc}: {err}")
     check(not [f for f in os.listdir(d) if ".tmp" in f], f"temp files left: {os.listdir(d)}")
+
+
+def test_stale_build_folders(tmp):
+    """A process killed mid-compile leaves its $TMPDIR/dilattn-build-XXXXXX (hundreds piled
+    up in /tmp: helper-55); the first compile of a later process removes this user's that
+    are a day old and hold only a build's files, and nothing else."""
+    td = os.path.join(tmp, "tmpdir")
+    os.mkdir(td)
+    old = time.time() - 2 * 86400
+    made = {}
+    for name, files, age in (("dilattn-build-OLD123", ("kernel.c", "compile.log"), old),
+                             ("dilattn-build-NEW123", ("kernel.c",), None),
+                             ("dilattn-build-MIN123", ("kernel.c", "mine.txt"), old),
+                             ("other-build-OLD1234", ("kernel.c",), old)):
+        p = os.path.join(td, name)
+        os.mkdir(p)
+        for f in files:
+            open(os.path.join(p, f), "w").write("x")
+        if age:
+            os.utime(p, (age, age))
+        made[name] = p
+    rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "stale_o.npy"),
+                      env={"TMPDIR": td, "DILATTN_CACHE_DIR": os.path.join(tmp, "stale-cache")})
+    left = sorted(os.listdir(td))
+    check(rc == 0 and left == ["dilattn-build-MIN123", "dilattn-build-NEW123", "other-build-OLD1234"],
+          f"stale build folders after a compile: exit {rc}, left {left}: {err[-200:]}")
 
 
 def test_json_escaped(tmp):
@@ -1097,6 +1124,7 @@ def main():
         test_run_bf16(tmp)
         test_run_outputs(tmp)
         test_run_special_outputs(tmp)
+        test_stale_build_folders(tmp)
         test_json_escaped(tmp)
         test_stdout_errors(tmp)
         test_gen_checks_first(tmp)

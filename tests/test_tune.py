@@ -204,12 +204,21 @@ try:
     # configs the plots are PNG.0.png, PNG.1.png, ...
     p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--plot", os.path.join(tmp, "nodir", "p.png"), "--db", db9)
     check(p.returncode == 2 and "p.png" in p.stderr, f"tune --plot into a missing folder: exit {p.returncode}: {p.stderr}")
-    # ... also when that shows only at the end: a name the temp file cannot extend (NAME_MAX)
-    long_png = os.path.join(tmp, "p" * 245 + ".png")
+    # ... also when that shows only at the end: a full device (a private node of /dev/full,
+    # made where we may: as root; written into, never replaced). A name within 11 bytes of
+    # NAME_MAX, which its temp file's could not extend, now works.
+    if os.geteuid() == 0:
+        import stat
+        full = os.path.join(tmp, "full")
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--plot", full, "--db", db9)
+        check(p.returncode == 2 and "cannot write" in p.stderr and stat.S_ISCHR(os.stat(full).st_mode),
+              f"tune --plot that cannot be written at the end: exit {p.returncode}: {p.stderr[-200:]}")
+    long_png = os.path.join(tmp, "p" * 247 + ".png")
     p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--plot", long_png, "--db", db9)
-    check(p.returncode == 2 and "cannot write" in p.stderr and not os.path.exists(long_png) and not p.stdout,
-          f"tune --plot that cannot be written: exit {p.returncode}, found before the sweep: {not p.stdout}: "
-          f"{p.stderr[-200:]}")
+    check(p.returncode == 0 and open(long_png, "rb").read(4) == b"\x89PNG",
+          f"tune --plot <a 251-byte name>: exit {p.returncode}: {p.stderr[-200:]}")
+    os.unlink(long_png)
     png2 = os.path.join(tmp, "two.png")
     p = run("tune", cfg_a, cfg_b, "--seq-len", "16", "--reps", "1", "--plot", png2, "--db", db9)
     check(p.returncode == 0 and all(open(f"{png2}.{i}.png", "rb").read(4) == b"\x89PNG" for i in (0, 1))
@@ -355,6 +364,23 @@ try:
     p2 = run("tune", cfg_b, "--seq-len", "64", "--reps", "1", "--db", mdb)
     check(p.returncode == 0 and p2.returncode == 0 and os.stat(mdb).st_mode & 0o777 == 0o640,
           f"database mode after a merge: {oct(os.stat(mdb).st_mode & 0o777)} (want 0o640): {p2.stderr[-200:]}")
+
+    # 17. a sweep interrupted (SIGINT, ^C) leaves nothing beside its CSV (it left a temp file
+    # each time: helper-55), and the database as it was
+    import signal
+    import time
+    idir = os.path.join(tmp, "interrupted")
+    os.mkdir(idir)
+    icsv, idb = os.path.join(idir, "i.csv"), os.path.join(idir, "i.jsonl")
+    e = dict(os.environ)
+    e["DILATTN_CACHE_DIR"] = os.path.join(idir, "kcache")  # (compiles: the sweep takes seconds)
+    pr = subprocess.Popen([DILATTN, "tune", cfg_a, "--seq-len", "512", "--reps", "5", "-o", icsv, "--db", idb],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
+    time.sleep(1.5)
+    pr.send_signal(signal.SIGINT)
+    pr.communicate(timeout=120)
+    left = [f for f in os.listdir(idir) if f != "kcache" and not f.endswith(".lock")]
+    check(pr.returncode != 0 and left == [], f"tune interrupted: exit {pr.returncode}, left {left}")
 
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
