@@ -66,9 +66,9 @@ da_status da_spec_validate(const da_spec *s, char *msg, size_t cap) {
   if (s->causal != 0 && s->causal != 1) BAD("causal: %d is not 0 or 1", s->causal);
   if (s->has_scale && !isfinite(s->scale)) BAD("scale: %g is not a finite number", s->scale);
   /* the kernels hold it as a float32 (beyond, it was inf there and every output NaN) */
-  if (s->has_scale && fabs(s->scale) > FLT_MAX)
-    BAD("scale: %g is beyond float32's range (|scale| <= %g: the kernels compute the scores in float32)", s->scale,
-        (double)FLT_MAX);
+  if (s->has_scale && !isfinite((float)s->scale)) /* (numpy's float32 max, 3.4028235e38, rounds to FLT_MAX) */
+    BAD("scale: %.9g is beyond float32's range (|scale| <= %.9g: the kernels compute the scores in float32)",
+        s->scale, (double)FLT_MAX);
   if (s->num_heads < 1 || s->num_heads > DA_MAX_HEADS)
     BAD("num_heads: %d is out of range (1 to %d)", s->num_heads, DA_MAX_HEADS);
   if (s->num_kv_heads < 1 || s->num_kv_heads > s->num_heads)
@@ -284,9 +284,11 @@ da_status da_spec_from_json(const char *text, size_t len, da_spec *out, char *ms
   if (msg && cap) msg[0] = '\0';
   if (!text || !out) return fail(msg, cap, DA_ERR_INVALID_ARGUMENT, "text or spec is NULL");
   json_error_t jerr;
+  if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) text += 3, len -= 3; /* a UTF-8 byte-order mark (RFC 8259: may be ignored) */
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root)
-    return fail(msg, cap, DA_ERR_PARSE, "line %d, column %d: %s%s", jerr.line, jerr.column, jerr.text,
+    return fail(msg, cap, DA_ERR_PARSE, "line %d, column %d: %s%s", jerr.line, jerr.column,
+                strstr(jerr.text, "JSON_ALLOW_NUL") ? "a \\u0000 (NUL) character in a string" : jerr.text,
                 !strstr(jerr.text, "too big integer") ? ""
                 : value_of_seed(text, (size_t)jerr.position < len ? (size_t)jerr.position : len)
                     ? " (integers are 64-bit signed: a sparsity.seed from 2^63 is written as its negative int64 "

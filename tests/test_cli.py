@@ -876,6 +876,10 @@ def test_bad_inputs(tmp):
         ("unknown option", [good, "--q", q, "--k", k, "--v", v, "--fast"], "--fast"),
         ("missing --v", [good, "--q", q, "--k", k], "--v"),
         ("bad backend", [good, "--q", q, "--k", k, "--v", v, "--backend", "tpu"], "tpu"),
+        ("NUL in a string (named as such, not as a jansson flag)",
+         [write_cfg("nul.json", json.dumps(dict(cfg, dtype="float32")).replace('"float32"', '"float32\\u0000x"')),
+          "--q", q, "--k", k, "--v", v], "(NUL) character"),
+        ("scale past float32", [write_cfg("sc.json", dict(cfg, scale=3.41e38)), "--q", q, "--k", k, "--v", v], "3.41e+38"),
     ]
     p3 = os.path.join(tmp, "q3.npy")
     np.save(p3, qa[0])
@@ -968,6 +972,15 @@ def test_user_errors(tmp):
     for args in (("info", "extra"), ("--version", "extra")):
         rc, out, err = run(*args)
         check(rc == 2 and "unexpected argument extra" in err and not out, f"{args}: exit {rc}: {err}")
+    # a config with a UTF-8 byte-order mark (Windows editors write one) and numpy's float32
+    # maximum as its scale (rounds to FLT_MAX): both taken
+    g = golden_run_args()
+    c = json.load(open(g[0]))
+    c["scale"] = float("3.4028235e38")
+    bom = os.path.join(tmp, "bom.json")
+    open(bom, "wb").write(b"\xef\xbb\xbf" + json.dumps(c).encode())
+    rc, out, err = run("run", bom, *g[1:], "-o", os.path.join(tmp, "bom_o.npy"))
+    check(rc == 0, f"a config with a byte-order mark and scale 3.4028235e38: exit {rc}: {err}")
     rc, out, err = run("--version", "--help")  # (--help anywhere: the usage, exit 0)
     check(rc == 0 and "usage" in out.lower(), f"--version --help: exit {rc}: {err}")
     # tune without a database to write: said before the sweep (it ran, then failed on "" or
