@@ -163,7 +163,11 @@ typedef enum { DA_BACKEND_AUTO = 0, DA_BACKEND_HOST = 1, DA_BACKEND_CUDA = 2 } d
  * primary context (the CUDA runtime's and PyTorch's): tensors must be usable there, and a
  * stream of another CUDA context (cuCtxCreate's) is refused with DA_ERR_INVALID_ARGUMENT;
  * a green context's stream (cuGreenCtxStreamCreate's) runs in the primary context and is
- * taken. */
+ * taken. After fork() (a data loader's workers), the child may go on using the context on
+ * the host backend: a kernel a thread of the parent was compiling at the fork, the child
+ * compiles itself. (A fork at the moment another thread holds one of the context's locks,
+ * a few microseconds around each cache lookup, can still leave the child waiting on it:
+ * POSIX promises a threaded process's child only async-signal-safe calls.) */
 DA_API da_status da_context_create(da_context **out);
 DA_API void da_context_destroy(da_context *ctx);
 
