@@ -66,7 +66,9 @@ da_status da_spec_validate(const da_spec *s, char *msg, size_t cap) {
   if (s->causal != 0 && s->causal != 1) BAD("causal: %d is not 0 or 1", s->causal);
   if (s->has_scale && !isfinite(s->scale)) BAD("scale: %g is not a finite number", s->scale);
   /* the kernels hold it as a float32 (beyond, it was inf there and every output NaN) */
-  if (s->has_scale && !isfinite((float)s->scale)) /* (numpy's float32 max, 3.4028235e38, rounds to FLT_MAX) */
+  /* beyond what rounds to FLT_MAX (numpy's float32 max, 3.4028235e38, does): a float32
+   * infinity (compared as doubles: converting an out-of-range double to float is undefined) */
+  if (s->has_scale && fabs(s->scale) >= (double)FLT_MAX + ldexp(1.0, 103))
     BAD("scale: %.9g is beyond float32's range (|scale| <= %.9g: the kernels compute the scores in float32)",
         s->scale, (double)FLT_MAX);
   if (s->num_heads < 1 || s->num_heads > DA_MAX_HEADS)

@@ -309,7 +309,7 @@ static int gen_compile(void *user, int j) {
   }
   if (st != DA_OK) {
     snprintf(J->err, sizeof J->err, "%s", da_context_last_error(J->ctx));
-    J->exit = exit_code(st);
+    J->exit = run_exit_code(st); /* (a build folder it cannot make: the environment's, exit 4, as run's) */
   }
   return J->exit != EXIT_OK; /* one failure fails gen: start no more */
 }
@@ -713,12 +713,18 @@ int da__cli_same_file(const char *a, const char *b) {
  * when every output was written (the one before restored if a later rename fails). */
 typedef struct {
   const char *flag, *path; /* path: the target (da__output_resolve) */
-  int stream;              /* a device, FIFO or socket: written into at commit, never replaced */
+  const da__output *out;   /* out->stream: written into after the files are in place, never replaced */
   char tmp[4200], bak[4200];
   int have_tmp, have_bak;
+  da__npy_dtype dt; /* a stream's array, written at commit */
+  int ndim;
+  const int64_t *shape;
+  const void *data;
 } out_file;
 
 static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *shape, const void *data) {
+  o->dt = dt, o->ndim = ndim, o->shape = shape, o->data = data;
+  if (o->out->stream) return EXIT_OK;
   int fd = da__output_tmp(o->path, o->tmp, sizeof o->tmp);
   if (fd < 0) return fail(EXIT_INPUT, "%s %s: cannot create a temporary file beside it: %s", o->flag, o->path,
                           strerror(errno));
@@ -739,9 +745,9 @@ static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *
 static int commit_outputs(out_file *o, int n) {
   for (int i = 0; i < n; i++) { /* hard links to the files about to be replaced */
     struct stat st;
-    if (o[i].stream || stat(o[i].path, &st) != 0) continue;
+    if (o[i].out->stream || stat(o[i].path, &st) != 0) continue;
     for (int t = 0; t < 8 && !o[i].have_bak; t++) {
-      snprintf(o[i].bak, sizeof o[i].bak, "%s.tmp-old-XXXXXX", o[i].path);
+      if (da__tmp_name(o[i].path, "tmp-old", o[i].bak, sizeof o[i].bak) != 0) break; /* (cut near NAME_MAX) */
       int fd = mkstemp(o[i].bak);
       if (fd < 0) break;
       close(fd);
@@ -752,7 +758,7 @@ static int commit_outputs(out_file *o, int n) {
   }
   int done = 0, rc = EXIT_OK;
   for (; done < n; done++) { /* (streams last: a rename that fails after one was written could not undo it) */
-    if (o[done].stream) continue;
+    if (o[done].out->stream) continue;
     if (rename(o[done].tmp, o[done].path) != 0) {
       rc = fail(EXIT_INPUT, "%s %s: cannot rename the temporary file over it: %s", o[done].flag, o[done].path,
                 strerror(errno));
@@ -761,13 +767,17 @@ static int commit_outputs(out_file *o, int n) {
     o[done].have_tmp = 0;
   }
   for (int i = 0; i < n && rc == EXIT_OK; i++)
-    if (o[i].stream) {
-      o[i].have_tmp = 0; /* (da__output_commit removes it) */
-      if (da__output_commit(o[i].tmp, o[i].path) != 0)
-        rc = fail(EXIT_INPUT, "%s %s: cannot write into it: %s", o[i].flag, o[i].path, strerror(errno));
+    if (o[i].out->stream) {
+      char msg[1024];
+      const int fd = da__output_open(o[i].out);
+      if (fd < 0)
+        rc = fail(EXIT_INPUT, "%s %s: cannot open it: %s", o[i].flag, o[i].path, strerror(errno));
+      else if (da__npy_save_fd(fd, o[i].path, o[i].dt, o[i].ndim, o[i].shape, o[i].data, msg, sizeof msg) != DA_OK)
+        rc = fail(EXIT_INPUT, "%s %s", o[i].flag, msg);
+      da__output_close(o[i].out, fd);
     }
   for (int i = 0; i < done && rc != EXIT_OK; i++) {
-    if (o[i].stream) continue;
+    if (o[i].out->stream) continue;
     if (o[i].have_bak ? rename(o[i].bak, o[i].path) == 0 : unlink(o[i].path) == 0 || errno == ENOENT)
       o[i].have_bak = 0;
     else
@@ -784,6 +794,16 @@ static void cleanup_outputs(out_file *o, int n) {
     if (o[i].have_bak) unlink(o[i].bak);
     o[i].have_tmp = o[i].have_bak = 0;
   }
+}
+
+/* Whether two outputs, one a stream at least, are one (a character device written twice,
+ * /dev/null, is not) */
+static int same_stream(const da__output *a, const da__output *b) {
+  struct stat sa, sb;
+  const int ea = a->fd >= 0 ? fstat(a->fd, &sa) : stat(a->target, &sa);
+  const int eb = b->fd >= 0 ? fstat(b->fd, &sb) : stat(b->target, &sb);
+  if (ea != 0 || eb != 0) return a->fd >= 0 && a->fd == b->fd;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !S_ISCHR(sa.st_mode);
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -820,33 +840,33 @@ static int cmd_run(int argc, char **argv) {
   else if (!strcmp(backend_s, "host")) backend = DA_BACKEND_HOST;
   else if (!strcmp(backend_s, "cuda")) backend = DA_BACKEND_CUDA;
   else return fail(EXIT_INPUT, "--backend: '%s' is not auto, host or cuda", backend_s);
-  /* the outputs: their targets (a symlink's target is replaced, the link kept; a device or
-   * FIFO such as /dev/null or /dev/stdout is written into, not replaced) */
-  char otgt[PATH_MAX], ltgt[PATH_MAX];
-  int ostream = 0, lstream = 0;
-  if (da__output_resolve(outp, otgt, sizeof otgt, &ostream) != 0)
-    return fail(EXIT_INPUT, "-o %s: %s", outp, strerror(errno));
-  if (lsep && da__output_resolve(lsep, ltgt, sizeof ltgt, &lstream) != 0)
-    return fail(EXIT_INPUT, "--lse %s: %s", lsep, strerror(errno));
-  /* two distinct files, neither a folder nor an input (checked before anything runs) */
-  if (lsep && !ostream && !lstream && da__cli_same_file(otgt, ltgt))
+  /* the outputs: their targets (a symlink of this user's: its target is replaced, the link
+   * kept; a device, FIFO or the process's own descriptor such as /dev/stdout: written into,
+   * not replaced) */
+  da__output oo, lo;
+  if (da__output_resolve(outp, &oo) != 0) return fail(EXIT_INPUT, "-o %s: %s", outp, da__output_error(errno));
+  if (lsep && da__output_resolve(lsep, &lo) != 0)
+    return fail(EXIT_INPUT, "--lse %s: %s", lsep, da__output_error(errno));
+  /* two distinct files, neither a folder nor an input (checked before anything runs); two
+   * streams only where both are a character device (/dev/null twice) */
+  if (lsep && (oo.stream || lo.stream ? same_stream(&oo, &lo) : da__cli_same_file(oo.target, lo.target)))
     return fail(EXIT_INPUT, "-o %s and --lse %s name the same file", outp, lsep);
   const char *ins[4] = {config, qp, kp, vp}, *inflags[4] = {"the config", "--q", "--k", "--v"};
   for (int o = 0; o < 2; o++) {
-    const char *t = o ? (lsep ? ltgt : NULL) : otgt;
-    for (int i = 0; t && !(o ? lstream : ostream) && i < 4; i++)
-      if (ins[i] && da__cli_same_file(t, ins[i]))
+    const da__output *t = o ? (lsep ? &lo : NULL) : &oo;
+    for (int i = 0; t && !t->stream && i < 4; i++)
+      if (ins[i] && da__cli_same_file(t->target, ins[i]))
         return fail(EXIT_INPUT, "%s %s is %s (%s): an output may not replace an input", o ? "--lse" : "-o",
                     o ? lsep : outp, inflags[i], ins[i]);
   }
   struct stat ost;
-  if (stat(otgt, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
-  if (lsep && stat(ltgt, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
+  if (stat(oo.target, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
+  if (lsep && stat(lo.target, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
   /* and their folders writable (a stream: itself): found now, not after the inputs were
    * read and the kernel ran */
-  if (ostream ? access(otgt, W_OK) != 0 : da__can_write_beside(otgt) != 0)
+  if (da__can_write_beside(oo.target) != 0)
     return fail(EXIT_INPUT, "-o %s: cannot write there: %s", outp, strerror(errno));
-  if (lsep && (lstream ? access(ltgt, W_OK) != 0 : da__can_write_beside(ltgt) != 0))
+  if (lsep && da__can_write_beside(lo.target) != 0)
     return fail(EXIT_INPUT, "--lse %s: cannot write there: %s", lsep, strerror(errno));
 
   da_spec spec;
@@ -894,8 +914,8 @@ static int cmd_run(int argc, char **argv) {
     if (st != DA_OK) rc = fail(run_exit_code(st), "run: %s", da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) { /* both outputs or neither; an existing file is replaced only by a whole new one */
-    out_file of[2] = {{.flag = "-o", .path = otgt, .stream = ostream},
-                      {.flag = "--lse", .path = lsep ? ltgt : NULL, .stream = lstream}};
+    out_file of[2] = {{.flag = "-o", .path = oo.target, .out = &oo},
+                      {.flag = "--lse", .path = lsep ? lo.target : NULL, .out = &lo}};
     int nof = lsep ? 2 : 1;
     int64_t shp[3] = {B, spec.num_heads, N};
     rc = stage_output(&of[0], q.dtype, 4, q.shape, out);
@@ -906,13 +926,7 @@ static int cmd_run(int argc, char **argv) {
   double density = -1;
   if (rc == EXIT_OK && da_plan_density(plan, N, &density) != DA_OK) density = -1;
   /* the summary line on stderr where an output went to stdout (-o /dev/stdout) */
-  FILE *summary = stdout;
-  struct stat so, st1;
-  if (fstat(1, &st1) == 0)
-    for (int o = 0; o < 2; o++)
-      if ((o ? lstream : ostream) && stat(o ? ltgt : otgt, &so) == 0 && so.st_dev == st1.st_dev &&
-          so.st_ino == st1.st_ino)
-        summary = stderr;
+  FILE *summary = da__output_is_stdout(&oo) || (lsep && da__output_is_stdout(&lo)) ? stderr : stdout;
   da_plan_options used = {0, 0, 0, 0, 0};
   if (rc == EXIT_OK) da_plan_get_options(plan, &used);
   if (rc == EXIT_OK)

@@ -94,15 +94,22 @@ unsigned da__output_mode(const char *path) {
   return 0666 & ~mask;
 }
 
-/* "<path>.tmp-XXXXXX" made with mode: its descriptor, or -1 with errno set and nothing left
- * (a name within 11 bytes of NAME_MAX: cut, so that its temp's name is a legal one too) */
-int da__tmp_beside(const char *path, char *tmp, size_t cap, unsigned mode) {
+int da__tmp_name(const char *path, const char *tag, char *tmp, size_t cap) {
   const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
-  const size_t keep = strlen(name) > NAME_MAX - 11 ? (size_t)(name - path) + NAME_MAX - 11 : strlen(path);
-  if (keep > INT_MAX || snprintf(tmp, cap, "%.*s.tmp-XXXXXX", (int)keep, path) >= (int)cap) {
+  const size_t extra = strlen(tag) + 8; /* ".<tag>-XXXXXX" */
+  const size_t keep =
+      strlen(name) + extra > NAME_MAX && extra < NAME_MAX ? (size_t)(name - path) + NAME_MAX - extra : strlen(path);
+  if (keep > INT_MAX || snprintf(tmp, cap, "%.*s.%s-XXXXXX", (int)keep, path, tag) >= (int)cap) {
     errno = ENAMETOOLONG;
     return -1;
   }
+  return 0;
+}
+
+/* "<path>.tmp-XXXXXX" made with mode (da__tmp_name): its descriptor, or -1 with errno set
+ * and nothing left */
+int da__tmp_beside(const char *path, char *tmp, size_t cap, unsigned mode) {
+  if (da__tmp_name(path, "tmp", tmp, cap) != 0) return -1;
   int fd = mkstemp(tmp);
   if (fd >= 0 && fchmod(fd, (mode_t)mode) != 0) {
     const int e = errno;
@@ -124,65 +131,97 @@ const char *da__split_path(const char *path, char *dir, size_t cap) {
   return slash ? slash + 1 : path;
 }
 
-int da__output_resolve(const char *path, char *target, size_t cap, int *stream) {
-  char cur[PATH_MAX], link[PATH_MAX];
-  *stream = 0;
-  if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur) {
+/* The descriptor a name of the process's own descriptors names (/dev/stdout, /dev/stderr,
+ * /dev/fd/N, /proc/self/fd/N), -1 for any other name */
+static int own_fd(const char *path) {
+  if (!strcmp(path, "/dev/stdout")) return 1;
+  if (!strcmp(path, "/dev/stderr")) return 2;
+  const char *n = !strncmp(path, "/dev/fd/", 8) ? path + 8 : !strncmp(path, "/proc/self/fd/", 14) ? path + 14 : NULL;
+  if (!n || !*n || strspn(n, "0123456789") != strlen(n) || strlen(n) > 6) return -1;
+  return atoi(n);
+}
+
+int da__output_resolve(const char *path, da__output *o) {
+  char link[PATH_MAX], dir[PATH_MAX];
+  o->stream = 0, o->fd = -1;
+  if (snprintf(o->target, sizeof o->target, "%s", path) >= (int)sizeof o->target) {
     errno = ENAMETOOLONG;
     return -1;
   }
   for (int hops = 0;; hops++) {
-    struct stat st, fin;
-    /* what the links end in, where it exists: a device, FIFO or socket, or anything
-     * through /proc or /dev/fd (/dev/stdout: the process's own descriptors, whose links
-     * name no path, "pipe:[N]", or a file the shell opened and writes to): written into
-     * by this name */
-    const int there = stat(cur, &fin) == 0;
-    if (there && !S_ISDIR(fin.st_mode) &&
-        (!S_ISREG(fin.st_mode) || !strncmp(cur, "/proc/", 6) || !strncmp(cur, "/dev/fd/", 8))) {
-      *stream = 1;
-      break;
+    const int fd = own_fd(o->target);
+    if (fd >= 0) { /* written to that descriptor as it is (its offset, O_APPEND, a socket) */
+      const int fl = fcntl(fd, F_GETFL);
+      if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY) { /* not open, or not for writing */
+        errno = EBADF;
+        return -1;
+      }
+      o->stream = 1, o->fd = fd;
+      return 0;
     }
-    if (lstat(cur, &st) != 0) {
-      if (errno != ENOENT) return -1;
-      break; /* a new file (a dangling link's target too) */
+    struct stat st;
+    if (lstat(o->target, &st) != 0) return errno == ENOENT ? 0 : -1; /* a new file (a dangling link's target too) */
+    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return 0;
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) { /* /dev/null, a named pipe: opened and written into */
+      o->stream = 1;
+      return 0;
     }
-    if (!S_ISLNK(st.st_mode)) break;
+    if (!S_ISLNK(st.st_mode)) { /* a block device, a socket: never written */
+      errno = EINVAL;
+      return -1;
+    }
+    /* a link: followed where this user owns it (the rule fs.protected_symlinks applies in
+     * sticky folders: root must not write where another user's link in /tmp points); one
+     * of another's is the output itself, replaced, as a new file would be */
+    if (st.st_uid != geteuid()) return 0;
     if (hops >= 40) {
       errno = ELOOP;
       return -1;
     }
-    const ssize_t n = readlink(cur, link, sizeof link - 1);
+    const ssize_t n = readlink(o->target, link, sizeof link - 1);
     if (n < 0) return -1;
     link[n] = '\0';
-    char dir[PATH_MAX], next[PATH_MAX];
-    if (link[0] != '/' && !da__split_path(cur, dir, sizeof dir)) return -1;
+    if (link[0] != '/' && !da__split_path(o->target, dir, sizeof dir)) return -1;
+    char next[PATH_MAX];
     if (snprintf(next, sizeof next, "%s%s%s", link[0] == '/' ? "" : dir, link[0] == '/' ? "" : "/", link) >=
         (int)sizeof next) {
       errno = ENAMETOOLONG;
       return -1;
     }
-    memcpy(cur, next, sizeof cur);
+    memcpy(o->target, next, sizeof next);
   }
-  if (snprintf(target, cap, "%s", cur) >= (int)cap) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  return 0;
+}
+
+int da__output_is_stdout(const da__output *o) {
+  struct stat a, b;
+  if (!o->stream) return 0;
+  if (o->fd == 1) return 1;
+  return fstat(1, &b) == 0 && (o->fd >= 0 ? fstat(o->fd, &a) : stat(o->target, &a)) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino && !S_ISCHR(a.st_mode);
+}
+
+const char *da__output_error(int e) {
+  return e == EINVAL ? "a block device or socket, which is not written" : strerror(e);
 }
 
 int da__output_tmp(const char *path, char *tmp, size_t cap) {
-  char target[PATH_MAX];
-  int stream;
-  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
-  if (!stream) return da__tmp_beside(target, tmp, cap, (mode_t)da__output_mode(target));
-  /* a device, FIFO or socket: staged in TMPDIR, then copied into it (da__output_commit) */
-  const char *td = getenv("TMPDIR");
-  if (snprintf(tmp, cap, "%s/dilattn-out-XXXXXX", td && *td ? td : "/tmp") >= (int)cap) {
-    errno = ENAMETOOLONG;
+  da__output o;
+  if (da__output_resolve(path, &o) != 0) return -1;
+  if (o.stream) { /* (callers of a temp file take files only: da__write_output writes a stream) */
+    errno = EINVAL;
     return -1;
   }
-  return mkstemp(tmp);
+  return da__tmp_beside(o.target, tmp, cap, (mode_t)da__output_mode(o.target));
+}
+
+int da__output_commit(const char *tmp, const char *path) {
+  da__output o;
+  if (da__output_resolve(path, &o) != 0) return -1;
+  if (o.stream) {
+    errno = EINVAL;
+    return -1;
+  }
+  return rename(tmp, o.target);
 }
 
 /* data[0..len) written to fd whole; 0, or -1 with errno */
@@ -197,48 +236,38 @@ static int write_all_fd(int fd, const void *data, size_t len) {
   return 0;
 }
 
-/* the bytes of a stream target (da__output_resolve) written into it: no temp, no rename */
-static int write_stream(const char *target, const void *data, size_t len) {
-  const int fd = open(target, O_WRONLY | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = write_all_fd(fd, data, len);
-  const int e = errno;
-  if (close(fd) != 0 && rc == 0) return -1;
-  errno = e;
-  return rc;
+int da__output_open(const da__output *o) {
+  if (o->fd >= 0) return o->fd;
+  return open(o->target, O_WRONLY | O_NOCTTY | O_CLOEXEC);
 }
 
-int da__output_commit(const char *tmp, const char *path) {
-  char target[PATH_MAX];
-  int stream;
-  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
-  if (!stream) return rename(tmp, target);
-  size_t len = 0;
-  char *data = da__read_file(tmp, &len);
-  const int rc = data ? write_stream(target, data, len) : -1, e = errno;
-  free(data);
-  unlink(tmp);
+void da__output_close(const da__output *o, int fd) {
+  if (fd >= 0 && fd != o->fd) close(fd);
+}
+
+int da__write_output(const char *path, const void *data, size_t len) {
+  da__output o;
+  if (da__output_resolve(path, &o) != 0) return -1;
+  if (!o.stream) return da__write_file_atomic(o.target, data, len, da__output_mode(o.target));
+  const int fd = da__output_open(&o);
+  if (fd < 0) return -1;
+  const int rc = write_all_fd(fd, data, len), e = errno;
+  da__output_close(&o, fd);
   errno = e;
   return rc;
 }
 
 int da__can_write_beside(const char *path) {
-  char probe[4500], target[PATH_MAX];
-  int stream;
-  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
-  if (stream) return access(target, W_OK); /* (written into: da__output_commit) */
-  const int fd = da__tmp_beside(target, probe, sizeof probe, 0600);
+  char probe[4500];
+  da__output o;
+  if (da__output_resolve(path, &o) != 0) return -1;
+  if (o.fd >= 0) return 0;                      /* (the process's own, open for writing or not: said then) */
+  if (o.stream) return access(o.target, W_OK); /* (written into: da__write_output) */
+  const int fd = da__tmp_beside(o.target, probe, sizeof probe, 0600);
   if (fd < 0) return -1;
   close(fd);
   unlink(probe);
   return 0;
-}
-
-int da__write_output(const char *path, const void *data, size_t len) {
-  char target[PATH_MAX];
-  int stream;
-  if (da__output_resolve(path, target, sizeof target, &stream) != 0) return -1;
-  return stream ? write_stream(target, data, len) : da__write_file_atomic(target, data, len, da__output_mode(target));
 }
 
 int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {

@@ -2,6 +2,7 @@
 #ifndef DA_FILEIO_H
 #define DA_FILEIO_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -34,26 +35,44 @@ DA_HIDDEN int da__write_output(const char *path, const void *data, size_t len);
  * 0666 less the process umask (read without changing it: umask(2) would race threads). */
 DA_HIDDEN unsigned da__output_mode(const char *path);
 
-/* "<path>.tmp-XXXXXX" made with mode (a name within 11 bytes of NAME_MAX cut short, so that
- * the temp's is legal too): its descriptor, or -1 with errno set and nothing left. */
+/* "<path>.<tag>-XXXXXX" into tmp (a mkstemp template), path's name cut short where the
+ * whole would pass NAME_MAX. 0, or -1 with errno ENAMETOOLONG. */
+DA_HIDDEN int da__tmp_name(const char *path, const char *tag, char *tmp, size_t cap);
+/* A file "<path>.tmp-XXXXXX" (da__tmp_name) made with mode: its descriptor, or -1 with errno
+ * set and nothing left. */
 DA_HIDDEN int da__tmp_beside(const char *path, char *tmp, size_t cap, unsigned mode);
 
-/* Where an output named path goes: its final target (symlinks followed, a dangling one's
- * target included: a link stays a link and its target gets the data) into target, and
- * *stream set where that target exists and is no regular file or folder (a character
- * device such as /dev/null or /dev/stdout, a FIFO, a socket): written into, never
- * replaced. 0, or -1 with errno (ELOOP, ENAMETOOLONG). */
-DA_HIDDEN int da__output_resolve(const char *path, char *target, size_t cap, int *stream);
+/* Where an output named path goes (da__output_resolve): target, the file to write
+ * (symlinks this user owns followed, a dangling one's target included, so that a link
+ * stays a link; another user's link is the output itself, replaced, as fs.protected_symlinks
+ * would have it in /tmp); stream set where it is written into rather than replaced: fd >= 0
+ * for a name of the process's own descriptors (/dev/stdout, /dev/stderr, /dev/fd/N,
+ * /proc/self/fd/N: written to that descriptor as it stands, its offset and O_APPEND), else a
+ * character device (/dev/null) or FIFO opened by name. 0, or -1 with errno (EINVAL: a block
+ * device or socket, never written; ELOOP, ENAMETOOLONG, EBADF). */
+typedef struct {
+  char target[PATH_MAX];
+  int stream, fd;
+} da__output;
+DA_HIDDEN int da__output_resolve(const char *path, da__output *o);
+/* Whether the stream o is the process's standard output (fd 1, or the pipe or file it is;
+ * not a character device such as a terminal shared with stderr) */
+DA_HIDDEN int da__output_is_stdout(const da__output *o);
+/* The message of da__output_resolve's errno */
+DA_HIDDEN const char *da__output_error(int e);
+/* A stream output's descriptor to write (its own, or opened by name: -1 with errno), and
+ * closing it (never the process's own) */
+DA_HIDDEN int da__output_open(const da__output *o);
+DA_HIDDEN void da__output_close(const da__output *o, int fd);
 
-/* A new empty file for an output to path (its name into tmp): beside path's target,
- * "<target>.tmp-XXXXXX" with the permission bits the target is to have (da__output_mode:
- * mkstemp's are 0600), or in TMPDIR where the target is a stream. Its descriptor, or -1
- * with errno set and nothing left behind. The caller writes it, then da__output_commit
- * (or unlinks it). */
+/* A new empty file for an output to path, a file (da__output_resolve; EINVAL for a stream:
+ * da__write_output writes those): "<target>.tmp-XXXXXX" with the permission bits the
+ * target is to have (da__output_mode: mkstemp's are 0600), its name into tmp. Its
+ * descriptor, or -1 with errno set and nothing left behind. The caller writes it, then
+ * da__output_commit (or unlinks it). */
 DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
 
-/* tmp (da__output_tmp's) into place as path: renamed over its target, or copied into a
- * stream target and removed. 0, or -1 with errno. */
+/* tmp (da__output_tmp's) renamed over path's target. 0, or -1 with errno. */
 DA_HIDDEN int da__output_commit(const char *tmp, const char *path);
 
 /* 0 when a file can be made beside path's target (da__output_resolve; a temp file made

@@ -246,8 +246,17 @@ static void sweep_stale_builds(void) {
     char p[4200];
     struct stat st;
     snprintf(p, sizeof p, "%s/%s", sweep_tmp, e->d_name);
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() && now - st.st_mtime > 24 * 3600)
-      remove_dir(p, build_files); /* (rmdir leaves a folder holding anything else) */
+    if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || now - st.st_mtime <= 24 * 3600) continue;
+    DIR *b = opendir(p); /* only a build's files in it, or it stays whole */
+    int only = b != NULL;
+    struct dirent *f;
+    while (only && (f = readdir(b)) != NULL) {
+      int known = !strcmp(f->d_name, ".") || !strcmp(f->d_name, "..");
+      for (int i = 0; build_files[i] && !known; i++) known = !strcmp(f->d_name, build_files[i]);
+      only = known;
+    }
+    if (b) closedir(b);
+    if (only) remove_dir(p, build_files);
   }
   closedir(d);
 }

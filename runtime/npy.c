@@ -576,10 +576,25 @@ static void sync_parent_dir(const char *path) {
   }
 }
 
+static da_status npy_write(int fd, const char *path, da__npy_dtype dtype, int ndim, const int64_t *shape,
+                           const void *data, char *msg, size_t msg_cap);
+
+da_status da__npy_save_fd(int fd, const char *name, da__npy_dtype dtype, int ndim, const int64_t *shape,
+                          const void *data, char *msg, size_t msg_cap) {
+  if (msg && msg_cap > 0) msg[0] = '\0';
+  return npy_write(fd, name ? name : "npy", dtype, ndim, shape, data, msg, msg_cap);
+}
+
 da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const int64_t *shape,
                        const void *data, char *msg, size_t msg_cap) {
   if (msg && msg_cap > 0) msg[0] = '\0';
   if (!path || !*path) return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "npy: empty path");
+  return npy_write(-1, path, dtype, ndim, shape, data, msg, msg_cap);
+}
+
+/* fd >= 0: the NPY written there (path: its name in messages); -1: to path atomically */
+static da_status npy_write(int out_fd, const char *path, da__npy_dtype dtype, int ndim, const int64_t *shape,
+                           const void *data, char *msg, size_t msg_cap) {
   if ((int)dtype < 0 || (int)dtype >= NUM_DTYPES)
     return fail(msg, msg_cap, DA_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", path, (int)dtype);
   if (ndim < 0 || ndim > DA_NPY_MAX_DIMS || (ndim > 0 && !shape))
@@ -614,6 +629,10 @@ da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const in
   head[9] = (char)((total - 10) >> 8);
   memset(head + 10 + hn, ' ', total - 10 - (size_t)hn - 1);
   head[total - 1] = '\n';
+  if (out_fd >= 0) {
+    if (write_all(out_fd, head, total) == 0 && write_all(out_fd, data, bytes) == 0) return DA_OK;
+    return fail(msg, msg_cap, DA_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  }
 
   const mode_t mode = (mode_t)da__output_mode(path);
 

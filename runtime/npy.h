@@ -65,5 +65,9 @@ const char *da__npy_dtype_descr(da__npy_dtype t);
  * DA_ERR_IO (msg: the path and strerror). Thread-safe for different paths. */
 da_status da__npy_save(const char *path, da__npy_dtype dtype, int ndim, const int64_t *shape,
                        const void *data, char *msg, size_t msg_cap);
+/* The same NPY written to an open descriptor as it stands (a stream: a pipe, a device, the
+ * process's stdout), not atomically; name is its name in messages. */
+da_status da__npy_save_fd(int fd, const char *name, da__npy_dtype dtype, int ndim, const int64_t *shape,
+                          const void *data, char *msg, size_t msg_cap);
 
 #endif /* DA_NPY_H */

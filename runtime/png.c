@@ -1,5 +1,6 @@
 /* png.c - a minimal PNG writer (8-bit RGB, zlib from the system) for `dilattn tune --plot`:
- * bar charts need no more. Written to a temp file and renamed. */
+ * bar charts need no more. Made in memory, written whole (da__write_output). */
+#define _GNU_SOURCE
 #include "runtime/fileio.h"
 #include "runtime/png.h"
 
@@ -39,9 +40,11 @@ int da__png_write(const char *path, int w, int h, const unsigned char *rgb) {
     memcpy(raw + (size_t)y * (1 + 3 * (size_t)w) + 1, rgb + (size_t)y * 3 * (size_t)w, 3 * (size_t)w);
   }
   int ok = compress2(z, &zlen, raw, (uLong)raw_len, 6) == Z_OK;
-  char tmp[4200];
-  int fd = ok ? da__output_tmp(path, tmp, sizeof tmp) : -1;
-  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  /* the file in memory, then written whole (da__write_output: a file atomically, a stream
+   * such as /dev/stdout into) */
+  char *png = NULL;
+  size_t len = 0;
+  FILE *f = ok ? open_memstream(&png, &len) : NULL;
   if (f) {
     static const unsigned char sig[8] = {137, 80, 78, 71, 13, 10, 26, 10};
     unsigned char ihdr[13];
@@ -51,14 +54,11 @@ int da__png_write(const char *path, int w, int h, const unsigned char *rgb) {
     ok = fwrite(sig, 1, 8, f) == 8 && chunk(f, "IHDR", ihdr, 13) && chunk(f, "IDAT", z, (uint32_t)zlen) &&
          chunk(f, "IEND", NULL, 0);
     ok = fclose(f) == 0 && ok;
-    if (!ok || da__output_commit(tmp, path) != 0) {
-      unlink(tmp);
-      ok = 0;
-    }
+    ok = ok && da__write_output(path, png, len) == 0;
   } else {
     ok = 0;
   }
-  free(raw), free(z);
+  free(png), free(raw), free(z);
   return ok ? 0 : -1;
 }
 

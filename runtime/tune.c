@@ -274,6 +274,9 @@ static const char *csv_field(const char *s, int slot) {
 /* Tune one config (its spec loaded already): 0, or 3 when every candidate tried failed to
  * compile, 4 when no candidate ran otherwise or the database could not be merged;
  * *plot_failed set when the chart could not be written. */
+/* where each config's summary line goes: stdout, or stderr where -o or --plot is stdout */
+static FILE *summary_to;
+
 static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t B, da_backend backend, int reps,
                     int threads, FILE *csv, const char *plot, const char *db, int *plot_failed) {
   da_spec s = *spec;
@@ -420,7 +423,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   if (st != DA_OK) fprintf(stderr, "dilattn: error: %s\n", da_context_last_error(ctx));
   int failed = 0;
   for (int i = 0; i < n; i++) failed += strcmp(c[i].rec.status, "ok") != 0;
-  printf("{\"config\":%s,\"backend\":\"%s\",\"seq_len\":%lld,\"batch\":%lld,\"candidates\":%d,\"failed\":%d,"
+  fprintf(summary_to, "{\"config\":%s,\"backend\":\"%s\",\"seq_len\":%lld,\"batch\":%lld,\"candidates\":%d,\"failed\":%d,"
          "\"default_ms\":%.4f,\"best_ms\":%.4f,\"speedup\":%.3f,\"best\":{\"tile_q\":%d,\"tile_k\":%d,"
          "\"fused_min_queries\":%d,\"cuda_mma\":%d,\"strategy\":%s},\"db\":%s}\n",
          da__cli_jstr(config, 0), cuda ? "cuda" : "host", (long long)N, (long long)B, n, failed, c[0].rec.median_ms,
@@ -540,7 +543,7 @@ int da__cmd_tune(int argc, char **argv) {
       bad = 1;
     } else if (da__can_write_beside(outs[i]) != 0) { /* found now, not after the sweep and the merge */
       fprintf(stderr, "dilattn: error: tune: %s %s: cannot write into %s: %s\n", flags[i], outs[i], dir,
-              strerror(errno));
+              da__output_error(errno));
       bad = 1;
     }
   }
@@ -550,8 +553,8 @@ int da__cmd_tune(int argc, char **argv) {
   if (!bad && !db[0]) { /* (it ran the sweep, then failed to write "") */
     fprintf(stderr, "dilattn: error: tune: %s\n",
             db_arg ? "--db: an empty path"
-                   : "no tuning database: no DILATTN_CACHE_DIR, XDG_CACHE_HOME or HOME to keep it beside the kernel "
-                     "cache; set DILATTN_TUNING_DB or give --db");
+                   : "no tuning database: no cache folder to keep it beside (DILATTN_CACHE_DIR, XDG_CACHE_HOME and "
+                     "HOME unset, or the folder's name too long); set DILATTN_TUNING_DB or give --db");
     bad = 1;
   }
   /* the CSV, the plot and the database: three files (one would overwrite another) */
@@ -584,6 +587,11 @@ int da__cmd_tune(int argc, char **argv) {
   if (bad) {
     free(specs);
     return 2;
+  }
+  summary_to = stdout;
+  for (int i = 0; i < 2; i++) {
+    da__output o;
+    if (outs[i] && da__output_resolve(outs[i], &o) == 0 && da__output_is_stdout(&o)) summary_to = stderr;
   }
   /* the CSV's rows in memory, written whole at the end: a sweep interrupted (SIGINT) leaves
    * no temp file beside it (it left one each time) */

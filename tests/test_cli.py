@@ -347,6 +347,56 @@ def test_run_special_outputs(tmp):
         rc, so, err = run("run", *args, "-o", dev, "--lse", os.path.join(d, "lse.npy"))
         check(rc == 0 and stat.S_ISCHR(os.stat(dev).st_mode), f"run -o <a character device>: exit {rc}, now "
               f"{'a device' if stat.S_ISCHR(os.stat(dev).st_mode) else 'A REGULAR FILE'}: {err}")
+    # the process's own descriptors are written as they stand: appended where stdout is
+    # opened to append (it was reopened at offset 0, over the log's start); -o and --lse
+    # both on stdout are one file, refused
+    log = os.path.join(d, "log")
+    open(log, "wb").write(b"x" * 1000)
+    with open(log, "ab") as f:
+        p = subprocess.run([DILATTN, "run", *args, "-o", "/proc/self/fd/1"], stdout=f, stderr=subprocess.PIPE)
+    data = open(log, "rb").read()
+    check(p.returncode == 0 and data[:1000] == b"x" * 1000 and data[1000:1006] == b"\x93NUMPY",
+          f"run -o <stdout appending to a log>: exit {p.returncode}, log starts {data[:8]!r}, at 1000 {data[1000:1008]!r}")
+    p = subprocess.run([DILATTN, "run", *args, "-o", "/proc/self/fd/1", "--lse", own], capture_output=True)
+    check(p.returncode == 2 and b"same file" in p.stderr, f"run -o stdout --lse stdout: exit {p.returncode}: {p.stderr}")
+    if os.geteuid() == 0:
+        # another user's link (in a sticky folder, say /tmp) is not followed: it is replaced,
+        # its target untouched (root wrote where nobody's link pointed); a block device is
+        # never written
+        victim = os.path.join(d, "victim")
+        open(victim, "wb").write(b"secret")
+        planted = os.path.join(d, "planted.npy")
+        os.symlink(victim, planted)
+        os.lchown(planted, 65534, 65534)
+        rc, so, err = run("run", *args, "-o", planted)
+        check(rc == 0 and open(victim, "rb").read() == b"secret" and not os.path.islink(planted),
+              f"run -o <another user's link>: exit {rc}, target {open(victim, 'rb').read()[:8]!r}: {err}")
+        blk = os.path.join(d, "blk")
+        os.mknod(blk, 0o600 | stat.S_IFBLK, os.makedev(7, 250))
+        rc, so, err = run("run", *args, "-o", blk)
+        check(rc == 2 and "block device" in err and stat.S_ISBLK(os.stat(blk).st_mode),
+              f"run -o <a block device>: exit {rc}: {err}")
+        # a write that fails after -o was renamed into place (--lse a full device): -o's old
+        # file restored, also where its name is near NAME_MAX (its backup's name was too long
+        # to make, and the old file was deleted)
+        full = os.path.join(d, "full")
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        for n in (20, 250):
+            old = os.path.join(d, "z" * (n - 4) + ".npy")
+            open(old, "wb").write(b"old output")
+            rc, so, err = run("run", *args, "-o", old, "--lse", full)
+            kept = os.path.exists(old) and open(old, "rb").read() == b"old output"
+            check(rc == 2 and kept, f"run -o <an existing {n}-byte name> --lse <a full device>: exit {rc}, "
+                  f"old output {'kept' if kept else 'LOST'}: {err}")
+    # tune's CSV to stdout: the CSV whole there, its summary lines on stderr (they were
+    # flushed over the CSV's start)
+    tcsv = os.path.join(d, "tune_stdout.csv")
+    with open(tcsv, "wb") as f:
+        p = subprocess.run([DILATTN, "tune", args[0], "--seq-len", "32", "--reps", "1", "-o", "/proc/self/fd/1",
+                            "--db", os.path.join(d, "t.jsonl"), "--backend", "host"], stdout=f, stderr=subprocess.PIPE)
+    text = open(tcsv).read()
+    check(p.returncode == 0 and text.startswith("config,backend,") and '"speedup"' not in text
+          and b'"speedup"' in p.stderr, f"tune -o stdout: exit {p.returncode}, stdout {text[:60]!r}: {p.stderr[-200:]}")
     # an output naming an input: refused, the input as it was
     q2 = os.path.join(d, "q2.npy")
     shutil.copy(args[2], q2)
@@ -395,6 +445,8 @@ def test_stale_build_folders(tmp):
     left = sorted(os.listdir(td))
     check(rc == 0 and left == ["dilattn-build-MIN123", "dilattn-build-NEW123", "other-build-OLD1234"],
           f"stale build folders after a compile: exit {rc}, left {left}: {err[-200:]}")
+    kept = sorted(os.listdir(made["dilattn-build-MIN123"]))
+    check(kept == ["kernel.c", "mine.txt"], f"a stale folder holding a file of the user's lost files: {kept}")
 
 
 def test_json_escaped(tmp):
