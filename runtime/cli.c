@@ -20,6 +20,7 @@
 #include "runtime/internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <jansson.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -713,7 +715,7 @@ int da__cli_same_file(const char *a, const char *b) {
  * when every output was written (the one before restored if a later rename fails). */
 typedef struct {
   const char *flag, *path; /* path: the target (da__output_resolve) */
-  const da__output *out;   /* out->stream: written into after the files are in place, never replaced */
+  da__output *out;         /* out->stream: written into after the files are in place, never replaced */
   char tmp[4200], bak[4200];
   int have_tmp, have_bak;
   da__npy_dtype dt; /* a stream's array, written at commit */
@@ -740,12 +742,18 @@ static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *
   return EXIT_OK;
 }
 
-/* Rename the staged outputs into place: all of them, or none (a target replaced before a
- * later rename failed gets its old file back from a hard link taken first). */
+/* Put the staged outputs in place: all of them, or none. The streams are opened first (one
+ * that cannot be: nothing replaced), then each existing file is kept as a backup (a hard
+ * link, or where none can be made, the file itself moved aside) and the temps renamed over
+ * them, then the streams written; a failure puts the files before back. */
 static int commit_outputs(out_file *o, int n) {
-  for (int i = 0; i < n; i++) { /* hard links to the files about to be replaced */
+  for (int i = 0; i < n; i++)
+    if (o[i].out->stream && da__output_open(o[i].out) < 0)
+      return fail(EXIT_INPUT, "%s %s: cannot write into it: %s", o[i].flag, o[i].path, da__output_error(errno));
+  int move[2] = {0, 0};
+  for (int i = 0; i < n; i++) { /* backups of the files (or links) about to be replaced */
     struct stat st;
-    if (o[i].out->stream || stat(o[i].path, &st) != 0) continue;
+    if (o[i].out->stream || lstat(o[i].path, &st) != 0) continue;
     for (int t = 0; t < 8 && !o[i].have_bak; t++) {
       if (da__tmp_name(o[i].path, "tmp-old", o[i].bak, sizeof o[i].bak) != 0) break; /* (cut near NAME_MAX) */
       int fd = mkstemp(o[i].bak);
@@ -753,15 +761,28 @@ static int commit_outputs(out_file *o, int n) {
       close(fd);
       unlink(o[i].bak);
       if (link(o[i].path, o[i].bak) == 0) o[i].have_bak = 1;
-      else if (errno != EEXIST) break;
+      else if (errno != EEXIST) { /* (no hard link here: protected_hardlinks, a file system without) */
+        move[i] = 1;
+        break;
+      }
     }
+    if (!o[i].have_bak && !move[i])
+      return fail(EXIT_INPUT, "%s %s: cannot keep a backup of it while it is replaced: %s", o[i].flag, o[i].path,
+                  strerror(errno));
   }
   int done = 0, rc = EXIT_OK;
-  for (; done < n; done++) { /* (streams last: a rename that fails after one was written could not undo it) */
+  for (; done < n; done++) {
     if (o[done].out->stream) continue;
+    if (move[done] && rename(o[done].path, o[done].bak) == 0) o[done].have_bak = 1;
+    if (move[done] && !o[done].have_bak) {
+      rc = fail(EXIT_INPUT, "%s %s: cannot move it aside while it is replaced: %s", o[done].flag, o[done].path,
+                strerror(errno));
+      break;
+    }
     if (rename(o[done].tmp, o[done].path) != 0) {
       rc = fail(EXIT_INPUT, "%s %s: cannot rename the temporary file over it: %s", o[done].flag, o[done].path,
                 strerror(errno));
+      if (move[done] && rename(o[done].bak, o[done].path) == 0) o[done].have_bak = 0;
       break;
     }
     o[done].have_tmp = 0;
@@ -769,13 +790,12 @@ static int commit_outputs(out_file *o, int n) {
   for (int i = 0; i < n && rc == EXIT_OK; i++)
     if (o[i].out->stream) {
       char msg[1024];
-      const int fd = da__output_open(o[i].out);
-      if (fd < 0)
-        rc = fail(EXIT_INPUT, "%s %s: cannot open it: %s", o[i].flag, o[i].path, strerror(errno));
-      else if (da__npy_save_fd(fd, o[i].path, o[i].dt, o[i].ndim, o[i].shape, o[i].data, msg, sizeof msg) != DA_OK)
+      if (da__npy_save_fd(o[i].out->fd, o[i].path, o[i].dt, o[i].ndim, o[i].shape, o[i].data, msg, sizeof msg) !=
+          DA_OK)
         rc = fail(EXIT_INPUT, "%s %s", o[i].flag, msg);
-      da__output_close(o[i].out, fd);
     }
+  for (int i = 0; i < n; i++)
+    if (o[i].out->stream) da__output_release(o[i].out);
   for (int i = 0; i < done && rc != EXIT_OK; i++) {
     if (o[i].out->stream) continue;
     if (o[i].have_bak ? rename(o[i].bak, o[i].path) == 0 : unlink(o[i].path) == 0 || errno == ENOENT)
@@ -796,14 +816,25 @@ static void cleanup_outputs(out_file *o, int n) {
   }
 }
 
-/* Whether two outputs, one a stream at least, are one (a character device written twice,
- * /dev/null, is not) */
+/* The object a stream output is (its own descriptor's, or the name's, not followed) */
+static int stream_stat(const da__output *o, struct stat *st) {
+  return o->fd >= 0 ? fstat(o->fd, st) : lstat(o->target, st);
+}
+
+/* Whether two outputs, one a stream at least, are one (the null device written twice is
+ * not; a terminal written twice is) */
 static int same_stream(const da__output *a, const da__output *b) {
   struct stat sa, sb;
-  const int ea = a->fd >= 0 ? fstat(a->fd, &sa) : stat(a->target, &sa);
-  const int eb = b->fd >= 0 ? fstat(b->fd, &sb) : stat(b->target, &sb);
-  if (ea != 0 || eb != 0) return a->fd >= 0 && a->fd == b->fd;
-  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !S_ISCHR(sa.st_mode);
+  if (stream_stat(a, &sa) != 0 || stream_stat(b, &sb) != 0) return a->fd >= 0 && a->fd == b->fd;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !(S_ISCHR(sa.st_mode) && sa.st_rdev == makedev(1, 3));
+}
+
+/* Whether output o is input path's file (a stream too: stdout opened onto q.npy) */
+static int output_is(const da__output *o, const char *path) {
+  struct stat so, si;
+  if (!o->stream) return da__cli_same_file(o->target, path);
+  return stream_stat(o, &so) == 0 && S_ISREG(so.st_mode) && stat(path, &si) == 0 && so.st_dev == si.st_dev &&
+         so.st_ino == si.st_ino;
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -854,8 +885,8 @@ static int cmd_run(int argc, char **argv) {
   const char *ins[4] = {config, qp, kp, vp}, *inflags[4] = {"the config", "--q", "--k", "--v"};
   for (int o = 0; o < 2; o++) {
     const da__output *t = o ? (lsep ? &lo : NULL) : &oo;
-    for (int i = 0; t && !t->stream && i < 4; i++)
-      if (ins[i] && da__cli_same_file(t->target, ins[i]))
+    for (int i = 0; t && i < 4; i++)
+      if (ins[i] && output_is(t, ins[i]))
         return fail(EXIT_INPUT, "%s %s is %s (%s): an output may not replace an input", o ? "--lse" : "-o",
                     o ? lsep : outp, inflags[i], ins[i]);
   }
@@ -1115,6 +1146,9 @@ static int dispatch(int argc, char **argv) {
 /* A command whose standard output could not be written (a full disk, /dev/full, a closed
  * descriptor) failed, whatever it did: exit 2 like any output that cannot be written. */
 int main(int argc, char **argv) {
+  /* a pipe's reader gone (`dilattn run -o /dev/stdout | head -c 10`, a FIFO's): EPIPE from
+   * the write, said and rolled back, not a silent death by SIGPIPE half-way through */
+  signal(SIGPIPE, SIG_IGN);
   int rc = dispatch(argc, argv);
   errno = 0;
   int bad = fflush(stdout) != 0;

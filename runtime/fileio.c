@@ -78,8 +78,8 @@ char *da__read_file(const char *path, size_t *len) {
 }
 
 unsigned da__output_mode(const char *path) {
-  struct stat st;
-  if (path && stat(path, &st) == 0) return st.st_mode & 0777;
+  struct stat st; /* (an existing regular file's own bits; never a link's target's) */
+  if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode)) return st.st_mode & 0777;
   unsigned mask = 022;
   FILE *f = fopen("/proc/self/status", "r");
   if (f) {
@@ -132,7 +132,7 @@ const char *da__split_path(const char *path, char *dir, size_t cap) {
 }
 
 /* The descriptor a name of the process's own descriptors names (/dev/stdout, /dev/stderr,
- * /dev/fd/N, /proc/self/fd/N), -1 for any other name */
+ * /dev/fd/N, /proc/self/fd/N, spelt so), -1 for any other name */
 static int own_fd(const char *path) {
   if (!strcmp(path, "/dev/stdout")) return 1;
   if (!strcmp(path, "/dev/stderr")) return 2;
@@ -142,66 +142,74 @@ static int own_fd(const char *path) {
 }
 
 int da__output_resolve(const char *path, da__output *o) {
-  char link[PATH_MAX], dir[PATH_MAX];
-  o->stream = 0, o->fd = -1;
+  o->stream = 0, o->fd = -1, o->own = 0;
   if (snprintf(o->target, sizeof o->target, "%s", path) >= (int)sizeof o->target) {
     errno = ENAMETOOLONG;
     return -1;
   }
-  for (int hops = 0;; hops++) {
-    const int fd = own_fd(o->target);
-    if (fd >= 0) { /* written to that descriptor as it is (its offset, O_APPEND, a socket) */
-      const int fl = fcntl(fd, F_GETFL);
-      if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY) { /* not open, or not for writing */
-        errno = EBADF;
-        return -1;
-      }
-      o->stream = 1, o->fd = fd;
-      return 0;
+  struct stat st;
+  const int fd = own_fd(path);
+  if (fd >= 0) { /* written to that descriptor as it stands (its offset, O_APPEND) */
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY || fstat(fd, &st) != 0) { /* not open, or not for writing */
+      errno = EBADF;
+      return -1;
     }
-    struct stat st;
-    if (lstat(o->target, &st) != 0) return errno == ENOENT ? 0 : -1; /* a new file (a dangling link's target too) */
-    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return 0;
-    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) { /* /dev/null, a named pipe: opened and written into */
-      o->stream = 1;
-      return 0;
-    }
-    if (!S_ISLNK(st.st_mode)) { /* a block device, a socket: never written */
+    if (S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode)) {
       errno = EINVAL;
       return -1;
     }
-    /* a link: followed where this user owns it (the rule fs.protected_symlinks applies in
-     * sticky folders: root must not write where another user's link in /tmp points); one
-     * of another's is the output itself, replaced, as a new file would be */
-    if (st.st_uid != geteuid()) return 0;
-    if (hops >= 40) {
-      errno = ELOOP;
-      return -1;
-    }
-    const ssize_t n = readlink(o->target, link, sizeof link - 1);
-    if (n < 0) return -1;
-    link[n] = '\0';
-    if (link[0] != '/' && !da__split_path(o->target, dir, sizeof dir)) return -1;
-    char next[PATH_MAX];
-    if (snprintf(next, sizeof next, "%s%s%s", link[0] == '/' ? "" : dir, link[0] == '/' ? "" : "/", link) >=
-        (int)sizeof next) {
-      errno = ENAMETOOLONG;
-      return -1;
-    }
-    memcpy(o->target, next, sizeof next);
+    o->stream = 1, o->fd = fd, o->own = 1;
+    return 0;
   }
+  /* the name itself, never followed: a symlink is replaced as a file would be (root must
+   * not write where another user's link in /tmp points) */
+  if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+  if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) { /* /dev/null, a named pipe: opened at da__output_open */
+    o->stream = 1;
+    return 0;
+  }
+  if (S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) { /* never written */
+    errno = EINVAL;
+    return -1;
+  }
+  return 0; /* a file, a link, a folder (the caller refuses that) */
+}
+
+int da__output_open(da__output *o) {
+  if (!o->stream || o->fd >= 0) return o->fd;
+  /* not through a link, not waiting for a FIFO's reader (ENXIO: none), and only what was
+   * resolved: a device or FIFO (swapped for a file meanwhile: refused) */
+  const int fd = open(o->target, O_WRONLY | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st;
+  const int fl = fcntl(fd, F_GETFL);
+  if (fstat(fd, &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) || fl < 0 ||
+      fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    close(fd);
+    errno = EINVAL;
+    return -1;
+  }
+  return o->fd = fd;
+}
+
+void da__output_release(da__output *o) {
+  if (o->fd >= 0 && !o->own) close(o->fd);
+  if (!o->own) o->fd = -1;
 }
 
 int da__output_is_stdout(const da__output *o) {
   struct stat a, b;
   if (!o->stream) return 0;
   if (o->fd == 1) return 1;
-  return fstat(1, &b) == 0 && (o->fd >= 0 ? fstat(o->fd, &a) : stat(o->target, &a)) == 0 && a.st_dev == b.st_dev &&
+  return fstat(1, &b) == 0 && (o->fd >= 0 ? fstat(o->fd, &a) : lstat(o->target, &a)) == 0 && a.st_dev == b.st_dev &&
          a.st_ino == b.st_ino && !S_ISCHR(a.st_mode);
 }
 
 const char *da__output_error(int e) {
-  return e == EINVAL ? "a block device or socket, which is not written" : strerror(e);
+  return e == EINVAL ? "a block device, socket or folder, which is not written"
+         : e == ENXIO ? "a FIFO with no reader"
+                      : strerror(e);
 }
 
 int da__output_tmp(const char *path, char *tmp, size_t cap) {
@@ -211,18 +219,10 @@ int da__output_tmp(const char *path, char *tmp, size_t cap) {
     errno = EINVAL;
     return -1;
   }
-  return da__tmp_beside(o.target, tmp, cap, (mode_t)da__output_mode(o.target));
+  return da__tmp_beside(path, tmp, cap, (mode_t)da__output_mode(path));
 }
 
-int da__output_commit(const char *tmp, const char *path) {
-  da__output o;
-  if (da__output_resolve(path, &o) != 0) return -1;
-  if (o.stream) {
-    errno = EINVAL;
-    return -1;
-  }
-  return rename(tmp, o.target);
-}
+int da__output_commit(const char *tmp, const char *path) { return rename(tmp, path); }
 
 /* data[0..len) written to fd whole; 0, or -1 with errno */
 static int write_all_fd(int fd, const void *data, size_t len) {
@@ -236,23 +236,14 @@ static int write_all_fd(int fd, const void *data, size_t len) {
   return 0;
 }
 
-int da__output_open(const da__output *o) {
-  if (o->fd >= 0) return o->fd;
-  return open(o->target, O_WRONLY | O_NOCTTY | O_CLOEXEC);
-}
-
-void da__output_close(const da__output *o, int fd) {
-  if (fd >= 0 && fd != o->fd) close(fd);
-}
-
 int da__write_output(const char *path, const void *data, size_t len) {
   da__output o;
   if (da__output_resolve(path, &o) != 0) return -1;
-  if (!o.stream) return da__write_file_atomic(o.target, data, len, da__output_mode(o.target));
+  if (!o.stream) return da__write_file_atomic(path, data, len, da__output_mode(path));
   const int fd = da__output_open(&o);
   if (fd < 0) return -1;
   const int rc = write_all_fd(fd, data, len), e = errno;
-  da__output_close(&o, fd);
+  da__output_release(&o);
   errno = e;
   return rc;
 }
@@ -260,10 +251,15 @@ int da__write_output(const char *path, const void *data, size_t len) {
 int da__can_write_beside(const char *path) {
   char probe[4500];
   da__output o;
+  const char *slash = strrchr(path, '/');
+  if (strlen(slash ? slash + 1 : path) > NAME_MAX) { /* (the probe's name is cut: the file's would not be) */
+    errno = ENAMETOOLONG;
+    return -1;
+  }
   if (da__output_resolve(path, &o) != 0) return -1;
-  if (o.fd >= 0) return 0;                      /* (the process's own, open for writing or not: said then) */
-  if (o.stream) return access(o.target, W_OK); /* (written into: da__write_output) */
-  const int fd = da__tmp_beside(o.target, probe, sizeof probe, 0600);
+  if (o.fd >= 0) return 0;                      /* (the process's own, open for writing) */
+  if (o.stream) return access(o.target, W_OK); /* (opened when written: never here, a FIFO's reader would see its end) */
+  const int fd = da__tmp_beside(path, probe, sizeof probe, 0600);
   if (fd < 0) return -1;
   close(fd);
   unlink(probe);

@@ -26,13 +26,13 @@ DA_HIDDEN FILE *da__fopen_regular(const char *path, long long max);
  * permission bits. 0 on success, -1 with errno set. */
 DA_HIDDEN int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode);
 
-/* A user's output file: path resolved as da__output_resolve says (a link's target
- * replaced, a device or FIFO written into), then da__write_file_atomic with the target's
- * own mode (da__output_mode). */
+/* A user's output: a file (da__output_resolve) by da__write_file_atomic with its own mode
+ * (da__output_mode), a stream written into. */
 DA_HIDDEN int da__write_output(const char *path, const void *data, size_t len);
 
-/* Permission bits for an output file written over path: an existing file's own, else
- * 0666 less the process umask (read without changing it: umask(2) would race threads). */
+/* Permission bits for an output file written over path: an existing regular file's own
+ * (not a link's target's), else 0666 less the process umask (read without changing it:
+ * umask(2) would race threads). */
 DA_HIDDEN unsigned da__output_mode(const char *path);
 
 /* "<path>.<tag>-XXXXXX" into tmp (a mkstemp template), path's name cut short where the
@@ -42,42 +42,44 @@ DA_HIDDEN int da__tmp_name(const char *path, const char *tag, char *tmp, size_t 
  * set and nothing left. */
 DA_HIDDEN int da__tmp_beside(const char *path, char *tmp, size_t cap, unsigned mode);
 
-/* Where an output named path goes (da__output_resolve): target, the file to write
- * (symlinks this user owns followed, a dangling one's target included, so that a link
- * stays a link; another user's link is the output itself, replaced, as fs.protected_symlinks
- * would have it in /tmp); stream set where it is written into rather than replaced: fd >= 0
- * for a name of the process's own descriptors (/dev/stdout, /dev/stderr, /dev/fd/N,
- * /proc/self/fd/N: written to that descriptor as it stands, its offset and O_APPEND), else a
- * character device (/dev/null) or FIFO opened by name. 0, or -1 with errno (EINVAL: a block
- * device or socket, never written; ELOOP, ENAMETOOLONG, EBADF). */
+/* What an output named path is (da__output_resolve), never following a link at its end:
+ * stream 0, a file to write whole or not at all (a new name, a regular file, a symlink:
+ * replaced, never written through, so that root cannot be made to write where another
+ * user's link in /tmp points; a folder, which the caller refuses); stream 1, written into:
+ * own (fd >= 0 at once) for a name of the process's own descriptors spelt /dev/stdout,
+ * /dev/stderr, /dev/fd/N or /proc/self/fd/N (written to that descriptor as it stands: its
+ * offset, O_APPEND), else a character device or FIFO, opened by da__output_open. 0, or -1
+ * with errno (EINVAL: a block device or socket, never written; EBADF: a descriptor not
+ * open for writing; ENAMETOOLONG). */
 typedef struct {
-  char target[PATH_MAX];
-  int stream, fd;
+  char target[PATH_MAX]; /* the name */
+  int stream, fd, own;
 } da__output;
 DA_HIDDEN int da__output_resolve(const char *path, da__output *o);
+/* A stream's descriptor: opened now for a device or FIFO (not through a link, and only
+ * if it still is one; ENXIO: a FIFO with no reader, not waited for). -1 with errno. */
+DA_HIDDEN int da__output_open(da__output *o);
+/* Closes what da__output_open opened (never the process's own descriptors) */
+DA_HIDDEN void da__output_release(da__output *o);
 /* Whether the stream o is the process's standard output (fd 1, or the pipe or file it is;
  * not a character device such as a terminal shared with stderr) */
 DA_HIDDEN int da__output_is_stdout(const da__output *o);
-/* The message of da__output_resolve's errno */
+/* The message of da__output_resolve's or da__output_open's errno */
 DA_HIDDEN const char *da__output_error(int e);
-/* A stream output's descriptor to write (its own, or opened by name: -1 with errno), and
- * closing it (never the process's own) */
-DA_HIDDEN int da__output_open(const da__output *o);
-DA_HIDDEN void da__output_close(const da__output *o, int fd);
 
 /* A new empty file for an output to path, a file (da__output_resolve; EINVAL for a stream:
- * da__write_output writes those): "<target>.tmp-XXXXXX" with the permission bits the
- * target is to have (da__output_mode: mkstemp's are 0600), its name into tmp. Its
- * descriptor, or -1 with errno set and nothing left behind. The caller writes it, then
- * da__output_commit (or unlinks it). */
+ * da__write_output writes those): "<path>.tmp-XXXXXX" with the permission bits path is to
+ * have (da__output_mode: mkstemp's are 0600), its name into tmp. Its descriptor, or -1
+ * with errno set and nothing left behind. The caller writes it, then da__output_commit
+ * (or unlinks it). */
 DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
 
-/* tmp (da__output_tmp's) renamed over path's target. 0, or -1 with errno. */
+/* tmp (da__output_tmp's) renamed over path. 0, or -1 with errno. */
 DA_HIDDEN int da__output_commit(const char *tmp, const char *path);
 
-/* 0 when a file can be made beside path's target (da__output_resolve; a temp file made
- * there and removed: checked before long work whose result goes there), or a stream
- * target can be written, else -1 with errno set. */
+/* 0 when a file can be made beside path (a temp file made there and removed: checked
+ * before long work whose result goes there), or path is a stream that looks writable
+ * (da__output_resolve; a device or FIFO is not opened here), else -1 with errno set. */
 DA_HIDDEN int da__can_write_beside(const char *path);
 
 /* A file's path split at its last '/': the folder into dir ("." where there is no '/',

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,7 +253,11 @@ static void sweep_stale_builds(void) {
     struct dirent *f;
     while (only && (f = readdir(b)) != NULL) {
       int known = !strcmp(f->d_name, ".") || !strcmp(f->d_name, "..");
-      for (int i = 0; build_files[i] && !known; i++) known = !strcmp(f->d_name, build_files[i]);
+      char q[4800];
+      struct stat fs;
+      snprintf(q, sizeof q, "%s/%s", p, f->d_name);
+      for (int i = 0; build_files[i] && !known; i++) /* (a build's name, a regular file) */
+        known = !strcmp(f->d_name, build_files[i]) && lstat(q, &fs) == 0 && S_ISREG(fs.st_mode);
       only = known;
     }
     if (b) closedir(b);
@@ -313,9 +318,19 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
   posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  /* the compiler with SIGPIPE's default action, whatever the program ignores (Python and
+   * the CLI ignore it; a compiler driver's pipes expect it) */
+  posix_spawnattr_t at;
+  sigset_t dflt;
+  posix_spawnattr_init(&at);
+  sigemptyset(&dflt);
+  sigaddset(&dflt, SIGPIPE);
+  posix_spawnattr_setsigdefault(&at, &dflt);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
   pid_t pid;
-  int rc = posix_spawnp(&pid, w[0], &fa, NULL, argv, environ);
+  int rc = posix_spawnp(&pid, w[0], &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
   if (rc != 0) {
     remove_dir(dir, build_files);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,

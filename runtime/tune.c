@@ -526,8 +526,26 @@ int da__cmd_tune(int argc, char **argv) {
   }
   int bad = 0;
   for (int i = 0; i < nconf; i++) bad |= da__cli_load_config(configs[i], &specs[i]) != 0;
-  /* where the plot and the CSV go: an existing folder, not a folder themselves */
+  /* where the plot and the CSV go: an existing folder, not a folder themselves; several
+   * configs' plots are PLOT.N.png, files beside PLOT (checked each, and never beside a
+   * stream: /dev/null.0.png) */
   const char *outs[2] = {csv_path, plot}, *flags[2] = {"-o", "--plot"};
+  if (plot && nconf > 1 && !bad) {
+    da__output po;
+    if (da__output_resolve(plot, &po) == 0 && po.stream) {
+      fprintf(stderr, "dilattn: error: tune: --plot %s: a stream takes one config's plot (%d configs: PLOT.N.png "
+                      "files)\n", plot, nconf);
+      bad = 1;
+    }
+    for (int i = 0; i < nconf && !bad; i++) {
+      char pl[4300];
+      snprintf(pl, sizeof pl, "%s.%d.png", plot, i);
+      if (da__can_write_beside(pl) != 0) {
+        fprintf(stderr, "dilattn: error: tune: --plot %s: cannot write %s: %s\n", plot, pl, da__output_error(errno));
+        bad = 1;
+      }
+    }
+  }
   for (int i = 0; i < 2 && !bad; i++) {
     if (!outs[i]) continue;
     char dir[4200];

@@ -421,8 +421,10 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
 da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n) {
   char lock[4200];
   snprintf(lock, sizeof lock, "%s.lock", path);
-  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  DA_RETURN_IF(fd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock, strerror(errno));
+  /* (not through a link: another user's <db>.lock -> /etc/nologin made root create it) */
+  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  DA_RETURN_IF(fd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock,
+               errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
   while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
   }
   da__tune_record *old = NULL;

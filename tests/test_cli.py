@@ -312,15 +312,19 @@ def test_run_special_outputs(tmp):
     d = os.path.join(tmp, "special")
     os.mkdir(d)
     args = golden_run_args()
-    # a symlink, and a dangling one: the links stay, their targets are written
+    # a symlink, and a dangling one: replaced by the new file, never written through (root
+    # must not write where another user's link in /tmp points), their targets untouched
     for target in ("real.npy", "dangling-target.npy"):
         link = os.path.join(d, "link-" + target)
         if target == "real.npy":
             open(os.path.join(d, target), "wb").write(b"old")
         os.symlink(target, link)
         rc, so, err = run("run", *args, "-o", link)
-        check(rc == 0 and os.path.islink(link) and np.load(os.path.join(d, target)).ndim == 4,
-              f"run -o <a symlink to {target}>: exit {rc}, link {'kept' if os.path.islink(link) else 'REPLACED'}: {err}")
+        untouched = (open(os.path.join(d, target), "rb").read() == b"old" if target == "real.npy"
+                     else not os.path.exists(os.path.join(d, target)))
+        check(rc == 0 and not os.path.islink(link) and np.load(link).ndim == 4 and untouched,
+              f"run -o <a symlink to {target}>: exit {rc}, link {'kept' if os.path.islink(link) else 'replaced'}, "
+              f"target {'untouched' if untouched else 'WRITTEN'}: {err}")
     # a FIFO: written into (a reader waiting on it gets the NPY)
     fifo = os.path.join(d, "fifo")
     os.mkfifo(fifo)
@@ -331,15 +335,40 @@ def test_run_special_outputs(tmp):
     reader.join(30)
     check(rc == 0 and stat.S_ISFIFO(os.stat(fifo).st_mode) and got and got[0][:6] == b"\x93NUMPY",
           f"run -o <a FIFO>: exit {rc}, {len(got[0]) if got else 0} bytes read: {err}")
-    # stdout: the NPY on stdout, the summary on stderr; through a link of our own as
-    # /dev/stdout is one (never /dev/stdout itself: a broken build would replace it)
-    own = os.path.join(d, "stdout")
-    os.symlink("/proc/self/fd/1", own)
-    for o in ("/proc/self/fd/1", own):
+    # stdout by its descriptor's names: the NPY on stdout, the summary on stderr (never
+    # /dev/stdout itself here: a broken build would replace it); a link of ours to one is a
+    # link like any other, replaced
+    for o in ("/proc/self/fd/1", "/dev/fd/1"):
         p = subprocess.run([DILATTN, "run", *args, "-o", o], capture_output=True)
         check(p.returncode == 0 and p.stdout[:6] == b"\x93NUMPY" and b'"kernel"' in p.stderr,
               f"run -o {o}: exit {p.returncode}, stdout {p.stdout[:8]!r}, stderr {p.stderr[-200:]!r}")
-    check(os.path.islink(own), "the link to /proc/self/fd/1 was replaced")
+    own = os.path.join(d, "stdout")
+    os.symlink("/proc/self/fd/1", own)
+    p = subprocess.run([DILATTN, "run", *args, "-o", own], capture_output=True)
+    check(p.returncode == 0 and not os.path.islink(own) and np.load(own).ndim == 4 and b'"kernel"' in p.stdout,
+          f"run -o <a link to /proc/self/fd/1>: exit {p.returncode}: {p.stderr[-200:]!r}")
+    # a FIFO with no reader: refused at once (it waited for one forever), nothing replaced;
+    # a reader that leaves early: exit 2 with a message (SIGPIPE killed it half-way), the
+    # file outputs as they were
+    lonely = os.path.join(d, "lonely")
+    os.mkfifo(lonely)
+    keep = os.path.join(d, "keep.npy")
+    open(keep, "wb").write(b"keep")
+    try:
+        p = subprocess.run([DILATTN, "run", *args, "-o", keep, "--lse", lonely], capture_output=True, timeout=60)
+        check(p.returncode == 2 and b"no reader" in p.stderr and open(keep, "rb").read() == b"keep",
+              f"run --lse <a FIFO with no reader>: exit {p.returncode}: {p.stderr[-200:]!r}")
+    except subprocess.TimeoutExpired:
+        check(False, "run --lse <a FIFO with no reader> hung")
+    p = subprocess.Popen([DILATTN, "run", *args, "-o", "/proc/self/fd/1", "--lse", keep], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.read(10)
+    p.stdout.close()
+    err = p.stderr.read()
+    p.wait(60)
+    check(p.returncode == 2 and b"Broken pipe" in err and open(keep, "rb").read() == b"keep",
+          f"run -o <stdout, its reader gone after 10 bytes>: exit {p.returncode}, --lse "
+          f"{'kept' if open(keep, 'rb').read() == b'keep' else 'REPLACED'}: {err[-200:]!r}")
     # a character device (a private copy of /dev/null, made where we may: as root)
     if os.geteuid() == 0:
         dev = os.path.join(d, "null")
@@ -357,7 +386,7 @@ def test_run_special_outputs(tmp):
     data = open(log, "rb").read()
     check(p.returncode == 0 and data[:1000] == b"x" * 1000 and data[1000:1006] == b"\x93NUMPY",
           f"run -o <stdout appending to a log>: exit {p.returncode}, log starts {data[:8]!r}, at 1000 {data[1000:1008]!r}")
-    p = subprocess.run([DILATTN, "run", *args, "-o", "/proc/self/fd/1", "--lse", own], capture_output=True)
+    p = subprocess.run([DILATTN, "run", *args, "-o", "/proc/self/fd/1", "--lse", "/dev/fd/1"], capture_output=True)
     check(p.returncode == 2 and b"same file" in p.stderr, f"run -o stdout --lse stdout: exit {p.returncode}: {p.stderr}")
     if os.geteuid() == 0:
         # another user's link (in a sticky folder, say /tmp) is not followed: it is replaced,

@@ -365,6 +365,23 @@ try:
     check(p.returncode == 0 and p2.returncode == 0 and os.stat(mdb).st_mode & 0o777 == 0o640,
           f"database mode after a merge: {oct(os.stat(mdb).st_mode & 0o777)} (want 0o640): {p2.stderr[-200:]}")
 
+    # 18. refused before the sweep (helper-57): several configs' plots to a stream (they were
+    # PLOT.0.png beside /dev/null), PLOT.N.png names past NAME_MAX (found after the sweep
+    # and its merge), a <db>.lock that is a symlink (root created where it pointed)
+    db18 = os.path.join(tmp, "db18.jsonl")
+    fifo = os.path.join(tmp, "plot-fifo")
+    os.mkfifo(fifo)
+    for plot_arg, why in ((fifo, "takes one config"), (os.path.join(tmp, "q" * 250 + ".png"), "File name too long")):
+        p = run("tune", cfg_a, cfg_b, "--seq-len", "16", "--reps", "1", "--plot", plot_arg, "--db", db18)
+        check(p.returncode == 2 and why in p.stderr and not os.path.exists(db18) and not p.stdout,
+              f"tune --plot {plot_arg[-20:]} of two configs: exit {p.returncode}: {p.stderr[-200:]}")
+    target = os.path.join(tmp, "lock-target")
+    os.symlink(target, db18 + ".lock")
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", db18)
+    check(p.returncode != 0 and not os.path.exists(target) and "symbolic link" in p.stderr,
+          f"tune --db with <db>.lock a symlink: exit {p.returncode}, target {'MADE' if os.path.exists(target) else 'not made'}: "
+          f"{p.stderr[-200:]}")
+
     # 17. a sweep interrupted (SIGINT, ^C) leaves nothing beside its CSV (it left a temp file
     # each time: helper-55), and the database as it was
     import signal
