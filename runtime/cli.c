@@ -714,7 +714,7 @@ int da__cli_same_file(const char *a, const char *b) {
 /* One output of `run`: written to a temp file beside its target, renamed into place only
  * when every output was written (the one before restored if a later rename fails). */
 typedef struct {
-  const char *flag, *path; /* path: the target (da__output_resolve) */
+  const char *flag, *path;
   da__output *out;         /* out->stream: written into after the files are in place, never replaced */
   char tmp[4200], bak[4200];
   int have_tmp, have_bak;
@@ -727,7 +727,7 @@ typedef struct {
 static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *shape, const void *data) {
   o->dt = dt, o->ndim = ndim, o->shape = shape, o->data = data;
   if (o->out->stream) return EXIT_OK;
-  int fd = da__output_tmp(o->path, o->tmp, sizeof o->tmp);
+  int fd = da__tmp_beside(o->path, o->tmp, sizeof o->tmp, da__output_mode(o->path)); /* (a file: resolved) */
   if (fd < 0) return fail(EXIT_INPUT, "%s %s: cannot create a temporary file beside it: %s", o->flag, o->path,
                           strerror(errno));
   o->have_tmp = 1;
@@ -818,7 +818,7 @@ static void cleanup_outputs(out_file *o, int n) {
 
 /* The object a stream output is (its own descriptor's, or the name's, not followed) */
 static int stream_stat(const da__output *o, struct stat *st) {
-  return o->fd >= 0 ? fstat(o->fd, st) : lstat(o->target, st);
+  return o->fd >= 0 ? fstat(o->fd, st) : lstat(o->name, st);
 }
 
 /* Whether two outputs, one a stream at least, are one (the null device written twice is
@@ -832,7 +832,7 @@ static int same_stream(const da__output *a, const da__output *b) {
 /* Whether output o is input path's file (a stream too: stdout opened onto q.npy) */
 static int output_is(const da__output *o, const char *path) {
   struct stat so, si;
-  if (!o->stream) return da__cli_same_file(o->target, path);
+  if (!o->stream) return da__cli_same_file(o->name, path);
   return stream_stat(o, &so) == 0 && S_ISREG(so.st_mode) && stat(path, &si) == 0 && so.st_dev == si.st_dev &&
          so.st_ino == si.st_ino;
 }
@@ -871,16 +871,16 @@ static int cmd_run(int argc, char **argv) {
   else if (!strcmp(backend_s, "host")) backend = DA_BACKEND_HOST;
   else if (!strcmp(backend_s, "cuda")) backend = DA_BACKEND_CUDA;
   else return fail(EXIT_INPUT, "--backend: '%s' is not auto, host or cuda", backend_s);
-  /* the outputs: their targets (a symlink of this user's: its target is replaced, the link
-   * kept; a device, FIFO or the process's own descriptor such as /dev/stdout: written into,
-   * not replaced) */
+  /* the outputs: files, written whole (a symlink among them replaced, never written
+   * through), or streams written into (a device, a FIFO, the process's own descriptor such
+   * as /dev/stdout): da__output_resolve */
   da__output oo, lo;
   if (da__output_resolve(outp, &oo) != 0) return fail(EXIT_INPUT, "-o %s: %s", outp, da__output_error(errno));
   if (lsep && da__output_resolve(lsep, &lo) != 0)
     return fail(EXIT_INPUT, "--lse %s: %s", lsep, da__output_error(errno));
-  /* two distinct files, neither a folder nor an input (checked before anything runs); two
-   * streams only where both are a character device (/dev/null twice) */
-  if (lsep && (oo.stream || lo.stream ? same_stream(&oo, &lo) : da__cli_same_file(oo.target, lo.target)))
+  /* two distinct outputs (the null device may be both), neither a folder nor an input
+   * (checked before anything runs) */
+  if (lsep && (oo.stream || lo.stream ? same_stream(&oo, &lo) : da__cli_same_file(outp, lsep)))
     return fail(EXIT_INPUT, "-o %s and --lse %s name the same file", outp, lsep);
   const char *ins[4] = {config, qp, kp, vp}, *inflags[4] = {"the config", "--q", "--k", "--v"};
   for (int o = 0; o < 2; o++) {
@@ -891,13 +891,13 @@ static int cmd_run(int argc, char **argv) {
                     o ? lsep : outp, inflags[i], ins[i]);
   }
   struct stat ost;
-  if (stat(oo.target, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
-  if (lsep && stat(lo.target, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
+  if (stat(outp, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "-o %s: is a folder", outp);
+  if (lsep && stat(lsep, &ost) == 0 && S_ISDIR(ost.st_mode)) return fail(EXIT_INPUT, "--lse %s: is a folder", lsep);
   /* and their folders writable (a stream: itself): found now, not after the inputs were
    * read and the kernel ran */
-  if (da__can_write_beside(oo.target) != 0)
+  if (da__can_write_beside(outp) != 0)
     return fail(EXIT_INPUT, "-o %s: cannot write there: %s", outp, strerror(errno));
-  if (lsep && da__can_write_beside(lo.target) != 0)
+  if (lsep && da__can_write_beside(lsep) != 0)
     return fail(EXIT_INPUT, "--lse %s: cannot write there: %s", lsep, strerror(errno));
 
   da_spec spec;
@@ -945,8 +945,8 @@ static int cmd_run(int argc, char **argv) {
     if (st != DA_OK) rc = fail(run_exit_code(st), "run: %s", da_context_last_error(ctx));
   }
   if (rc == EXIT_OK) { /* both outputs or neither; an existing file is replaced only by a whole new one */
-    out_file of[2] = {{.flag = "-o", .path = oo.target, .out = &oo},
-                      {.flag = "--lse", .path = lsep ? lo.target : NULL, .out = &lo}};
+    out_file of[2] = {{.flag = "-o", .path = outp, .out = &oo},
+                      {.flag = "--lse", .path = lsep, .out = &lo}};
     int nof = lsep ? 2 : 1;
     int64_t shp[3] = {B, spec.num_heads, N};
     rc = stage_output(&of[0], q.dtype, 4, q.shape, out);

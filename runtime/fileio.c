@@ -143,7 +143,7 @@ static int own_fd(const char *path) {
 
 int da__output_resolve(const char *path, da__output *o) {
   o->stream = 0, o->fd = -1, o->own = 0;
-  if (snprintf(o->target, sizeof o->target, "%s", path) >= (int)sizeof o->target) {
+  if (snprintf(o->name, sizeof o->name, "%s", path) >= (int)sizeof o->name) {
     errno = ENAMETOOLONG;
     return -1;
   }
@@ -180,7 +180,7 @@ int da__output_open(da__output *o) {
   if (!o->stream || o->fd >= 0) return o->fd;
   /* not through a link, not waiting for a FIFO's reader (ENXIO: none), and only what was
    * resolved: a device or FIFO (swapped for a file meanwhile: refused) */
-  const int fd = open(o->target, O_WRONLY | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  const int fd = open(o->name, O_WRONLY | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return -1;
   struct stat st;
   const int fl = fcntl(fd, F_GETFL);
@@ -202,7 +202,7 @@ int da__output_is_stdout(const da__output *o) {
   struct stat a, b;
   if (!o->stream) return 0;
   if (o->fd == 1) return 1;
-  return fstat(1, &b) == 0 && (o->fd >= 0 ? fstat(o->fd, &a) : lstat(o->target, &a)) == 0 && a.st_dev == b.st_dev &&
+  return fstat(1, &b) == 0 && (o->fd >= 0 ? fstat(o->fd, &a) : lstat(o->name, &a)) == 0 && a.st_dev == b.st_dev &&
          a.st_ino == b.st_ino && !S_ISCHR(a.st_mode);
 }
 
@@ -221,8 +221,6 @@ int da__output_tmp(const char *path, char *tmp, size_t cap) {
   }
   return da__tmp_beside(path, tmp, cap, (mode_t)da__output_mode(path));
 }
-
-int da__output_commit(const char *tmp, const char *path) { return rename(tmp, path); }
 
 /* data[0..len) written to fd whole; 0, or -1 with errno */
 static int write_all_fd(int fd, const void *data, size_t len) {
@@ -258,7 +256,7 @@ int da__can_write_beside(const char *path) {
   }
   if (da__output_resolve(path, &o) != 0) return -1;
   if (o.fd >= 0) return 0;                      /* (the process's own, open for writing) */
-  if (o.stream) return access(o.target, W_OK); /* (opened when written: never here, a FIFO's reader would see its end) */
+  if (o.stream) return access(o.name, W_OK); /* (opened when written: never here, a FIFO's reader would see its end) */
   const int fd = da__tmp_beside(path, probe, sizeof probe, 0600);
   if (fd < 0) return -1;
   close(fd);

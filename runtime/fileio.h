@@ -52,7 +52,7 @@ DA_HIDDEN int da__tmp_beside(const char *path, char *tmp, size_t cap, unsigned m
  * with errno (EINVAL: a block device or socket, never written; EBADF: a descriptor not
  * open for writing; ENAMETOOLONG). */
 typedef struct {
-  char target[PATH_MAX]; /* the name */
+  char name[PATH_MAX]; /* path (the name written, never a resolved one) */
   int stream, fd, own;
 } da__output;
 DA_HIDDEN int da__output_resolve(const char *path, da__output *o);
@@ -70,12 +70,9 @@ DA_HIDDEN const char *da__output_error(int e);
 /* A new empty file for an output to path, a file (da__output_resolve; EINVAL for a stream:
  * da__write_output writes those): "<path>.tmp-XXXXXX" with the permission bits path is to
  * have (da__output_mode: mkstemp's are 0600), its name into tmp. Its descriptor, or -1
- * with errno set and nothing left behind. The caller writes it, then da__output_commit
+ * with errno set and nothing left behind. The caller writes it, then renames it over path
  * (or unlinks it). */
 DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
-
-/* tmp (da__output_tmp's) renamed over path. 0, or -1 with errno. */
-DA_HIDDEN int da__output_commit(const char *tmp, const char *path);
 
 /* 0 when a file can be made beside path (a temp file made there and removed: checked
  * before long work whose result goes there), or path is a stream that looks writable

@@ -705,12 +705,15 @@ typedef struct {
 } tview;
 
 /* tv's span; 0 on overflow of int64 (or of the address space from base). */
+/* Whether tv's bytes [base, base + span) end within the address space */
+static int span_fits(const tview *tv) { return (uintptr_t)tv->span <= UINTPTR_MAX - tv->base; }
+
 static int tensor_span(tview *tv) {
   int64_t last = 0, t;
   for (int i = 0; i < 4; i++)
     if (__builtin_mul_overflow(tv->ext[i] - 1, tv->str[i], &t) || __builtin_add_overflow(last, t, &last)) return 0;
   if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, (int64_t)tv->esize, &tv->span)) return 0;
-  return (uintptr_t)tv->span <= UINTPTR_MAX - tv->base;
+  return span_fits(tv);
 }
 
 /* Dimension order by stride (ascending) of those with an extent above 1 in a or b; the
@@ -830,7 +833,7 @@ static da_status check_tensors(const da_context *ctx, const da_spec *s, const da
   t[5].span = a->workspace ? (int64_t)(a->workspace_bytes > INT64_MAX ? INT64_MAX : a->workspace_bytes) : 0;
   DA_RETURN_IF(a->workspace && t[5].base % 4, DA_ERR_INVALID_ARGUMENT, "workspace (%p) is not aligned to 4 bytes",
                a->workspace);
-  DA_RETURN_IF(a->workspace && (uintptr_t)t[5].span > UINTPTR_MAX - t[5].base, DA_ERR_INVALID_ARGUMENT,
+  DA_RETURN_IF(a->workspace && !span_fits(&t[5]), DA_ERR_INVALID_ARGUMENT,
                "workspace: %p + %zu bytes passes the end of the address space", a->workspace, a->workspace_bytes);
   /* out, lse and the workspace: none shares a byte with another or an input */
   for (int i = 3; i < 6; i++)

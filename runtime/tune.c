@@ -271,12 +271,12 @@ static const char *csv_field(const char *s, int slot) {
   return o;
 }
 
-/* Tune one config (its spec loaded already): 0, or 3 when every candidate tried failed to
- * compile, 4 when no candidate ran otherwise or the database could not be merged;
- * *plot_failed set when the chart could not be written. */
 /* where each config's summary line goes: stdout, or stderr where -o or --plot is stdout */
 static FILE *summary_to;
 
+/* Tune one config (its spec loaded already): 0, or 3 when every candidate tried failed to
+ * compile, 4 when no candidate ran otherwise or the database could not be merged;
+ * *plot_failed set when the chart could not be written. */
 static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t B, da_backend backend, int reps,
                     int threads, FILE *csv, const char *plot, const char *db, int *plot_failed) {
   da_spec s = *spec;

@@ -460,7 +460,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
       for (int j = 0; j < n; j++) format_record(&recs[j], f);
       int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
       ok = fclose(f) == 0 && ok;
-      if (!ok || da__output_commit(tmp, path) != 0) {
+      if (!ok || rename(tmp, path) != 0) {
         unlink(tmp);
         st = da__set_error(ctx, DA_ERR_IO, "tuning db: cannot replace %s: %s", path, strerror(errno));
       }
