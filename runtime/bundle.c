@@ -25,6 +25,7 @@ typedef struct {
   char arch[32], key[65], source_key[65], sha256[65];
   char manifest[65];            /* SHA-256 of the bundle's manifest text */
   char *kernel, *origin, *path; /* path: file artifact, NULL when embedded */
+  char *compiler;               /* a host artifact's CC as the manifest records it; NULL: none recorded */
   const unsigned char *data;    /* embedded artifact (lives as long as the program) */
   size_t size;
   int warned;
@@ -70,7 +71,8 @@ da__bundles *da__bundles_create(void) {
 
 void da__bundles_destroy(da__bundles *b) {
   if (!b) return;
-  for (size_t i = 0; i < b->n; i++) free(b->arts[i].kernel), free(b->arts[i].origin), free(b->arts[i].path);
+  for (size_t i = 0; i < b->n; i++)
+    free(b->arts[i].kernel), free(b->arts[i].origin), free(b->arts[i].path), free(b->arts[i].compiler);
   free(b->arts);
   pthread_mutex_destroy(&b->mu);
   free(b);
@@ -129,7 +131,8 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
       const char *arch = str_member(a, "arch"), *file = str_member(a, "file");
       json_t *jsize = json_object_get(a, "size"); /* an integer: a string or a real is no size */
       json_int_t size = json_integer_value(jsize);
-      if (!arch || strlen(arch) >= 32 || !da__is_hex(str_member(a, "key"), 64) || !da__is_hex(str_member(a, "sha256"), 64) ||
+      json_t *jcc = json_object_get(a, "compiler"); /* (optional: a host artifact's CC) */
+      if ((jcc && !json_is_string(jcc)) || !arch || strlen(arch) >= 32 || !da__is_hex(str_member(a, "key"), 64) || !da__is_hex(str_member(a, "sha256"), 64) ||
           !file || strchr(file, '/') || !json_is_integer(jsize) || size < 0) {
         st = da__set_error(ctx, DA_ERR_PARSE, "bundle %s: kernels[%zu].artifacts[%zu] is incomplete or invalid", origin,
                            ki, ai);
@@ -165,15 +168,16 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
       t->size = (size_t)json_integer_value(json_object_get(a, "size"));
       t->kernel = strdup(str_member(k, "kernel"));
       t->origin = strdup(origin);
-      const char *file = str_member(a, "file");
+      const char *file = str_member(a, "file"), *cc = str_member(a, "compiler");
+      if (cc) t->compiler = strdup(cc);
       if (dir) {
         if (asprintf(&t->path, "%s/%s", dir, file) < 0) t->path = NULL;
       } else {
         for (int i = 0; i < nblobs; i++)
           if (!strcmp(names[i], file)) t->data = blobs[i], t->size = sizes[i];
       }
-      if (t->kernel && t->origin && (t->path || t->data)) b->n++;
-      else free(t->kernel), free(t->origin), free(t->path);
+      if (t->kernel && t->origin && (t->path || t->data) && (t->compiler || !cc)) b->n++;
+      else free(t->kernel), free(t->origin), free(t->path), free(t->compiler);
     }
   }
   pthread_mutex_unlock(&b->mu);
@@ -220,7 +224,10 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
     if (data && len == copy.size && !strcmp(hex, copy.sha256)) {
       char where[600];
       snprintf(where, sizeof where, "bundle %.560s", copy.origin);
-      if (!accept || accept(user, where, NULL, data, len)) {
+      /* a host module's CC as recorded ("" where the manifest records none: manifests written
+       * before they recorded it), checked as the disk cache's are; a cubin's: NULL */
+      const char *cc = copy.compiler ? copy.compiler : strcmp(arch, "host") ? NULL : "";
+      if (!accept || accept(user, where, cc, data, len)) {
         *bytes = data;
         *n = len;
         return 1;

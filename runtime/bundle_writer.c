@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "runtime/fileio.h"
 #include "runtime/bundle_writer.h"
+#include "runtime/host_compiler.h"
 
 #include "gen/render.h"
 
@@ -85,6 +86,9 @@ static int write_manifest(const char *dir, const char *name, const da__bundle_it
       json_object_set_new(o, "file", json_string(it->art[a].file));
       json_object_set_new(o, "size", json_integer((json_int_t)it->art[a].size));
       json_object_set_new(o, "sha256", json_string(it->art[a].sha256));
+      /* a host module's C compiler (CC, options and all): a process whose CC has other
+       * options does not take it for its own build (kernel_cache.c accept_host) */
+      if (!strcmp(it->art[a].arch, "host")) json_object_set_new(o, "compiler", json_string(da__host_cc()));
       json_array_append_new(arts, o);
     }
     json_object_set_new(k, "artifacts", arts);

@@ -60,9 +60,8 @@ DA_HIDDEN int da__parallel_for(int n, int threads, int (*fn)(void *user, int i),
 
 /* Whether a build of a kernel by another compiler than this process's (a bundle's, the
  * disk cache's) is taken: it sees where the artifact is from (a bundle's origin, a file),
- * the compiler recorded with it (NULL for a bundle's, taken whoever built it: the program's
- * own artifacts; "" where the record names none) and its verified bytes; 1 takes it
- * (bundle.h, disk_cache.h). */
+ * the compiler recorded with it (a host module's CC; "" where the record names none; NULL
+ * for a bundle's cubin) and its verified bytes; 1 takes it (bundle.h, disk_cache.h). */
 typedef int (*da__artifact_accept)(void *user, const char *origin, const char *compiler, const void *bytes, size_t n);
 
 /* Return status st with a formatted detail when cond holds. Needs a `ctx` in scope. */

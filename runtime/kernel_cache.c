@@ -258,9 +258,10 @@ static da_status load_from_bytes(const da_context *ctx, const void *bytes, size_
  * instead, as before such modules were taken) */
 static int accept_host(void *user, const char *origin, const char *compiler, const void *bytes, size_t n) {
   const host_job *j = user;
-  /* the disk cache's: only a build whose CC had this one's options (another program: gcc for
-   * cc, clang); a debugging CC's -O0, -ffast-math or -fsanitize build is not another
-   * compiler's equivalent (a bundle's, the program's own, is taken whoever built it) */
+  /* a bundle's or the disk cache's: only a build whose CC had this one's options (another
+   * program: gcc for cc, clang); a debugging CC's -O0, -ffast-math or -fsanitize build is not
+   * another compiler's equivalent (a bundle's served over this CC's exact build, and its
+   * -ffast-math module lost the NaNs SEMANTICS.md keeps). "": the record names none */
   if (compiler && !da__host_cc_same_options(compiler, da__host_cc())) {
     da__log(DA_LOG_WARN, "%s: host kernel %s was built by %s%s%s, whose options are not those of this process's "
                          "CC='%s': not taken",

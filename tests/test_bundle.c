@@ -74,6 +74,26 @@ static void variant(const char *name, const char *expr, char *manifest_out, size
   snprintf(manifest_out, cap, "%s/%s/manifest.json", base, name);
 }
 
+/* Record this process's CC as the compiler of the host artifacts of manifest (the text
+ * a bundle built by it would hold): its module is then refused for what it is (it does not
+ * load here), not for its CC's other options (accept_host's first check) */
+static void record_this_cc(const char *manifest) {
+  size_t len = 0;
+  char *text = da__read_file(manifest, &len), *out = malloc(len + 4096), *o = out;
+  TU_CHECK(text && out, "read %s", manifest);
+  if (!text || !out) return;
+  const char *p = text, *at;
+  while ((at = strstr(p, "\"compiler\": \""))) {
+    at += strlen("\"compiler\": \"");
+    memcpy(o, p, (size_t)(at - p)), o += at - p;
+    o += sprintf(o, "%s", da__host_cc());
+    p = strchr(at, '"');
+  }
+  strcpy(o, p);
+  write_text(manifest, out);
+  free(text), free(out);
+}
+
 /* A manifest of one host artifact (key, source src) of size bytes with checksum sha, the
  * size member's JSON text as given. */
 static void one_artifact(char *text, size_t cap, const char *key, const char *src, const char *size, const char *sha) {
@@ -389,24 +409,50 @@ int main(int argc, char **argv) {
 
   /* 5b. built by another compiler (CC here is not the one gen ran with, so the artifact
    * key computed here differs): the bundle's build of the same source serves, with JIT off
-   * and with JIT on (no compile: a bundle is made to run without its compiler) */
+   * and with JIT on (no compile: a bundle is made to run without its compiler), where the
+   * CC that built it had this one's options (gcc for cc), as the disk cache's (5d). Where
+   * they differ, or the manifest does not say (one written before it recorded its CC), it
+   * is not taken: compiled here, or with JIT off an error saying so. A bundle built with
+   * CC='cc -ffast-math' was served over this CC's exact build, its NaNs lost. */
   {
     const char *was = getenv("CC");
-    char saved[512] = "";
+    char saved[512] = "", m_nocc[700], fdir[700], fmanifest[800], *fcmd = NULL;
     if (was) snprintf(saved, sizeof saved, "%s", was);
-    setenv("CC", "cc -DDILATTN_ANOTHER_COMPILER=1", 1);
-    for (int jit = 0; jit < 2; jit++) {
-      fresh_cache(jit ? "5b-jit" : "5b");
-      if (!jit) setenv("DILATTN_DISABLE_JIT", "1", 1);
-      da_context_create(&c);
-      TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "register: %s", da_context_last_error(c));
-      TU_CHECK(runs(c), "another compiler's bundle, JIT %s: %s", jit ? "on" : "off", da_context_last_error(c));
-      kc = da__context_kernels(c);
-      TU_CHECK(kc->bundle_hits == 1 && kc->builds == 0, "another compiler's bundle, JIT %s: bundle %lld builds %lld",
-               jit ? "on" : "off", kc->bundle_hits, kc->builds);
-      da_context_destroy(c);
-      unsetenv("DILATTN_DISABLE_JIT");
-    }
+    variant("nocc", "/\"compiler\": /d", m_nocc, sizeof m_nocc);
+    snprintf(fdir, sizeof fdir, "%s/fastmath", base);
+    snprintf(fmanifest, sizeof fmanifest, "%s/manifest.json", fdir);
+    TU_CHECK(asprintf(&fcmd, "mkdir -p %s && CC='cc -ffast-math' DILATTN_CACHE_DIR=%s/fm-cache %s gen %s --compile "
+                             "--bundle fm -o %s > /dev/null", fdir, base, argv[1], cfg, fdir) > 0 && system(fcmd) == 0,
+             "a bundle built with CC='cc -ffast-math'");
+    free(fcmd);
+    const struct {
+      const char *manifest, *cc;
+      int taken;
+    } cases[] = {
+        {manifest, "gcc", 1},                               /* another program, the same options */
+        {manifest, "cc -DDILATTN_ANOTHER_COMPILER=1", 0},   /* other options here */
+        {fmanifest, "cc", 0},                               /* other options in the bundle */
+        {m_nocc, "gcc", 0},                                 /* no record */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+      for (int jit = 0; jit < 2; jit++) {
+        setenv("CC", cases[i].cc, 1);
+        char cname[40];
+        snprintf(cname, sizeof cname, "5b-%zu-%d", i, jit);
+        fresh_cache(cname);
+        if (!jit) setenv("DILATTN_DISABLE_JIT", "1", 1);
+        da_context_create(&c);
+        TU_CHECK(da_context_register_bundle(c, cases[i].manifest) == DA_OK, "register: %s", da_context_last_error(c));
+        const int ok = runs(c);
+        kc = da__context_kernels(c);
+        TU_CHECK(cases[i].taken ? ok && kc->bundle_hits == 1 && kc->builds == 0
+                 : jit        ? ok && kc->bundle_hits == 0 && kc->builds == 1
+                              : !ok && strstr(da_context_last_error(c), "DILATTN_DISABLE_JIT"),
+                 "5b: case %zu (CC='%s'), JIT %s: ran %d, bundle %lld builds %lld (%s)", i, cases[i].cc,
+                 jit ? "on" : "off", ok, kc->bundle_hits, kc->builds, ok ? "" : da_context_last_error(c));
+        da_context_destroy(c);
+        unsetenv("DILATTN_DISABLE_JIT");
+      }
     if (was) setenv("CC", saved, 1);
     else unsetenv("CC");
   }
@@ -426,6 +472,7 @@ int main(int argc, char **argv) {
              "a bundle whose CC links libdilattnx");
     free(lcmd);
     snprintf(lmanifest, sizeof lmanifest, "%s/manifest.json", lbundle);
+    record_this_cc(lmanifest);
     compiled_not_bundled(lmanifest, "5c", "a bundle's module that does not load here");
   }
 
@@ -524,6 +571,7 @@ int main(int argc, char **argv) {
       if (was) setenv("CC", saved, 1);
       else unsetenv("CC");
       snprintf(emanifest, sizeof emanifest, "%s/manifest.json", ebundle);
+      record_this_cc(emanifest);
       compiled_not_bundled(emanifest, "5e-bundle", "5e: a bundle's module for another CPU");
     }
   }
