@@ -164,9 +164,14 @@ static int write_header(const char *dir, const char *name, const da__bundle_item
     fprintf(f, "static inline void %s_%s_spec(da_spec *s) {\n", name, id);
     write_spec_init(f, &it->spec);
     fprintf(f, "}\n\n");
+    const int host = !strcmp(it->target, "host");
+    if (host) /* (AUTO took the GPU on a machine with one: a JIT-compiled CUDA plan handed the
+                 host arrays _run takes, an illegal address) */
+      fprintf(f, "/* A host bundle: DA_BACKEND_AUTO is the host backend here (_run takes host arrays) */\n");
     fprintf(f, "static inline da_status %s_%s_plan(da_context *ctx, da_backend backend, da_plan **out) {\n"
                "  da_status st = %s_register(ctx);\n  if (st != DA_OK) return st;\n  da_spec s;\n  %s_%s_spec(&s);\n",
             name, id, name, name, id);
+    if (host) fprintf(f, "  if (backend == DA_BACKEND_AUTO) backend = DA_BACKEND_HOST;\n");
     if (it->cuda_mma) /* the instruction the bundled CUDA kernels were rendered for (gen --mma; 1: mma.sync), so
                          DILATTN_CUDA_MMA or the tuning database cannot send the plan past them */
       fprintf(f, "  da_plan_options o;\n  memset(&o, 0, sizeof o);\n  o.cuda_mma = %d;\n"

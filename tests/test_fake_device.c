@@ -1587,6 +1587,38 @@ static void child_old_nvrtc(void *a) {
            da_status_name(st), last_disk_hits, builds, err);
 }
 
+/* A host bundle's typed _plan with DA_BACKEND_AUTO on a machine with a GPU: a host plan, as
+ * its _run takes host arrays (it was a JIT-compiled CUDA plan, handed them: an illegal
+ * address on a GPU); DA_BACKEND_CUDA asked for by name stays a CUDA plan. A program built
+ * against the typed header (cc), run with the fake driver. */
+static void test_host_bundle_typed(const char *cli, const char *templates, const char *dir) {
+  char b[700], *cmd = NULL, lib[800];
+  snprintf(b, sizeof b, "%s/host-typed", dir);
+  snprintf(lib, sizeof lib, "%s", cli);
+  *strrchr(lib, '/') = '\0'; /* (libdilattn.so beside the CLI) */
+  int rc = asprintf(&cmd,
+                    "mkdir -p %s && cd %s && echo '{\"segment_lengths\":[32],\"dilation_rates\":[1],\"num_heads\":1,"
+                    "\"head_dim\":8}' > cfg.json && '%s' gen cfg.json --compile --bundle hb -o . > /dev/null && "
+                    "printf '%%s\\n' '#include <stdio.h>' '#include \"hb.h\"' 'int main(int c, char **v) {' "
+                    "'  da_context *ctx; da_plan *p; (void)v; da_context_create(&ctx);' "
+                    "'  if (hb_cfg_plan(ctx, c > 1 ? DA_BACKEND_CUDA : DA_BACKEND_AUTO, &p) != DA_OK) return 2;' "
+                    "'  printf(\"%%d\\\\n\", (int)da_plan_backend(p)); return 0; }' > prog.c && "
+                    "cc -o prog prog.c hb_bundle.c -I'%s/../include' -I. -L'%s' -Wl,-rpath,'%s' -ldilattn && "
+                    "./prog > auto.out && ./prog cuda > cuda.out",
+                    b, b, cli, templates, lib, lib) < 0 ? -1 : system(cmd);
+  free(cmd);
+  char path[900];
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/auto.out", b);
+  char *a = da__read_file(path, &len);
+  snprintf(path, sizeof path, "%s/cuda.out", b);
+  char *c = da__read_file(path, &len);
+  TU_CHECK(rc == 0 && a && atoi(a) == DA_BACKEND_HOST && c && atoi(c) == DA_BACKEND_CUDA,
+           "a host bundle's typed _plan: AUTO is the host backend (%s), CUDA by name a CUDA plan (%s) (rc %d)",
+           a ? a : "-", c ? c : "-", rc);
+  free(a), free(c);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI [LIBNVRTC_SHIM.so]]\n", argv[0]);
@@ -1672,6 +1704,7 @@ int main(int argc, char **argv) {
   test_capture(ctx, argv[1]);
   da_context_destroy(ctx);
   test_bundle_other_nvrtc(cache);
+  if (argc > 3) test_host_bundle_typed(argv[3], argv[2], cache);
   test_fallbacks(argv[2], cache);
   test_tuned(cache);
   char cmd[300];
