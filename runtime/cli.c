@@ -362,6 +362,55 @@ static int gen_units(const da_spec *spec, int conf, int cuda, int auto_mma, int 
   return n;
 }
 
+static int gen_output_is_input(const char *path, const char *const *configs, int nconf) {
+  for (int c = 0; c < nconf; c++)
+    if (da__cli_same_file(path, configs[c]))
+      return fail(EXIT_INPUT, "gen: %s would replace the config %s: an output may not replace an input (use another "
+                              "-o folder)", path, configs[c]);
+  return EXIT_OK;
+}
+
+/* gen's outputs in outdir that would replace an input (a config) or another bundle's
+ * manifest: an error naming it (EXIT_INPUT), else EXIT_OK. Sources and artifacts of the
+ * rendered units (every arch a cubin may be compiled as), and a bundle's three files.
+ * `dilattn gen manifest.json --bundle B -o .` made the config the manifest; two bundles
+ * written into one folder left the last one's manifest.json, the first's kernels missing
+ * from DILATTN_BUNDLES=DIR/manifest.json. */
+static int gen_check_outputs(const char *outdir, const char *const *configs, int nconf, const da__rendered *rendered,
+                             int nunit, int cuda, int compile, char archs[][16], int narch, const char *bundle) {
+  char path[4600];
+  int rc = EXIT_OK;
+  for (int u = 0; u < nunit && rc == EXIT_OK; u++) {
+    const char *kn = rendered[u].kernel_name;
+    snprintf(path, sizeof path, "%s/%s.%s", outdir, kn, cuda ? "cu" : "c");
+    rc = gen_output_is_input(path, configs, nconf);
+    if (compile && !cuda && rc == EXIT_OK) {
+      snprintf(path, sizeof path, "%s/%s.host.so", outdir, kn);
+      rc = gen_output_is_input(path, configs, nconf);
+    }
+    for (int a = -1; compile && cuda && a < narch && rc == EXIT_OK; a++) { /* (-1: sm_90a, the wgmma kernels') */
+      snprintf(path, sizeof path, "%s/%s.%s.cubin", outdir, kn, a < 0 ? "sm_90a" : archs[a]);
+      rc = gen_output_is_input(path, configs, nconf);
+    }
+  }
+  for (int b = 0; bundle && b < 3 && rc == EXIT_OK; b++) {
+    if (b == 0) snprintf(path, sizeof path, "%s/manifest.json", outdir);
+    else snprintf(path, sizeof path, "%s/%s%s", outdir, bundle, b == 1 ? ".h" : "_bundle.c");
+    rc = gen_output_is_input(path, configs, nconf);
+  }
+  if (bundle && rc == EXIT_OK) { /* another bundle's manifest (another name): not replaced */
+    snprintf(path, sizeof path, "%s/manifest.json", outdir);
+    json_t *m = json_load_file(path, 0, NULL);
+    const char *fmt = json_string_value(json_object_get(m, "format")), *name = json_string_value(json_object_get(m, "name"));
+    if (fmt && !strcmp(fmt, "dilattn-bundle") && name && strcmp(name, bundle))
+      rc = fail(EXIT_INPUT, "gen --bundle %s: %s is bundle %s's; writing %s there would replace it (DILATTN_BUNDLES "
+                            "naming it would lose %s's kernels): use another -o folder, or remove it first",
+                bundle, path, name, bundle, name);
+    json_decref(m);
+  }
+  return rc;
+}
+
 static int cmd_gen(int argc, char **argv) {
   const char *outdir = ".", *target = "host", *arch = NULL, *bundle = NULL, *mma = NULL;
   int report = 0, compile = 0, nconf = 0;
@@ -504,6 +553,8 @@ static int cmd_gen(int argc, char **argv) {
       nunit--, u--;
       break;
     }
+  if (rc == EXIT_OK)
+    rc = gen_check_outputs(outdir, configs, nconf, rendered, nunit, cuda, compile, archs, narch, bundle);
   /* compile every (kernel, arch) in parallel, then write: a compile that fails leaves
    * nothing written, not the configs before it. The jobs in config order, then --arch
    * order (under --mma auto a config's kernels do not follow it), and so its lines. */

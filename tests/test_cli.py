@@ -592,6 +592,31 @@ def test_gen_checks_first(tmp):
     check(rc == 2 and open(os.path.join(d2, "manifest.json")).read() == "keep\n"
           and not os.path.exists(os.path.join(d2, "nm2_bundle.c")) and not [f for f in os.listdir(d2) if ".tmp" in f],
           f"gen --bundle with its header path a folder: exit {rc}, {sorted(os.listdir(d2))}: {err}")
+    # an output that is a config (manifest.json, NAME.h, a kernel's source) is refused
+    # before anything is written; so is another bundle's manifest.json in -o (its kernels
+    # were lost from DILATTN_BUNDLES=DIR/manifest.json); the same bundle's is rewritten
+    d3 = os.path.join(tmp, "bn3")
+    os.mkdir(d3)
+    cfg_src = open(cfg).read()
+    src = [f for f in os.listdir(d) if f.endswith(".c") and f.startswith("da_fwd_")]
+    for name, flags in (("manifest.json", ["--bundle", "b3"]), ("b3.h", ["--bundle", "b3"]),
+                        ("b3_bundle.c", ["--bundle", "b3"]), (src[0] if src else "none.c", [])):
+        for f in os.listdir(d3):
+            os.unlink(os.path.join(d3, f))
+        p = os.path.join(d3, name)
+        open(p, "w").write(cfg_src)
+        rc, so, err = run("gen", p, *flags, "-o", d3)
+        check(rc == 2 and "may not replace an input" in err and os.listdir(d3) == [name] and open(p).read() == cfg_src,
+              f"gen with config {name} in -o: exit {rc}, {sorted(os.listdir(d3))}: {err}")
+    for f in os.listdir(d3):
+        os.unlink(os.path.join(d3, f))
+    rc1, _, err1 = run("gen", a, "--bundle", "first", "-o", d3)
+    rc2, _, err2 = run("gen", b, "--bundle", "second", "-o", d3)
+    rc3, _, err3 = run("gen", a, "--bundle", "first", "-o", d3)
+    man = json.load(open(os.path.join(d3, "manifest.json")))
+    check(rc1 == 0 and rc2 == 2 and "bundle first's" in err2 and rc3 == 0 and man.get("name") == "first"
+          and not os.path.exists(os.path.join(d3, "second.h")),
+          f"gen --bundle second into first's folder: exits {rc1} {rc2} {rc3}, {man.get('name')}: {err1}{err2}{err3}")
 
 
 def test_gen_compile_all_or_nothing(tmp):
