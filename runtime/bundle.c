@@ -13,6 +13,7 @@
 #include "runtime/fileio.h"
 #include "runtime/log.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -79,6 +80,15 @@ void da__bundles_destroy(da__bundles *b) {
 }
 
 size_t da__bundles_count(da__bundles *b) { return b ? b->n : 0; }
+
+size_t da__bundles_holding(da__bundles *b, const char *arch, const char *source_key) {
+  size_t k = 0;
+  if (!b || !source_key) return 0;
+  pthread_mutex_lock(&b->mu);
+  for (size_t i = 0; i < b->n; i++) k += !strcmp(b->arts[i].arch, arch) && !strcmp(b->arts[i].source_key, source_key);
+  pthread_mutex_unlock(&b->mu);
+  return k;
+}
 
 static const char *str_member(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
@@ -213,8 +223,10 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
     if (!found) return 0;
     size_t len = 0;
     unsigned char *data = NULL;
+    int err = 0;
     if (copy.path) {
       data = (unsigned char *)da__read_file(copy.path, &len);
+      err = errno;
     } else {
       data = malloc(copy.size ? copy.size : 1);
       if (data) memcpy(data, copy.data, copy.size), len = copy.size;
@@ -233,8 +245,13 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
         return 1;
       }
     } else {
-      da__log(DA_LOG_WARN, "bundle %s: artifact of %s for %s is %s; skipped", copy.origin, copy.kernel, arch,
-              data ? "corrupt (checksum mismatch)" : "missing");
+      if (data)
+        da__log(DA_LOG_WARN, "bundle %s: artifact of %s for %s is corrupt (checksum mismatch)%s%s; skipped",
+                copy.origin, copy.kernel, arch, copy.path ? ": " : "", copy.path ? copy.path : "");
+      else
+        da__log(DA_LOG_WARN, "bundle %s: artifact of %s for %s cannot be read%s%s (%s); skipped", copy.origin,
+                copy.kernel, arch, copy.path ? ": " : "", copy.path ? copy.path : "",
+                copy.path ? da__read_error(err) : "out of memory");
     }
     free(data);
   }

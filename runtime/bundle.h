@@ -36,6 +36,9 @@ DA_HIDDEN void da__bundles_note_other_arch(da__bundles *b, const char *arch, con
 DA_HIDDEN int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, const char *source_key,
                                       da__artifact_accept accept, void *user, void **bytes, size_t *n);
 
+/* Number of artifacts of source_key for arch registered (whatever built them). */
+DA_HIDDEN size_t da__bundles_holding(da__bundles *b, const char *arch, const char *source_key);
+
 /* Number of artifacts registered. */
 DA_HIDDEN size_t da__bundles_count(da__bundles *b);
 

@@ -422,7 +422,14 @@ da_status da__cuda_load(const da_context *ctx, da__cuda *c, const void *cubin,
   da_status st = DA_OK;
   CUresult r = c->ModuleLoadData(&mod, cubin);
   if (r != CUDA_SUCCESS) {
-    st = cu_fail(ctx, c, r, "cuModuleLoadData");
+    /* (which kernel's, and the likeliest cause where a compiled kernel is refused: a
+     * bundle's or a cache's cubin of a newer CUDA than this driver) */
+    const char *name, *text;
+    error_text(c, r, &name, &text);
+    st = da__set_error(ctx, DA_ERR_DEVICE,
+                       "CUDA: cuModuleLoadData failed on %s's module for %s: %d (%s: %s); a cubin built by a newer CUDA "
+                       "than this driver (%d.%d) is refused", function_name, c->arch, r, name, text,
+                       c->driver_version / 1000, c->driver_version % 1000 / 10);
   } else if ((r = c->ModuleGetFunction(&fn, mod, function_name)) != CUDA_SUCCESS) {
     const char *name, *text;
     error_text(c, r, &name, &text);

@@ -185,10 +185,16 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
     if (other > 0) return DA_OK;
     /* an entry that looked corrupt, and could not be looked at again under its lock (a
      * read-only cache folder, say): say so, not only "not in the disk cache" */
+    /* a bundle that holds it, but whose copies were all passed over (each said why) */
+    const size_t held = da__bundles_holding(c->bundles, arch, source_key);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
-                         "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is in no registered bundle "
-                         "(%zu artifacts) and not in the disk cache%s%s",
-                         kernel, arch, key, da__bundles_count(c->bundles),
+                         "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is %s (%zu artifacts) and not "
+                         "in the disk cache%s%s",
+                         kernel, arch, key,
+                         held ? "held by a registered bundle, but no copy was taken (unreadable, corrupt, another CC's "
+                                "options, or refused by the driver: see the warnings before this)"
+                              : "in no registered bundle",
+                         da__bundles_count(c->bundles),
                          seen >= 0 ? ""
                          : fd < 0  ? " (its entry there is unreadable or corrupt, and its lock file could not be "
                                      "opened to look again: is the cache folder read-only?)"

@@ -117,11 +117,15 @@ da_status da_context_register_bundle(da_context *ctx, const char *manifest_path)
   char *text = da__read_file(manifest_path, &len);
   DA_RETURN_IF(!text, errno == ENOMEM ? DA_ERR_NO_MEMORY : DA_ERR_IO, "bundle: cannot read %s: %s", manifest_path,
                da__read_error(errno));
-  char dir[4096];
-  if (!da__split_path(manifest_path, dir, sizeof dir)) {
-    free(text);
+  /* its artifacts are beside the manifest itself, found now: a relative path read from
+   * another working directory later (a daemon's chdir), or the folder of a link to the
+   * manifest (a "current" link to a release's), found none of them */
+  char dir[4096], *real = realpath(manifest_path, NULL);
+  if (!da__split_path(real ? real : manifest_path, dir, sizeof dir)) {
+    free(text), free(real);
     return da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "bundle: %s: its folder's path is too long", manifest_path);
   }
+  free(real);
   da_status st = da__bundles_add(ctx, ctx->kernels.bundles, text, len, manifest_path, dir, NULL, NULL, NULL, 0);
   free(text);
   return st;

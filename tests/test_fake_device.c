@@ -1151,6 +1151,23 @@ static void test_bundle_other_nvrtc(const char *dir) {
   TU_CHECK(st == DA_OK && got == DA_BACKEND_CUDA && hits == 0 && builds == 1,
            "another NVRTC's bundle the driver refuses: compiled here (%s, %lld bundle hits, %lld builds: %s)",
            da_status_name(st), hits, builds, err);
+  /* JIT off: the error says a bundle holds the kernel, but its copy was not taken (it said
+   * "in no registered bundle") */
+  setenv("FAKE_CUDA_REFUSE_IMAGES", "all", 1);
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  st = bundle_plan_mma(dir, "other-nvrtc-2", other, 2, 6, &got, &hits, &builds, err, sizeof err); /* (named: no fallback) */
+  unsetenv("DILATTN_DISABLE_JIT");
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(err, "held by a registered bundle, but no copy was taken"),
+           "another NVRTC's bundle the driver refuses, JIT off: the error says the bundle's copy was not taken (%s: %s)",
+           da_status_name(st), err);
+  /* this NVRTC's own bundle, refused by the driver: the error names the kernel and the
+   * likely cause (it was a bare "cuModuleLoadData failed: 222") */
+  char own[700];
+  snprintf(own, sizeof own, "%s/bundle/manifest.json", dir);
+  st = bundle_plan_mma(dir, "own-refused", own, 2, 6, &got, &hits, &builds, err, sizeof err);
+  unsetenv("FAKE_CUDA_REFUSE_IMAGES");
+  TU_CHECK(st != DA_OK && strstr(err, "cuModuleLoadData failed on da_fwd_") && strstr(err, "newer CUDA than this driver"),
+           "a bundle's own cubin the driver refuses: the error names the kernel (%s: %s)", da_status_name(st), err);
 }
 
 /* The kernel of a plan of s with no options under a tuning database that holds one ok
