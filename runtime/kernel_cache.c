@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 enum { ENTRY_COMPILING, ENTRY_READY };
@@ -122,9 +123,14 @@ da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const
   return st;
 }
 
+/* DILATTN_DISABLE_JIT: set, and not "", "0", "false", "no" or "off" (any case): "false"
+ * turned compiling off */
 int da__jit_disabled(void) {
   const char *e = getenv("DILATTN_DISABLE_JIT");
-  return e && *e && strcmp(e, "0");
+  static const char *const off[] = {"", "0", "false", "no", "off"};
+  for (size_t i = 0; e && i < sizeof off / sizeof *off; i++)
+    if (!strcasecmp(e, off[i])) return 0;
+  return e != NULL;
 }
 
 /* The disk cache's build of source_key by another compiler (another NVRTC, none, another

@@ -8,6 +8,7 @@
  * Run: build/tests/test_api */
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
@@ -724,7 +725,135 @@ static void test_unused_fields(da_context *ctx) {
   da_plan_destroy(p);
 }
 
+/* fn(arg) in a child process whose stderr goes to a file; its text in out (the child's exit
+ * status returned, -1 where it did not exit). A child starts with this process's
+ * once-a-process warnings as they stand: call before anything has warned. */
+static int in_child_stderr(void (*fn)(void *), void *arg, char *out, size_t cap) {
+  char path[] = "/tmp/dilattn-test-api-err-XXXXXX";
+  const int fd = mkstemp(path);
+  out[0] = '\0';
+  if (fd < 0) return -1;
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd, 2);
+    fn(arg);
+    fflush(stderr);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const ssize_t n = pread(fd, out, cap - 1, 0);
+  out[n > 0 ? n : 0] = '\0';
+  close(fd);
+  unlink(path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int count_of(const char *text, const char *what) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+  return n;
+}
+
+/* a warning (DILATTN_BACKEND against the backend named) twice and a debug line (a
+ * context's creation), under the DILATTN_LOG_LEVEL in arg; no compile */
+static void log_level_child(void *arg) {
+  const char *level = arg;
+  if (level) setenv("DILATTN_LOG_LEVEL", level, 1);
+  else unsetenv("DILATTN_LOG_LEVEL");
+  setenv("DILATTN_BACKEND", "host", 1);
+  setenv("DILATTN_CUDA_LIB", "/nonexistent/libcuda.so.1", 1); /* (no plan made, whatever the machine) */
+  da_context *c = NULL;
+  da_context_create(&c);
+  da_spec s = small_spec();
+  da_plan *p = NULL;
+  for (int i = 0; i < 2; i++) da_plan_create(c, &s, DA_BACKEND_CUDA, &p), da_plan_destroy(p), p = NULL;
+  da_context_destroy(c);
+}
+
+/* DILATTN_LOG_LEVEL (README, Environment): off and error keep warnings out, warn (the
+ * default, also for an empty value) and info keep debug lines out, debug shows both; any
+ * other value is warn, with one warning a process that names it */
+static void test_log_level(void) {
+  static const struct {
+    const char *level;
+    int warn, debug, junk;
+  } cases[] = {{NULL, 1, 0, 0},  {"", 1, 0, 0},     {"off", 0, 0, 0},  {"error", 0, 0, 0},
+               {"warn", 1, 0, 0}, {"info", 1, 0, 0}, {"debug", 1, 1, 0}, {"loud", 1, 0, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char err[8192];
+    const int rc = in_child_stderr(log_level_child, (void *)cases[i].level, err, sizeof err);
+    const int warned = strstr(err, "warning: DILATTN_BACKEND=host ignored") != NULL,
+              debug = strstr(err, "debug: context") != NULL,
+              junk = count_of(err, "DILATTN_LOG_LEVEL=loud is not off, error, warn, info or debug; using warn");
+    TU_CHECK(rc == 0 && warned == cases[i].warn && debug == cases[i].debug && junk == cases[i].junk &&
+                 (cases[i].warn || !err[0]),
+             "DILATTN_LOG_LEVEL=%s: exit %d, warning %d (want %d), debug %d (want %d), junk warnings %d (want %d): %s",
+             cases[i].level ? cases[i].level : "(unset)", rc, warned, cases[i].warn, debug, cases[i].debug, junk,
+             cases[i].junk, err);
+  }
+}
+
+/* DILATTN_DUMP_DIR that cannot be made (a regular file on its path): the kernel compiles and
+ * the plan works all the same, with one warning a process that names the folder */
+static void dump_dir_child(void *arg) {
+  const char *dir = arg;
+  char blocker[300], dump[400];
+  snprintf(blocker, sizeof blocker, "%s/file", dir);
+  FILE *f = fopen(blocker, "w");
+  if (f) fclose(f);
+  snprintf(dump, sizeof dump, "%s/sub", blocker);
+  setenv("DILATTN_DUMP_DIR", dump, 1);
+  setenv("DILATTN_CACHE_DIR", dir, 1);
+  da_context *c = NULL;
+  da_context_create(&c);
+  da_spec s = small_spec();
+  int ok = 1;
+  for (int i = 0; i < 2; i++) { /* two kernels compiled (two scales) */
+    s.has_scale = 1, s.scale = 0.25 + 0.125 * i;
+    da_plan *p = NULL;
+    ok &= da_plan_create(c, &s, DA_BACKEND_HOST, &p) == DA_OK;
+    da_plan_destroy(p);
+  }
+  da_context_destroy(c);
+  fflush(stderr);
+  _exit(ok ? 0 : 3);
+}
+
+static void test_dump_dir_unwritable(void) {
+  char dir[] = "/tmp/dilattn-test-api-XXXXXX", err[8192];
+  TU_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  const int rc = in_child_stderr(dump_dir_child, dir, err, sizeof err);
+  TU_CHECK(rc == 0 && count_of(err, "DILATTN_DUMP_DIR: cannot write") == 1 && strstr(err, "/file/sub"),
+           "DILATTN_DUMP_DIR under a regular file: exit %d (3: no plan), stderr: %s", rc, err);
+  rm_tree(dir);
+}
+
+/* every status has its own name and a message (da_status_message was never called) */
+static void test_status_strings(void) {
+  for (int i = 0; i < DA_STATUS_COUNT; i++) {
+    const char *n = da_status_name((da_status)i), *m = da_status_message((da_status)i);
+    TU_CHECK(n && !strncmp(n, "DA_", 3) && strcmp(n, "DA_UNKNOWN_STATUS") && m && m[0] && strcmp(m, "unknown status"),
+             "status %d: name %s, message %s", i, n ? n : "NULL", m ? m : "NULL");
+    for (int j = 0; j < i; j++)
+      TU_CHECK(strcmp(n, da_status_name((da_status)j)) && strcmp(m, da_status_message((da_status)j)),
+               "statuses %d and %d share a name or message (%s, %s)", j, i, n, m);
+  }
+  TU_CHECK(!strcmp(da_status_name(DA_ERR_COMPILE), "DA_ERR_COMPILE") &&
+               !strcmp(da_status_message(DA_ERR_COMPILE), "kernel compilation failed") &&
+               !strcmp(da_status_message(DA_OK), "success"),
+           "DA_ERR_COMPILE: %s, %s", da_status_name(DA_ERR_COMPILE), da_status_message(DA_ERR_COMPILE));
+  const da_status odd[] = {DA_STATUS_COUNT, (da_status)-1, (da_status)1000};
+  for (int i = 0; i < 3; i++)
+    TU_CHECK(!strcmp(da_status_name(odd[i]), "DA_UNKNOWN_STATUS") && !strcmp(da_status_message(odd[i]), "unknown status"),
+             "status %d: %s, %s", (int)odd[i], da_status_name(odd[i]), da_status_message(odd[i]));
+}
+
 int main(void) {
+  test_log_level(); /* first: its children must not inherit a warning already given */
+  test_dump_dir_unwritable();
+  test_status_strings();
   da_context *ctx;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
   test_explicit_specs(ctx);

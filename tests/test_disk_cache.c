@@ -682,6 +682,38 @@ static void test_find_source(void) {
   da__disk_cache_close(dc);
 }
 
+/* DILATTN_DISABLE_JIT (README, Environment: "never compile"): any value but "", "0",
+ * "false", "no" or "off" (any case) turns compiling off; those leave it on ("false" turned it
+ * off). Only "1" was ever tested. Each case in a cache folder of its own, so the kernel is
+ * in no cache. */
+static void test_disable_jit_values(void) {
+  static const struct {
+    const char *value;
+    int jit;
+  } cases[] = {{"0", 1}, {"", 1}, {"false", 1}, {"No", 1}, {"OFF", 1}, {"1", 0}, {"yes", 0}, {"true", 0}, {"00", 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char sub[64];
+    snprintf(sub, sizeof sub, "jit-%zu", i);
+    use_dir(sub);
+    setenv("DILATTN_DISABLE_JIT", cases[i].value, 1);
+    da_context *c = NULL;
+    da_context_create(&c);
+    da_spec s = spec_n(40); /* a kernel no other test here makes */
+    da_plan *p = NULL;
+    const da_status st = da_plan_create(c, &s, DA_BACKEND_HOST, &p);
+    if (cases[i].jit)
+      TU_CHECK(st == DA_OK && p, "DILATTN_DISABLE_JIT='%s' turned compiling off: %s (%s)", cases[i].value,
+               da_status_name(st), da_context_last_error(c));
+    else
+      TU_CHECK(st == DA_ERR_UNSUPPORTED && !p && strstr(da_context_last_error(c), "da_fwd_"),
+               "DILATTN_DISABLE_JIT='%s' compiled a kernel in no cache: %s (%s)", cases[i].value, da_status_name(st),
+               da_context_last_error(c));
+    da_plan_destroy(p);
+    da_context_destroy(c);
+  }
+  unsetenv("DILATTN_DISABLE_JIT");
+}
+
 int main(void) {
   if (!mkdtemp(base)) return 1;
   test_roundtrip_and_corruption();
@@ -695,6 +727,7 @@ int main(void) {
   test_write_signals();
   test_memory_only();
   test_processes();
+  test_disable_jit_values();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", base);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);

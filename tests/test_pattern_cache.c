@@ -600,6 +600,54 @@ static void refusals(void) {
   da__pattern_cache_destroy(pc);
 }
 
+/* ---- a context's cache, through the public API ---------------------------------------------- */
+
+/* da_context_pattern_cache_stats (never called by any test): the context's own cache, its
+ * bound from DILATTN_PATTERN_CACHE_MAX, and the lookups da_plan_density makes through it */
+static void context_stats(void) {
+  char dir[] = "/tmp/dilattn-test-pc-XXXXXX", cmd[200];
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("DILATTN_CACHE_DIR", dir, 1); /* (a host kernel is compiled: not into the user's cache) */
+  setenv("DILATTN_PATTERN_CACHE_MAX", "5", 1);
+  da_context *ctx = NULL;
+  CHECK(da_context_create(&ctx) == DA_OK, "context");
+  unsetenv("DILATTN_PATTERN_CACHE_MAX");
+  da_pattern_cache_stats s;
+  memset(&s, 0xff, sizeof s);
+  CHECK(da_context_pattern_cache_stats(ctx, &s) == DA_OK && s.size == 0 && s.max_size == 5 && s.hits == 0 &&
+            s.misses == 0 && s.evictions == 0 && s.hit_rate == 0.0,
+        "a new context's pattern cache: size %zu, max %zu (want 5), hits %llu, misses %llu", s.size, s.max_size,
+        (unsigned long long)s.hits, (unsigned long long)s.misses);
+  CHECK(da_context_pattern_cache_stats(NULL, &s) == DA_ERR_INVALID_ARGUMENT &&
+            da_context_pattern_cache_stats(ctx, NULL) == DA_ERR_INVALID_ARGUMENT,
+        "NULL context or out accepted");
+  da_spec sp = two_branch(16, 1, 32, 2);
+  sp.num_heads = 2, sp.num_kv_heads = 2, sp.head_dim = 8;
+  sp.sparsity.layout = DA_LAYOUT_LOCAL_WINDOW, sp.sparsity.block = 4, sp.sparsity.window = 1;
+  da_plan *p = NULL;
+  CHECK(da_plan_create(ctx, &sp, DA_BACKEND_HOST, &p) == DA_OK, "plan: %s", da_context_last_error(ctx));
+  double d1 = -1, d2 = -1;
+  da_pattern_cache_stats a, b;
+  memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+  CHECK(p && da_plan_density(p, 64, &d1) == DA_OK && d1 > 0 && d1 < 1, "density %g", d1);
+  da_context_pattern_cache_stats(ctx, &a);
+  CHECK(a.misses > 0 && a.size == (a.misses < 5 ? a.misses : 5) && a.max_size == 5 && a.hits + a.misses > 0,
+        "after one density: size %zu, hits %llu, misses %llu", a.size, (unsigned long long)a.hits,
+        (unsigned long long)a.misses);
+  CHECK(p && da_plan_density(p, 64, &d2) == DA_OK && d2 == d1, "density again %g, %g", d2, d1);
+  da_context_pattern_cache_stats(ctx, &b);
+  CHECK(b.misses == a.misses && b.hits > a.hits && b.size == a.size &&
+            fabs(b.hit_rate - (double)b.hits / (double)(b.hits + b.misses)) < 1e-12,
+        "the same density again: hits %llu -> %llu, misses %llu -> %llu, hit rate %g",
+        (unsigned long long)a.hits, (unsigned long long)b.hits, (unsigned long long)a.misses,
+        (unsigned long long)b.misses, b.hit_rate);
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  unsetenv("DILATTN_CACHE_DIR");
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 int main(void) {
   exhaustive();
   shapes_and_masks();
@@ -608,5 +656,6 @@ int main(void) {
   threads();
   density();
   refusals();
+  context_stats();
   return tu_report();
 }

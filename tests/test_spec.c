@@ -64,6 +64,10 @@ static void test_validate(void) {
   BAD_SPEC((s.sparsity.layout = DA_LAYOUT_RANDOM, s.sparsity.density = NAN), "sparsity.density");
   BAD_SPEC(s.sparsity.layout = DA_LAYOUT_EXPLICIT, "sparsity.explicit_masks[0]: NULL");
   BAD_SPEC(s.sparsity.layout = (da_layout)42, "sparsity.layout: 42");
+  /* more strides than the struct holds (the JSON parser's own bound is test_json's) */
+  BAD_SPEC((s.sparsity.layout = DA_LAYOUT_DILATED_SPARSE, s.sparsity.num_strides = DA_MAX_STRIDES + 1,
+            s.sparsity.strides[0] = 1), "sparsity.strides: 17 strides given, at most 16");
+  BAD_SPEC((s.sparsity.layout = DA_LAYOUT_DILATED_SPARSE, s.sparsity.num_strides = -1), "sparsity.strides: -1 strides");
   /* w not a multiple of r, r == w, H not divisible by r: all valid */
   s = good();
   s.segment_lengths[1] = 10;
@@ -136,6 +140,19 @@ static void test_json(void) {
   parse_expect("{" BASE ",\"sparsity\":{\"layout\":\"dilated_sparse\",\"block\":8,\"strides\":[0]}}",
                DA_ERR_INVALID_SPEC, "sparsity.strides[0]: 0");
   parse_expect("{" BASE ",\"sparsity\":{\"layout\":\"explicit\",\"block\":8}}", DA_ERR_INVALID_SPEC, "C API");
+  /* a density that is no number, and every JSON kind named as what was found */
+  parse_expect("{" BASE ",\"sparsity\":{\"layout\":\"random\",\"block\":8,\"seed\":1,\"density\":\"0.5\"}}",
+               DA_ERR_PARSE, "sparsity.density: expected a number, got a string");
+  parse_expect("{" BASE ",\"sparsity\":{\"layout\":\"random\",\"block\":8,\"seed\":1,\"density\":null}}",
+               DA_ERR_PARSE, "sparsity.density: expected a number, got null");
+  parse_expect("{" BASE ",\"sparsity\":{\"layout\":\"random\",\"block\":8,\"seed\":1,\"density\":[0.5]}}",
+               DA_ERR_PARSE, "sparsity.density: expected a number, got an array");
+  parse_expect("{" BASE ",\"sparsity\":{\"layout\":\"random\",\"block\":8,\"seed\":1}}", DA_ERR_PARSE,
+               "sparsity.density: missing");
+  parse_expect("{" BASE ",\"mode\":false}", DA_ERR_PARSE, "mode: expected a string, got false");
+  parse_expect("{" BASE ",\"offsets\":1.5}", DA_ERR_PARSE, "offsets: expected a string, got a number with a fraction");
+  parse_expect("{" BASE ",\"dtype\":{}}", DA_ERR_PARSE, "dtype: expected a string, got an object");
+  parse_expect("{" BASE ",\"causal\":null}", DA_ERR_PARSE, "causal: expected true or false, got null");
   parse_expect("{" BASE ",\"sparsity\":{\"layout\":\"global_local\",\"block\":8,\"window\":1,\"global\":2}}", DA_OK, "");
   /* defaults: kv heads = heads, longnet, mod, float32 */
   da_spec s;

@@ -399,6 +399,59 @@ try:
     left = [f for f in os.listdir(idir) if f != "kcache" and not f.endswith(".lock")]
     check(pr.returncode != 0 and left == [], f"tune interrupted: exit {pr.returncode}, left {left}")
 
+    # 19. a bfloat16 config is swept like the others: its inputs are rounded to bf16 and the
+    # reference reads the rounded values (no test tuned a bf16 config: a conversion that
+    # rounded one way and checked against another made every candidate a correctness failure)
+    cfg_bf = os.path.join(tmp, "bf16.json")
+    json.dump({"segment_lengths": [32, 64], "dilation_rates": [1, 2], "num_heads": 2, "head_dim": 16,
+               "dtype": "bfloat16", "causal": True}, open(cfg_bf, "w"))
+    bf_csv, bf_db = os.path.join(tmp, "bf16.csv"), os.path.join(tmp, "bf16.jsonl")
+    p = run("tune", cfg_bf, "--seq-len", "200", "--reps", "1", "--threads", "2", "-o", bf_csv, "--db", bf_db)
+    try:
+        summ = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        summ = {}
+    rows_bf = list(csv.DictReader(open(bf_csv))) if os.path.exists(bf_csv) else []
+    bad_bf = [(r["status"], r["label"]) for r in rows_bf if r["status"] != "ok"]
+    check(p.returncode == 0 and summ.get("failed") == 0 and len(rows_bf) == summ.get("candidates") and rows_bf
+          and not bad_bf, f"bf16 sweep: exit {p.returncode}, {summ}, failures {bad_bf[:3]}: {p.stderr.strip()[-300:]}")
+
+    # 20. options the tuner refuses before anything is tuned: exit 2 naming the option, no
+    # summary, no database and no CSV made
+    folder = os.path.join(tmp, "a-folder")
+    os.mkdir(folder)
+    for extra, needle in ((["--colour", "1"], "unknown option or missing value: --colour"),
+                          (["--backend", "gpu"], "--backend: 'gpu' is not auto, host or cuda"),
+                          (["-o", folder], f"-o {folder}: is a folder"),
+                          (["--plot", folder], f"--plot {folder}: is a folder"),
+                          (["-o", os.path.join(tmp, "absent-dir", "x.csv")], "absent-dir"),
+                          (["--seq-len"], "unknown option or missing value: --seq-len")):
+        opt_db = os.path.join(tmp, "opt.jsonl")
+        for f in (opt_db, opt_db + ".lock"):
+            if os.path.exists(f):
+                os.remove(f)  # (a failure of one case leaves the next its own verdict)
+        p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", opt_db, *extra)
+        check(p.returncode == 2 and needle in p.stderr and not p.stdout and not os.path.exists(opt_db)
+              and not os.path.exists(os.path.join(tmp, "absent-dir")),
+              f"tune {extra}: exit {p.returncode}, db made {os.path.exists(opt_db)}, {p.stdout[:80]} {p.stderr.strip()[-200:]}")
+    check(os.listdir(folder) == [], f"a refused tune wrote into {folder}: {os.listdir(folder)}")
+
+    # 21. a database whose host records are of another C compiler but whose CUDA records
+    # count here: the host records are left out with the warning that says so and names the
+    # difference (plan.c's "records of a backend whose environment differs here"; only the
+    # all-or-nothing warning of 4b was ever seen)
+    mixed = os.path.join(tmp, "mixed.jsonl")
+    header = json.loads(lines[0])
+    header["env"]["cc"] = "another-cc"
+    cuda_rec = dict(fast[0], backend="cuda")
+    open(mixed, "w").write(json.dumps(header) + "\n" + "\n".join(json.dumps(r) for r in fast + [cuda_rec]) + "\n")
+    p = run(*run_a, env={"DILATTN_TUNING_DB": mixed})
+    info = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(p.returncode == 0 and (info.get("tile_q"), info.get("tile_k")) == (32, 64)
+          and f"{len(fast)} records of a backend whose environment differs here" in p.stderr
+          and "cc:" in p.stderr and "another-cc" in p.stderr and "another environment" not in p.stderr,
+          f"host records of another CC beside CUDA records: exit {p.returncode}, {info}, {p.stderr.strip()}")
+
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
