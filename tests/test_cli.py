@@ -619,6 +619,31 @@ def test_gen_checks_first(tmp):
           f"gen --bundle second into first's folder: exits {rc1} {rc2} {rc3}, {man.get('name')}: {err1}{err2}{err3}")
 
 
+def test_gen_refusals(tmp):
+    """gen's refused options (exit 2, the problem named, nothing written): an unknown option,
+    more than 256 configs, a --target that is not host or cuda, a --bundle name that is not
+    a C identifier of at most 64 characters, --arch with the host target, an empty --arch."""
+    cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
+    d = os.path.join(tmp, "gen-refusals")
+    os.mkdir(d)
+    cases = [
+        (["--bogus"], "gen: unknown option --bogus"),
+        ([cfg] * 256, "more than 256 configs"),
+        (["--target", "gpu"], "--target: 'gpu' is not host or cuda"),
+        (["--bundle", "9bad"], "must be a C identifier"),
+        (["--bundle", "b" * 65], "must be a C identifier"),
+        (["--bundle", "a-b"], "must be a C identifier"),
+        (["--target", "host", "--arch", "sm_80"], "the host target has no arch"),
+        (["--target", "cuda", "--arch", ""], "--arch ''"),
+        (["--threads", "x"], "--threads 'x'"),
+        (["-o"], "-o needs a value"),
+    ]
+    for extra, want in cases:
+        rc, so, err = run("gen", cfg, *extra, *(["-o", d] if extra != ["-o"] else []))
+        check(rc == 2 and want in err and not os.listdir(d) and not so,
+              f"gen {' '.join(extra)[:60]}: exit {rc}, wrote {os.listdir(d)}: {err}")
+
+
 def test_gen_compile_all_or_nothing(tmp):
     """gen --compile / --report compiles every (config, arch) before writing any file, in
     parallel threads (--threads): a compile failing part-way leaves nothing written, and
@@ -1247,6 +1272,7 @@ def main():
         test_json_escaped(tmp)
         test_stdout_errors(tmp)
         test_gen_checks_first(tmp)
+        test_gen_refusals(tmp)
         test_gen_compile_all_or_nothing(tmp)
         test_fake_device(tmp)
         test_gen_auto(tmp)
