@@ -15,11 +15,17 @@
 # wgmma-ws-tma and wgmma-ws where the wgmma paths serve the config, mma.sync elsewhere), and
 # the typed _plan names no instruction. MMA sync (the default before auto) or a wgmma variant
 # builds that instruction alone and _plan asks for it; a wgmma variant takes sm_90 only
-# (compiled as sm_90a), the default ARCHS then.
+# (compiled as sm_90a), the default ARCHS then. Refused at configure time: an unknown
+# TARGET or MMA, ARCHS or MMA with TARGET host, a config that does not exist, a NAME used
+# twice in one folder.
 function(dilattn_add_kernels target)
   cmake_parse_arguments(DK "" "NAME;TARGET;MMA" "CONFIGS;ARCHS" ${ARGN})
+  set(where "dilattn_add_kernels(${target})")
+  if(DK_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "${where}: unknown arguments ${DK_UNPARSED_ARGUMENTS}")
+  endif()
   if(NOT DK_CONFIGS)
-    message(FATAL_ERROR "dilattn_add_kernels(${target}): CONFIGS is required")
+    message(FATAL_ERROR "${where}: CONFIGS is required")
   endif()
   if(NOT DK_NAME) # (a C identifier: my-engine's is my_engine_kernels)
     string(MAKE_C_IDENTIFIER "${target}_kernels" DK_NAME)
@@ -31,10 +37,35 @@ function(dilattn_add_kernels target)
       set(DK_TARGET host)
     endif()
   endif()
+  # what `dilattn gen` refuses at build time, said at configure time: a TARGET or MMA it
+  # does not know, ARCHS or MMA with the host target (dropped without a word before)
+  if(NOT DK_TARGET MATCHES "^(host|cuda)$")
+    message(FATAL_ERROR "${where}: TARGET ${DK_TARGET}: expected host or cuda")
+  endif()
+  if(DK_MMA AND NOT DK_MMA MATCHES "^(auto|sync|wgmma|wgmma-overlap|wgmma-ws|wgmma-ws-p2|wgmma-ws-tma)$")
+    message(FATAL_ERROR "${where}: MMA ${DK_MMA}: expected auto, sync, wgmma, wgmma-overlap, wgmma-ws, wgmma-ws-p2 "
+                        "or wgmma-ws-tma")
+  endif()
+  if(DK_TARGET STREQUAL "host" AND (DK_ARCHS OR DK_MMA))
+    message(FATAL_ERROR "${where}: ARCHS and MMA are for TARGET cuda; TARGET host builds host shared objects")
+  endif()
+  # one bundle of a NAME a folder: its three files would be two rules' outputs
+  get_property(names DIRECTORY PROPERTY DILATTN_BUNDLE_NAMES)
+  if(DK_NAME IN_LIST names)
+    message(FATAL_ERROR "${where}: NAME ${DK_NAME} is another dilattn_add_kernels' of this folder: give each its own")
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY DILATTN_BUNDLE_NAMES ${DK_NAME})
   set(out ${CMAKE_CURRENT_BINARY_DIR}/${DK_NAME})
   set(configs "")
   foreach(c ${DK_CONFIGS})
     get_filename_component(abs ${c} ABSOLUTE)
+    # (a misspelled keyword, ARCH for ARCHS, is read as a config: say so now, not "No rule
+    # to make target .../ARCH" at build time; a config another rule generates is fine)
+    get_source_file_property(generated ${abs} GENERATED)
+    if(NOT EXISTS ${abs} AND NOT generated)
+      message(FATAL_ERROR "${where}: config ${c} not found (${abs}); the keywords are CONFIGS, ARCHS, NAME, TARGET "
+                          "and MMA")
+    endif()
     list(APPEND configs ${abs})
   endforeach()
   set(arch_args "")

@@ -24,6 +24,36 @@ if [ -x "$tmp/build/consumer_cuda" ]; then
   set +e; "$tmp/build/consumer_cuda"; rc=$?; set -e
   [ $rc = 0 ] || [ $rc = 77 ] || exit $rc
 fi
+# arguments dilattn_add_kernels refuses at configure time, each with its reason (they were
+# dropped without a word, or failed at build time as "No rule to make target .../ARCH")
+bad="$tmp/bad"
+mkdir -p "$bad"
+cp "$src/causal64.json" "$bad/"
+echo 'int main(void) { return 0; }' > "$bad/main.c"
+for case in "TARGET host ARCHS sm_90|ARCHS and MMA are for TARGET cuda" \
+            "TARGET host MMA wgmma-ws|ARCHS and MMA are for TARGET cuda" \
+            "TARGET Cuda|TARGET Cuda: expected host or cuda" \
+            "TARGET cuda MMA bogus|MMA bogus: expected" \
+            "ARCH sm_80|config ARCH not found" \
+            "NAME twice|NAME twice is another"; do
+  args=${case%%|*} want=${case#*|}
+  extra=""
+  [ "$args" = "NAME twice" ] && extra="dilattn_add_kernels(app2 CONFIGS causal64.json NAME twice)"
+  cat > "$bad/CMakeLists.txt" <<CM
+cmake_minimum_required(VERSION 3.25)
+project(bad LANGUAGES C)
+find_package(dilattn 0.2 CONFIG REQUIRED)
+add_executable(app main.c)
+add_executable(app2 main.c)
+dilattn_add_kernels(app CONFIGS causal64.json $args)
+$extra
+CM
+  rm -rf "$bad/build"
+  if out=$(cmake -S "$bad" -B "$bad/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" 2>&1); then
+    echo "dilattn_add_kernels($args): configured, expected a refusal"; exit 1
+  fi
+  echo "$out" | tr -s ' \n' ' ' | grep -qF "$want" || { echo "dilattn_add_kernels($args): $out"; exit 1; }
+done
 # a C++ project (no C): the bundle compiled as C++, a target named my-engine, the plain
 # target_link_libraries signature
 cmake -S "$src/cxx" -B "$tmp/build-cxx" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
