@@ -222,7 +222,8 @@ da_status da__cuda_compile_arch(const da_context *ctx, const char *arch, const c
     return DA_OK;
   }
   DA_RETURN_IF(!da__cuda_wgmma_arch(arch), DA_ERR_UNSUPPORTED,
-               "the wgmma path (cuda_mma = 2) needs an sm_90 device or --arch sm_90; this is %s", arch);
+               "the wgmma instructions (cuda_mma 2 and up: wgmma, wgmma-overlap, wgmma-ws, wgmma-ws-p2, "
+               "wgmma-ws-tma) need an sm_90 device or --arch sm_90; this is %s", arch);
   snprintf(out, 16, "sm_90a");
   return DA_OK;
 }

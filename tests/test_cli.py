@@ -1257,6 +1257,41 @@ def test_next_key_tile_overflow(tmp):
           f"da_next_key_tile past every key: exit {r.returncode}, {r.stdout.strip()} (want {1 << 62}) {r.stderr[-300:]}")
 
 
+def test_bundle_compiles_strictly(tmp):
+    """A bundle's NAME_bundle.c and NAME.h compile without a warning under C99 -pedantic
+    -Werror (and as C++ where there is a C++ compiler): the manifest, once a string literal,
+    passed C99's 4095 characters with a few configs (-Woverlength-strings broke -Werror
+    projects), and NAME_register had no prototype (-Wmissing-prototypes)."""
+    d = os.path.join(tmp, "strict")
+    os.mkdir(d)
+    configs = [os.path.join(GOLDEN, c, "case.json") for c in sorted(os.listdir(GOLDEN))
+               if os.path.exists(os.path.join(GOLDEN, c, "case.json"))][:8]
+    named = []
+    for i, c in enumerate(configs):  # (one identifier each: case_0.json ...)
+        p = os.path.join(d, f"case_{i}.json")
+        shutil.copy(c, p)
+        named.append(p)
+    rc, so, err = run("gen", *named, "--bundle", "strict", "-o", d)
+    check(rc == 0, f"gen --bundle of {len(named)} configs: exit {rc}: {err}")
+    if rc != 0:
+        return
+    mlen = os.path.getsize(os.path.join(d, "manifest.json"))
+    check(mlen > 4095, f"the manifest is {mlen} bytes: too short to test C99's string limit")
+    include = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include")
+    main_c = os.path.join(d, "main.c")
+    open(main_c, "w").write('#include "strict.h"\nint main(void) { return 0; }\n')
+    cc = os.environ.get("CC", "cc")
+    flags = ["-Wall", "-Wextra", "-pedantic", "-Werror", "-I", include, "-I", d]
+    p = subprocess.run([cc, "-std=c99", "-Wmissing-prototypes", *flags, main_c, os.path.join(d, "strict_bundle.c"),
+                        "-c"], capture_output=True, text=True, cwd=d)
+    check(p.returncode == 0, f"C99 -pedantic -Werror on the bundle: {p.stderr[-600:]}")
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx:
+        p = subprocess.run([cxx, "-x", "c++", *flags, os.path.join(d, "strict_bundle.c"), "-c", "-o",
+                            os.path.join(d, "b.o")], capture_output=True, text=True, cwd=d)
+        check(p.returncode == 0, f"C++ -pedantic -Werror on the bundle: {p.stderr[-600:]}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="dilattn-cli-")
     try:
@@ -1273,6 +1308,7 @@ def main():
         test_stdout_errors(tmp)
         test_gen_checks_first(tmp)
         test_gen_refusals(tmp)
+        test_bundle_compiles_strictly(tmp)
         test_gen_compile_all_or_nothing(tmp)
         test_fake_device(tmp)
         test_gen_auto(tmp)
