@@ -197,9 +197,22 @@ done:
 }
 
 
+/* Whether a cubin for arch a runs on a device of arch dev: the same major, a minor no
+ * newer (sm_80's SASS runs on sm_86 and sm_89: an A10, L4 or RTX 4090 with an sm_80,sm_90
+ * bundle recompiled, or failed with JIT off); never an arch-specific one (sm_90a) */
+static int binary_compatible(const char *a, const char *dev) {
+  int amaj, amin, dmaj, dmin, na = 0, nd = 0;
+  if (sscanf(a, "sm_%1d%1d%n", &amaj, &amin, &na) != 2 || a[na] || sscanf(dev, "sm_%1d%1d%n", &dmaj, &dmin, &nd) != 2 ||
+      dev[nd])
+    return 0;
+  return amaj == dmaj && amin < dmin;
+}
+
 /* Whether artifact t is the one looked up: (arch, key), or where source_key is given the
- * same source for arch built by another compiler than key's (key's own: looked up before) */
-static int matches(const art_t *t, const char *arch, const char *key, const char *source_key) {
+ * same source for arch built by another compiler than key's (key's own: looked up before),
+ * or with compat for an older arch of arch's major (binary_compatible) */
+static int matches(const art_t *t, const char *arch, const char *key, const char *source_key, int compat) {
+  if (compat) return source_key && !strcmp(t->source_key, source_key) && binary_compatible(t->arch, arch);
   return !strcmp(t->arch, arch) && (source_key ? !strcmp(t->source_key, source_key) && strcmp(t->key, key)
                                                : !strcmp(t->key, key));
 }
@@ -208,14 +221,14 @@ static int matches(const art_t *t, const char *arch, const char *key, const char
  * manifest registered again after a rebuild wins. One whose bytes are missing or fail
  * their checksum is skipped for the next older copy (another bundle's, or the registration
  * before a rebuild): a damaged bundle must not hide a sound one. */
-static int find_verified(da__bundles *b, const char *arch, const char *key, const char *source_key,
+static int find_verified(da__bundles *b, const char *arch, const char *key, const char *source_key, int compat,
                          da__artifact_accept accept, void *user, void **bytes, size_t *n) {
   for (size_t below = SIZE_MAX;;) {
     art_t copy;
     int found = 0;
     pthread_mutex_lock(&b->mu); /* (registrations append: the indices below stay) */
     for (size_t i = below < b->n ? below : b->n; i-- > 0;)
-      if (matches(&b->arts[i], arch, key, source_key)) {
+      if (matches(&b->arts[i], arch, key, source_key, compat)) {
         copy = b->arts[i], found = 1, below = i;
         break;
       }
@@ -234,8 +247,8 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
     char hex[65] = "";
     if (data) da__sha256_hex(data, len, hex);
     if (data && len == copy.size && !strcmp(hex, copy.sha256)) {
-      char where[600];
-      snprintf(where, sizeof where, "bundle %.560s", copy.origin);
+      char where[700];
+      snprintf(where, sizeof where, "bundle %.560s%s%s", copy.origin, compat ? ", built for " : "", compat ? copy.arch : "");
       /* a host module's CC as recorded ("" where the manifest records none: manifests written
        * before they recorded it), checked as the disk cache's are; a cubin's: NULL */
       const char *cc = copy.compiler ? copy.compiler : strcmp(arch, "host") ? NULL : "";
@@ -258,7 +271,7 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
 }
 
 int da__bundles_find(da__bundles *b, const char *arch, const char *key, void **bytes, size_t *n) {
-  return b && find_verified(b, arch, key, NULL, NULL, NULL, bytes, n);
+  return b && find_verified(b, arch, key, NULL, 0, NULL, NULL, bytes, n);
 }
 
 void da__bundles_note_other_arch(da__bundles *b, const char *arch, const char *source_key) {
@@ -277,5 +290,10 @@ void da__bundles_note_other_arch(da__bundles *b, const char *arch, const char *s
 
 int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, const char *source_key,
                             da__artifact_accept accept, void *user, void **bytes, size_t *n) {
-  return b && source_key && find_verified(b, arch, key, source_key, accept, user, bytes, n);
+  if (!b || !source_key) return 0;
+  if (find_verified(b, arch, key, source_key, 0, accept, user, bytes, n)) return 1;
+  if (!find_verified(b, arch, key, source_key, 1, accept, user, bytes, n)) return 0;
+  da__log(DA_LOG_INFO, "bundle: kernel of source %.12s for %s taken from an older arch of its major (binary compatible)",
+          source_key, arch);
+  return 1;
 }

@@ -31,8 +31,9 @@ DA_HIDDEN void da__bundles_note_other_arch(da__bundles *b, const char *arch, con
 
 /* An artifact of source_key for arch built by another compiler (another NVRTC, another
  * CC: a key other than key, the one computed here), newest first among those accept takes
- * (NULL: any; it sees the bundle's origin and the verified bytes): 1 with a malloc'ed
- * verified copy, else 0. A bundle is made to run without the compiler that built it. */
+ * (NULL: any; it sees the bundle's origin and the verified bytes), else one for an older
+ * arch of arch's major (a cubin for sm_80 on an sm_86 device: binary compatible): 1 with a
+ * malloc'ed verified copy, else 0. A bundle is made to run without the compiler that built it. */
 DA_HIDDEN int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, const char *source_key,
                                       da__artifact_accept accept, void *user, void **bytes, size_t *n);
 

@@ -571,10 +571,18 @@ static int cmd_gen(int argc, char **argv) {
             if (!cuda || units[u].arch[k] == a)
               jobs[j++] = (gen_job){.ctx = ctx, .r = &rendered[u], .conf = i, .unit = u,
                                     .arch = cuda ? archs[a] : NULL, .opts = opts, .nopts = nopts};
-    /* under auto an sm_90a arch names an sm_90 device: its mma.sync kernels are compiled for
-     * sm_90, the arch such a device's plan looks them up for */
-    for (int j = 0; auto_mma && j < njobs; j++)
+    /* under auto, and in a bundle, an sm_90a arch names an sm_90 device: its mma.sync
+     * kernels are compiled for sm_90, the arch such a device's plan looks them up for (a
+     * bundle's sm_90a mma.sync cubin was looked up by no plan) */
+    for (int j = 0; cuda && (auto_mma || bundle) && j < njobs; j++)
       if (!strcmp(jobs[j].arch, "sm_90a") && strcmp(jobs[j].r->cuda_path, "wgmma")) jobs[j].arch = "sm_90";
+    for (int j = 1; cuda && j < njobs; j++) /* (--arch sm_90,sm_90a: one sm_90 cubin, not two) */
+      for (int i = 0; i < j; i++)
+        if (jobs[i].unit == jobs[j].unit && !strcmp(jobs[i].arch, jobs[j].arch)) {
+          memmove(&jobs[j], &jobs[j + 1], (size_t)(njobs - j - 1) * sizeof *jobs);
+          njobs--, j--;
+          break;
+        }
     da__parallel_for(njobs, da__compile_threads((int)threads), gen_compile, jobs);
     for (int j = 0; j < njobs && rc == EXIT_OK; j++) /* the first failure in order, as one thread would */
       if (jobs[j].exit != EXIT_OK) {

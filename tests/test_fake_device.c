@@ -1636,6 +1636,50 @@ static void test_host_bundle_typed(const char *cli, const char *templates, const
   free(a), free(c);
 }
 
+/* Cubins of another arch of the device's major: a bundle built for sm_80 (and sm_90a,
+ * which names an sm_90 device: its mma.sync kernel compiled as sm_90) serves an sm_86 or
+ * sm_89 device (A10, L4, RTX 4090) with JIT off, nothing compiled (sm_80's SASS runs there;
+ * it failed, and recompiled with JIT on); not an sm_75 device (another major). In a child:
+ * FAKE_CUDA_CC is read as the driver starts. */
+static void child_compatible_arch(void *a) {
+  const no_nvrtc_args *na = a;
+  char dir[700], *cmd = NULL;
+  snprintf(dir, sizeof dir, "%s/bundle-sm80", na->cache);
+  const da_spec s = longnet(2, 0);
+  char *js = da_spec_to_json(&s);
+  const int rc = asprintf(&cmd, "mkdir -p '%s' && echo '%s' > '%s/ln2.json' && '%s' gen --target cuda --arch sm_80,sm_90a "
+                                "--compile --bundle c80 -o '%s' '%s/ln2.json' > /dev/null",
+                          dir, js, dir, na->cli, dir, dir) < 0 ? -1 : system(cmd);
+  free(cmd), free(js);
+  char manifest[800];
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+  size_t len = 0;
+  char *m = da__read_file(manifest, &len);
+  TU_CHECK(rc == 0 && m && strstr(m, "\"arch\": \"sm_80\"") && strstr(m, "\"arch\": \"sm_90\"") &&
+               !strstr(m, "\"arch\": \"sm_90a\""),
+           "gen --arch sm_80,sm_90a --bundle (mma.sync): cubins for sm_80 and sm_90 (rc %d)", rc);
+  free(m);
+  static const struct {
+    const char *cc;
+    int taken;
+  } devs[] = {{"86", 1}, {"89", 1}, {"80", 1}, {"75", 0}};
+  setenv("DILATTN_DISABLE_JIT", "1", 1);
+  const char *cc = getenv("FAKE_CUDA_CC");
+  for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) {
+    if (!cc || strcmp(cc, devs[i].cc)) continue;
+    da_backend got;
+    long long hits, builds;
+    char err[2048], name[40];
+    snprintf(name, sizeof name, "compat-%s", devs[i].cc);
+    const da_status st = bundle_plan_mma(na->cache, name, manifest, 2, 1, &got, &hits, &builds, err, sizeof err);
+    TU_CHECK(devs[i].taken ? st == DA_OK && got == DA_BACKEND_CUDA && hits == 1 && builds == 0
+                           : st == DA_ERR_UNSUPPORTED && hits == 0,
+             "an sm_%s device, JIT off, a bundle of sm_80 and sm_90: %s (%s, %lld bundle hits, %lld builds: %s)",
+             devs[i].cc, devs[i].taken ? "served" : "not served", da_status_name(st), hits, builds, err);
+  }
+  unsetenv("DILATTN_DISABLE_JIT");
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI [LIBNVRTC_SHIM.so]]\n", argv[0]);
@@ -1670,6 +1714,12 @@ int main(int argc, char **argv) {
   TU_CHECK(run_in_child(child_warm_cache, cache), "a disk cache filled by NVRTC 13.0 (a child process) failed");
   no_nvrtc_args na = {cache, argc > 3 ? argv[3] : "", argv[2]};
   TU_CHECK(run_in_child(child_without_nvrtc, &na), "the checks without NVRTC (a child process) failed");
+  for (int i = 0; i < 4 && argc > 3; i++) { /* an sm_86, sm_89, sm_80, sm_75 device, each a child */
+    static const char *const ccs[] = {"86", "89", "80", "75"};
+    setenv("FAKE_CUDA_CC", ccs[i], 1);
+    TU_CHECK(run_in_child(child_compatible_arch, &na), "the checks on an sm_%s device (a child process) failed", ccs[i]);
+    unsetenv("FAKE_CUDA_CC");
+  }
   if (argc > 4) { /* an NVRTC that says 12.0, likewise */
     old_nvrtc_args oa = {cache, argv[4]};
     TU_CHECK(run_in_child(child_old_nvrtc, &oa), "the checks under NVRTC 12.0 (a child process) failed");
