@@ -500,7 +500,8 @@ static int cmd_gen(int argc, char **argv) {
       if (!strcmp(a, b))
         rc = fail(EXIT_INPUT,
                   "--bundle %s: configs %s and %s both give the entry points %s_%s_* (the identifier is the "
-                  "file name up to its first '.'); rename one",
+                  "file name up to its first '.', characters other than letters and digits as '_', a 'k' before "
+                  "one that starts with a digit or is empty); rename one",
                   bundle, configs[j], configs[i], bundle, a);
     }
   }

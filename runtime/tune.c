@@ -556,8 +556,9 @@ int da__cmd_tune(int argc, char **argv) {
     } else if (stat(outs[i], &st) == 0 && S_ISDIR(st.st_mode)) {
       fprintf(stderr, "dilattn: error: tune: %s %s: is a folder\n", flags[i], outs[i]);
       bad = 1;
-    } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      fprintf(stderr, "dilattn: error: tune: %s %s: %s is not a folder\n", flags[i], outs[i], dir);
+    } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) { /* (a folder that is not there: said so) */
+      fprintf(stderr, "dilattn: error: tune: %s %s: %s %s\n", flags[i], outs[i], dir,
+              errno == ENOENT ? "does not exist" : "is not a folder");
       bad = 1;
     } else if (da__can_write_beside(outs[i]) != 0) { /* found now, not after the sweep and the merge */
       fprintf(stderr, "dilattn: error: tune: %s %s: cannot write into %s: %s\n", flags[i], outs[i], dir,

@@ -424,7 +424,8 @@ try:
                           (["--backend", "gpu"], "--backend: 'gpu' is not auto, host or cuda"),
                           (["-o", folder], f"-o {folder}: is a folder"),
                           (["--plot", folder], f"--plot {folder}: is a folder"),
-                          (["-o", os.path.join(tmp, "absent-dir", "x.csv")], "absent-dir"),
+                          (["-o", os.path.join(tmp, "absent-dir", "x.csv")], "absent-dir does not exist"),
+                          (["-o", os.path.join(cfg_b, "x.csv")], f"{cfg_b} is not a folder"),
                           (["--seq-len"], "unknown option or missing value: --seq-len")):
         opt_db = os.path.join(tmp, "opt.jsonl")
         for f in (opt_db, opt_db + ".lock"):
