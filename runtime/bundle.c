@@ -142,8 +142,9 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
       json_t *jsize = json_object_get(a, "size"); /* an integer: a string or a real is no size */
       json_int_t size = json_integer_value(jsize);
       json_t *jcc = json_object_get(a, "compiler"); /* (optional: a host artifact's CC) */
-      if ((jcc && !json_is_string(jcc)) || !arch || strlen(arch) >= 32 || !da__is_hex(str_member(a, "key"), 64) || !da__is_hex(str_member(a, "sha256"), 64) ||
-          !file || strchr(file, '/') || !json_is_integer(jsize) || size < 0) {
+      if (!arch || strlen(arch) >= 32 || !da__is_hex(str_member(a, "key"), 64) ||
+          !da__is_hex(str_member(a, "sha256"), 64) || !file || strchr(file, '/') || !json_is_integer(jsize) ||
+          size < 0 || (jcc && !json_is_string(jcc))) {
         st = da__set_error(ctx, DA_ERR_PARSE, "bundle %s: kernels[%zu].artifacts[%zu] is incomplete or invalid", origin,
                            ki, ai);
         goto done;

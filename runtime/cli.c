@@ -400,7 +400,10 @@ static int gen_check_outputs(const char *outdir, const char *const *configs, int
   }
   if (bundle && rc == EXIT_OK) { /* another bundle's manifest (another name): not replaced */
     snprintf(path, sizeof path, "%s/manifest.json", outdir);
-    json_t *m = json_load_file(path, 0, NULL);
+    size_t len = 0;
+    char *text = da__read_file(path, &len); /* (a regular file alone: a FIFO there is not waited on) */
+    json_t *m = text ? json_loadb(text, len, 0, NULL) : NULL;
+    free(text);
     const char *fmt = json_string_value(json_object_get(m, "format")), *name = json_string_value(json_object_get(m, "name"));
     if (fmt && !strcmp(fmt, "dilattn-bundle") && name && strcmp(name, bundle))
       rc = fail(EXIT_INPUT, "gen --bundle %s: %s is bundle %s's; writing %s there would replace it (DILATTN_BUNDLES "
