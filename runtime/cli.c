@@ -1090,10 +1090,12 @@ static int cmd_info(void) {
     limit = da__cli_sprintf("null");
   printf("{\"version\":%s,\"lua\":%s,\"cache_schema\":%d,"
          "\"backends\":{\"host\":{\"available\":%s,\"cc\":%s%s%s},\"cuda\":%s},\"nvrtc\":%s,"
-         "\"template_dir\":%s,\"cache_dir\":%s,\"cache_usable\":%s,\"cache_max_bytes\":%llu,\"workspace_limit\":%s}\n",
+         "\"template_dir\":%s,\"cache_dir\":%s,\"cache_usable\":%s,\"cache_max_bytes\":%llu,\"workspace_limit\":%s,"
+         "\"jit_disabled\":%s,\"bundle_artifacts\":%zu}\n",
          jstr(da_version(), 0), jstr(LUA_RELEASE, 1), DA_CACHE_SCHEMA_VERSION, cc_ok ? "true" : "false",
          jstr(da__host_cc(), 2), cc_ok ? "" : ",\"reason\":", cc_ok ? "" : jstr(cc_why, 4), cuda, nvrtc, jstr(getenv("DILATTN_TEMPLATE_DIR"), 3),
-         cache_dir, cache_usable ? "true" : "false", (unsigned long long)da__disk_cache_max_bytes(), limit);
+         cache_dir, cache_usable ? "true" : "false", (unsigned long long)da__disk_cache_max_bytes(), limit,
+         da__jit_disabled() ? "true" : "false", da__bundles_count(da__context_kernels(ctx)->bundles));
   free(nvrtc), free(cuda), free(limit);
   da_context_destroy(ctx);
   return EXIT_OK;

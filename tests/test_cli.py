@@ -79,6 +79,20 @@ def test_info():
         rc, out, err = run("info", env={"CC": text})
         host = json.loads(out)["backends"]["host"] if rc == 0 else {}
         check(host.get("available") is want and host.get("cc") == text, f"info, CC={text!r}: {out} {err}")
+    # JIT off, and the kernels DILATTN_BUNDLES registers (a bundle that cannot be, a warning)
+    bdir = tempfile.mkdtemp(prefix="dilattn-info-")
+    cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
+    brc, _, berr = run("gen", cfg, "--bundle", "inf", "-o", bdir)
+    man = os.path.join(bdir, "manifest.json")
+    for env, jit_off, arts, warn in (({}, False, 0, False), ({"DILATTN_DISABLE_JIT": "1"}, True, 0, False),
+                                     ({"DILATTN_DISABLE_JIT": "off"}, False, 0, False),
+                                     ({"DILATTN_BUNDLES": man}, False, 1, False),
+                                     ({"DILATTN_BUNDLES": man + ":" + bdir + "/absent.json"}, False, 1, True)):
+        rc, out, err = run("info", env=env)
+        got = json.loads(out) if rc == 0 else {}
+        check(brc == 0 and got.get("jit_disabled") is jit_off and got.get("bundle_artifacts") == arts
+              and ("DILATTN_BUNDLES" in err) == warn, f"info, {env}: {out} {err} {berr}")
+    shutil.rmtree(bdir, ignore_errors=True)
     rc, out, err = run("info", env={"DILATTN_WORKSPACE_LIMIT": "lots"})
     lim = json.loads(out)["workspace_limit"] if rc == 0 else None
     check(isinstance(lim, dict) and "not a number of bytes" in lim.get("error", ""), f"info, limit 'lots': {out} {err}")
