@@ -355,11 +355,12 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
   if (!js) return 0;
   da__sha256_hex(js, strlen(js), hash);
   free(js);
-  const da__tune_record *r = da__tuning_best(ctx->tuning, n, hash, be == DA_BACKEND_CUDA ? "cuda" : "host",
-                                             da__tuning_bucket(hint > 0 ? hint : 65536));
-  if (!r) return 0;
+  /* mma.sync forced: the best of its records (the wgmma ones skipped; a wgmma best made the
+   * plan take the planner's defaults) */
   const char *env = getenv("DILATTN_CUDA_MMA");
-  if (r->params.cuda_mma >= 2 && env && !strcmp(env, "sync")) return 0; /* mma.sync forced: not this record */
+  const da__tune_record *r = da__tuning_best(ctx->tuning, n, hash, be == DA_BACKEND_CUDA ? "cuda" : "host",
+                                             da__tuning_bucket(hint > 0 ? hint : 65536), env && !strcmp(env, "sync"));
+  if (!r) return 0;
   *out = r->params;
   out->seq_len_hint = hint;
   /* older tuners gave their mma.sync candidates cuda_mma 0 with tunables set

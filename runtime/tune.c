@@ -431,7 +431,10 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
          best >= 0 && c[0].rec.median_ms > 0 ? c[0].rec.median_ms / c[best].rec.median_ms : 0.0,
          best >= 0 ? c[best].rec.params.tile_q : 0, best >= 0 ? c[best].rec.params.tile_k : 0,
          best >= 0 ? c[best].rec.params.fused_min_queries : 0, best >= 0 ? c[best].rec.params.cuda_mma : 0,
-         da__cli_jstr(best >= 0 ? c[best].rec.strategy : "", 1), da__cli_jstr(db, 2));
+         da__cli_jstr(best >= 0 ? c[best].rec.strategy : "", 1), da__cli_jstr(st == DA_OK ? db : NULL, 2));
+  /* now, not at exit: a sweep of several configs stopped by a signal kept the lines of those
+   * done (their records were merged) */
+  fflush(summary_to);
   if (plot && draw_plot(plot, c, n, best) != 0) *plot_failed = 1;
   /* every candidate tried failed to compile (those pruned before, "constraints", were not
    * tried): exit 3, as gen's compile failures */

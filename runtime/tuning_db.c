@@ -11,6 +11,7 @@
 #include "runtime/disk_cache.h"
 #include "runtime/fileio.h"
 #include "runtime/host_compiler.h"
+#include "runtime/log.h"
 #include "runtime/nvrtc.h"
 
 #include <errno.h>
@@ -208,11 +209,24 @@ static int parse_record(const char *line, da__tune_record *r) {
     json_decref(o);
     return -1;
   }
-  int64_t bucket, tq, tk, fmq, mma, reps;
-  const int ok = da__is_hex(json_string_value(json_object_get(o, "spec_hash")), 64) &&
-                 int_field(o, "bucket", 0, 63, &bucket) && int_field(o, "tile_q", 0, 256, &tq) &&
-                 int_field(o, "tile_k", 0, 1024, &tk) && int_field(o, "fused_min_queries", 0, INT_MAX, &fmq) &&
-                 int_field(o, "cuda_mma", 0, DA__CUDA_MMA_MAX, &mma) && int_field(o, "reps", 0, INT_MAX, &reps);
+  int64_t bucket, tq, tk, fmq, mma, reps, seq_len;
+  /* and what the tuner writes of a run: its length (the bucket is its log2), a status it
+   * knows, and for an ok one whole timings (a missing median read as 0 ms, the fastest of
+   * all, and won) */
+  static const char *const statuses[] = {"ok", "compile", "runtime", "correctness", "constraints"};
+  const char *status = json_string_value(json_object_get(o, "status"));
+  int known = 0;
+  for (size_t i = 0; status && i < sizeof statuses / sizeof *statuses; i++) known |= !strcmp(status, statuses[i]);
+  json_t *med = json_object_get(o, "median_ms"), *mn = json_object_get(o, "min_ms"), *mx = json_object_get(o, "max_ms");
+  const double m = json_number_value(med), lo = json_number_value(mn), hi = json_number_value(mx);
+  int ok = da__is_hex(json_string_value(json_object_get(o, "spec_hash")), 64) &&
+           int_field(o, "bucket", 0, 63, &bucket) && int_field(o, "tile_q", 0, 256, &tq) &&
+           int_field(o, "tile_k", 0, 1024, &tk) && int_field(o, "fused_min_queries", 0, INT_MAX, &fmq) &&
+           int_field(o, "cuda_mma", 0, DA__CUDA_MMA_MAX, &mma) && int_field(o, "reps", 0, INT_MAX, &reps) &&
+           int_field(o, "seq_len", 1, INT64_MAX, &seq_len) && da__tuning_bucket(seq_len) == bucket && known;
+  if (ok && !strcmp(status, "ok"))
+    ok = json_is_number(med) && json_is_number(mn) && json_is_number(mx) && isfinite(m) && isfinite(lo) &&
+         isfinite(hi) && lo > 0 && lo <= m && m <= hi && reps >= 1;
   if (!ok) {
     json_decref(o);
     return -1;
@@ -271,33 +285,46 @@ static void format_record(const da__tune_record *r, FILE *f) {
  * env_mask in *mask and its line in *header (malloc'ed; NULL for a missing file: then 0
  * records and mask both backends). -1 for a file that is not a tuning database, or
  * unreadable. */
-static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mask, char **header) {
-  *out = NULL, *header = NULL, *mask = ENV_HOST | ENV_CUDA;
+static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mask, char **header,
+                   int *sections) {
+  *out = NULL, *header = NULL, *mask = ENV_HOST | ENV_CUDA, *sections = 0;
   FILE *f = da__fopen_regular(path, DA_TUNING_DB_MAX);
   if (!f) return errno == ENOENT ? 0 : -1; /* (errno: why) */
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
-  int n = 0, ncap = 0, first = 1;
+  int n = 0, ncap = 0, first = 1, cur = 0;
   da__tune_record *v = NULL;
   while ((len = getline(&line, &cap, f)) >= 0) {
     if (first) {
       first = 0;
-      *mask = env_mask(ctx, line);
+      *mask = cur = env_mask(ctx, line);
       if (*mask < 0) { /* not a tuning database */
         n = -1;
         break;
       }
+      *sections = 1;
       line[strcspn(line, "\n")] = '\0';
       *header = strdup(line);
       continue;
+    }
+    /* another header (databases concatenated: `cat a.jsonl b.jsonl`): the records after it
+     * are its environment's, served here only where it matches (they were read as the first
+     * header's: another machine's timings taken, and merged in as this one's) */
+    if (strstr(line, "\"dilattn_tuning_db\"")) {
+      const int m = env_mask(ctx, line);
+      if (m >= 0) {
+        cur = m;
+        ++*sections;
+        continue;
+      }
     }
     if (n == ncap) {
       da__tune_record *nv = realloc(v, (size_t)(ncap = ncap ? 2 * ncap : 64) * sizeof *v);
       if (!nv) break;
       v = nv;
     }
-    if (parse_record(line, &v[n]) == 0) n++; /* a damaged line is skipped */
+    if (parse_record(line, &v[n]) == 0) v[n++].env_mask = cur; /* a damaged line is skipped */
   }
   free(line);
   fclose(f);
@@ -312,13 +339,15 @@ static int read_db(const da_context *ctx, const char *path, da__tune_record **ou
 
 int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_record **out, int *mismatch,
                            int *skipped) {
-  int mask, n;
+  int mask, n, sections;
   char *header;
   if (mismatch) *mismatch = 0;
-  n = read_db(ctx, path, out, &mask, &header);
+  n = read_db(ctx, path, out, &mask, &header, &sections);
   free(header);
   if (skipped) *skipped = 0;
-  if (n >= 0 && mask == 0) { /* another machine's or library's: nothing of it counts */
+  int any = mask; /* (a section of a later header that serves here) */
+  for (int i = 0; i < n; i++) any |= (*out)[i].env_mask;
+  if (n >= 0 && any == 0) { /* another machine's or library's: nothing of it counts */
     free(*out);
     *out = NULL;
     if (mismatch) *mismatch = 1;
@@ -326,7 +355,7 @@ int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_rec
   }
   int kept = 0;
   for (int i = 0; i < n; i++) /* the records of a backend whose environment differs here: not used */
-    if (backend_bit((*out)[i].backend) & mask) (*out)[kept++] = (*out)[i];
+    if (backend_bit((*out)[i].backend) & (*out)[i].env_mask) (*out)[kept++] = (*out)[i];
     else if (skipped) ++*skipped;
   return n < 0 ? n : kept;
 }
@@ -344,7 +373,13 @@ static int same_slot(const da__tune_record *a, const da__tune_record *b) {
 }
 
 /* The error of a database that cannot be merged into (nold < 0 from da__tuning_db_read) */
-static da_status unmergeable(const da_context *ctx, const char *path, int mismatch) {
+static da_status unmergeable(const da_context *ctx, const char *path, int mismatch, int sections) {
+  if (mismatch && sections > 1)
+    return da__set_error(ctx, DA_ERR_IO,
+                         "tuning db %s holds %d environment headers (databases concatenated?): plans read each "
+                         "header's records under it, but a merge would write them all under one; it is left as it is "
+                         "(split it into a file a header, or give tune --db another file)",
+                         path, sections);
   if (mismatch) { /* what differs, as a plan's warning says it */
     char diff[1024];
     da__tuning_db_env_diff(ctx, path, diff, sizeof diff);
@@ -408,11 +443,19 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
   }
   da__tune_record *old = NULL;
   char *header;
-  int mask, nold = read_db(ctx, path, &old, &mask, &header);
-  char *next = nold < 0 ? NULL : merge_header(ctx, header, mask, old, nold, backend_bit(backend));
+  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections);
+  char *next = nold < 0 || sections > 1 ? NULL : merge_header(ctx, header, mask, old, nold, backend_bit(backend));
   free(old), free(header);
-  if (!next) return unmergeable(ctx, path, nold >= 0); /* another GPU's records, say, for a CUDA sweep */
+  if (!next) return unmergeable(ctx, path, nold >= 0, sections); /* another GPU's records, say, for a CUDA sweep */
   free(next);
+  /* its lock, as the merge will open it (a folder or a link there was found after the sweep,
+   * its records lost) */
+  char lock[4200];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  const int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  DA_RETURN_IF(lfd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock,
+               errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
+  close(lfd);
   DA_RETURN_IF(da__can_write_beside(path) != 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path,
                strerror(errno));
   return DA_OK;
@@ -425,20 +468,25 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   DA_RETURN_IF(fd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock,
                errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
-  while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+  /* held by another tune's merge (one stopped with Ctrl-Z holds it until it goes on): said,
+   * then waited for (it waited without a word) */
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    da__log(DA_LOG_WARN, "tuning db: waiting for %s (another process is merging into %s)", lock, path);
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
   }
   da__tune_record *old = NULL;
   char *header = NULL, *next = NULL;
-  int mask, nold = read_db(ctx, path, &old, &mask, &header);
+  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections);
   /* (a sweep's records are one backend's: the first one's) */
-  if (nold >= 0)
+  if (nold >= 0 && sections <= 1)
     next = n > 0 ? merge_header(ctx, header, mask, old, nold, backend_bit(recs[0].backend))
                  : strdup(header ? header : da__tuning_env_for(ctx));
   for (int j = 1; j < n && next; j++)
     if (strcmp(recs[j].backend, recs[0].backend)) free(next), next = NULL;
   da_status st = DA_OK;
   if (!next) {
-    st = unmergeable(ctx, path, nold >= 0);
+    st = unmergeable(ctx, path, nold >= 0, sections);
   } else {
     /* the temp beside it with the database's own mode (mkstemp's 0600 made a shared 0644
      * file private at the first merge) */
@@ -472,18 +520,40 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   return st;
 }
 
+static int same_params(const da_plan_options *a, const da_plan_options *b) {
+  return a->tile_q == b->tile_q && a->tile_k == b->tile_k && a->fused_min_queries == b->fused_min_queries &&
+         a->cuda_mma == b->cuda_mma;
+}
+
 const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const char *spec_hash, const char *backend,
-                                       int want_bucket) {
-  int best_bucket = -1;
-  for (int i = 0; i < n; i++) /* nearest bucket that has an ok record */
-    if (!strcmp(recs[i].spec_hash, spec_hash) && !strcmp(recs[i].backend, backend) && !strcmp(recs[i].status, "ok") &&
-        (best_bucket < 0 || abs(recs[i].bucket - want_bucket) < abs(best_bucket - want_bucket)))
-      best_bucket = recs[i].bucket;
-  const da__tune_record *best = NULL;
+                                       int want_bucket, int sync_only) {
+  /* the spec's records: its failures (a correctness failure at one length makes the kernel
+   * suspect at every length), then the ok ones of the instruction allowed that are not among them */
+  const da__tune_record **mine = malloc(((size_t)n + 1) * sizeof *mine);
+  if (!mine) return NULL;
+  int m = 0, nfail = 0;
   for (int i = 0; i < n; i++)
-    if (recs[i].bucket == best_bucket && !strcmp(recs[i].spec_hash, spec_hash) && !strcmp(recs[i].backend, backend) &&
-        !strcmp(recs[i].status, "ok") && (!best || recs[i].median_ms < best->median_ms))
-      best = &recs[i];
+    if (!strcmp(recs[i].spec_hash, spec_hash) && !strcmp(recs[i].backend, backend) && strcmp(recs[i].status, "ok"))
+      mine[m++] = &recs[i];
+  nfail = m;
+  for (int i = 0; i < n; i++) {
+    const da__tune_record *r = &recs[i];
+    if (strcmp(r->spec_hash, spec_hash) || strcmp(r->backend, backend) || strcmp(r->status, "ok") ||
+        (sync_only && r->params.cuda_mma >= 2))
+      continue;
+    int failed = 0;
+    for (int j = 0; j < nfail && !failed; j++) failed = same_params(&mine[j]->params, &r->params);
+    if (!failed) mine[m++] = r;
+  }
+  int best_bucket = -1;
+  for (int i = nfail; i < m; i++) { /* nearest bucket; of two as near, the larger (it was file order) */
+    const int d = abs(mine[i]->bucket - want_bucket), bd = abs(best_bucket - want_bucket);
+    if (best_bucket < 0 || d < bd || (d == bd && mine[i]->bucket > best_bucket)) best_bucket = mine[i]->bucket;
+  }
+  const da__tune_record *best = NULL;
+  for (int i = nfail; i < m; i++)
+    if (mine[i]->bucket == best_bucket && (!best || mine[i]->median_ms < best->median_ms)) best = mine[i];
+  free(mine);
   return best;
 }
 

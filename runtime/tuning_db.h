@@ -21,6 +21,7 @@ typedef struct {
   char label[200];       /* why, for failures */
   double median_ms, min_ms, max_ms;
   int reps, is_default;
+  int env_mask; /* read: the backends (bits: 1 host, 2 cuda) its section's header serves here */
 } da__tune_record;
 
 /* Path of the database: $DILATTN_TUNING_DB, else <cache dir>/tuning.jsonl. */
@@ -59,9 +60,11 @@ DA_HIDDEN int da__tuning_db_read_for(const da_context *ctx, const char *path, da
 DA_HIDDEN da_status da__tuning_db_check(const da_context *ctx, const char *path, const char *backend);
 DA_HIDDEN da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n);
 
-/* Best ok record for spec_hash/backend whose bucket is nearest to want_bucket. */
+/* Best ok record for spec_hash/backend whose bucket is nearest to want_bucket (of two as
+ * near, the larger), never of tunables that failed (a record not ok) at any bucket; with
+ * sync_only, of the mma.sync records alone (cuda_mma 0 or 1). */
 DA_HIDDEN const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const char *spec_hash,
-                                                 const char *backend, int want_bucket);
+                                                 const char *backend, int want_bucket, int sync_only);
 
 DA_HIDDEN int da__tuning_bucket(int64_t seq_len);
 

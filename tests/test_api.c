@@ -499,15 +499,17 @@ static void test_tuning_batches(void) {
   }
   /* batch 1: A 1 ms, B 2 ms; then batch 8: A 10 ms, B 5 ms (B is the best of the last sweep) */
   r[0].batch = r[1].batch = 1, r[0].median_ms = 1.0, r[1].median_ms = 2.0;
+  for (int i = 0; i < 2; i++) r[i].min_ms = r[i].max_ms = r[i].median_ms; /* (whole timings, as the tuner's) */
   TU_CHECK(da__tuning_db_merge(ctx, db, r, 2) == DA_OK, "merge batch 1: %s", da_context_last_error(ctx));
   r[0].batch = r[1].batch = 8, r[0].median_ms = 10.0, r[1].median_ms = 5.0;
+  for (int i = 0; i < 2; i++) r[i].min_ms = r[i].max_ms = r[i].median_ms;
   TU_CHECK(da__tuning_db_merge(ctx, db, r, 2) == DA_OK, "merge batch 8: %s", da_context_last_error(ctx));
   da__tune_record *recs = NULL;
   int mismatch = 0;
   const int n = da__tuning_db_read(db, &recs, &mismatch);
   char hash[65];
   memset(hash, 'a', 64), hash[64] = '\0';
-  const da__tune_record *best = n > 0 ? da__tuning_best(recs, n, hash, "host", da__tuning_bucket(4096)) : NULL;
+  const da__tune_record *best = n > 0 ? da__tuning_best(recs, n, hash, "host", da__tuning_bucket(4096), 0) : NULL;
   TU_CHECK(n == 2, "%d records after two sweeps of one bucket (one per tile parameters)", n);
   TU_CHECK(best && best->params.tile_q == 16 && best->batch == 8,
            "best after a batch-8 sweep: tile_q %d of batch %lld (%.1f ms)", best ? best->params.tile_q : -1,

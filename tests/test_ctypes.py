@@ -89,8 +89,9 @@ if os.path.exists(cli):
     rec = next((json.loads(x) for x in lines[1:] if json.loads(x)["status"] == "ok"), None)
     check(rec is not None, f"a tuning sweep for the seq_len_hint check: {p.returncode} {p.stderr[-300:]}")
     if rec:
-        recs = [dict(rec, bucket=8, tile_q=8, tile_k=16, fused_min_queries=0, cuda_mma=0, median_ms=1.0),
-                dict(rec, bucket=16, tile_q=16, tile_k=32, fused_min_queries=0, cuda_mma=0, median_ms=1.0)]
+        whole = dict(median_ms=1.0, min_ms=1.0, max_ms=1.0)  # (records the tuner could write: else skipped)
+        recs = [dict(rec, seq_len=256, bucket=8, tile_q=8, tile_k=16, fused_min_queries=0, cuda_mma=0, **whole),
+                dict(rec, seq_len=65536, bucket=16, tile_q=16, tile_k=32, fused_min_queries=0, cuda_mma=0, **whole)]
         open(db, "w").write("\n".join([lines[0]] + [json.dumps(r) for r in recs]) + "\n")
         os.environ["DILATTN_TUNING_DB"] = db
         tuned = Dilattn(os.path.abspath(sys.argv[1]))  # a context that reads this database

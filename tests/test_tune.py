@@ -123,7 +123,7 @@ try:
     fast = [json.loads(x) for x in lines[1:]]
     pick = next(r for r in fast if r["spec_hash"] == rec_a["spec_hash"] and r["status"] == "ok"
                 and (r["tile_q"], r["tile_k"]) not in ((0, 0), (32, 64)))
-    pick["median_ms"] = 1e-6
+    pick["median_ms"] = pick["min_ms"] = 1e-6  # (min <= median <= max: a record the tuner could write)
     for field, value, used in (("gpu", "another GPU driver 1", True), ("nvrtc", "9.9", True),
                                ("cc", "another-cc", False)):
         other = os.path.join(tmp, f"other-{field}.jsonl")
@@ -286,9 +286,20 @@ try:
     def run_info(path):
         p = run(*run_a, env={"DILATTN_TUNING_DB": path})
         return p.returncode, json.loads(p.stdout) if p.returncode == 0 else p.stderr
-    good = dict(rec, bucket=16, tile_q=8, tile_k=16, fused_min_queries=0, median_ms=1.0)
-    for bad in (dict(rec, bucket=-2**31, tile_q=64, tile_k=32, median_ms=0.001),
-                dict(rec, bucket=8, tile_q=64, tile_k=32, spec_hash=rec["spec_hash"][:63] + "\u00e9", median_ms=0.001)):
+    good = dict(rec, bucket=16, seq_len=65536, tile_q=8, tile_k=16, fused_min_queries=0, median_ms=1.0, min_ms=1.0,
+                max_ms=1.0)
+    fastest = dict(median_ms=0.001, min_ms=0.001, max_ms=0.001)
+    for bad in (dict(rec, bucket=-2**31, tile_q=64, tile_k=32, **fastest),
+                dict(rec, bucket=8, tile_q=64, tile_k=32, spec_hash=rec["spec_hash"][:63] + "\u00e9", **fastest),
+                # what the tuner never writes (helper-60): an ok record without a median (read
+                # as 0 ms, the fastest) or with a negative one, min above median, no reps, a
+                # bucket that is not its length's log2, a status it does not know
+                {k: v for k, v in dict(rec, bucket=8, tile_q=64, tile_k=32, **fastest).items() if k != "median_ms"},
+                dict(rec, bucket=8, tile_q=64, tile_k=32, median_ms=-1, min_ms=-1, max_ms=-1),
+                dict(rec, bucket=8, tile_q=64, tile_k=32, median_ms=0.001, min_ms=0.002, max_ms=0.003),
+                dict(rec, bucket=8, tile_q=64, tile_k=32, reps=0, **fastest),
+                dict(rec, bucket=9, tile_q=64, tile_k=32, **fastest),
+                dict(rec, bucket=8, tile_q=64, tile_k=32, status="great", **fastest)):
         rc, info = run_info(db_with(good, bad))
         check(rc == 0 and info["tile_q"] == 8 and info["tile_k"] == 16, f"damaged record {bad} chosen: {rc} {info}")
     rc, info = run_info(db_with(dict(rec, bucket=8, tile_q=4096, tile_k=64, median_ms=0.001)))
@@ -452,6 +463,59 @@ try:
           and f"{len(fast)} records of a backend whose environment differs here" in p.stderr
           and "cc:" in p.stderr and "another-cc" in p.stderr and "another environment" not in p.stderr,
           f"host records of another CC beside CUDA records: exit {p.returncode}, {info}, {p.stderr.strip()}")
+
+    # 22. (helper-60) databases concatenated (`cat ours theirs`): the records after the
+    # second header are its environment's, not taken here (they were read as the first
+    # header's: another machine's 0.001 ms record won), and tune refuses to merge into the
+    # file (a merge wrote them all under one header)
+    theirs_header = json.loads(lines[0])
+    theirs_header["env"]["cpu"] = "Other CPU 9000"
+    foreign = dict(rec_a, tile_q=8, tile_k=128, **fastest)
+    cat = os.path.join(tmp, "cat.jsonl")
+    open(cat, "w").write("\n".join([lines[0]] + lines[1:] + [json.dumps(theirs_header), json.dumps(foreign)]) + "\n")
+    p = run(*run_a, env={"DILATTN_TUNING_DB": cat})
+    info = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(p.returncode == 0 and (info.get("tile_q"), info.get("tile_k")) != (8, 128),
+          f"another machine's record after a second header: taken {info} {p.stderr.strip()}")
+    before = open(cat).read()
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", cat)
+    check(p.returncode == 2 and "environment headers" in p.stderr and open(cat).read() == before,
+          f"tune into concatenated databases: exit {p.returncode}, changed {open(cat).read() != before}: {p.stderr.strip()[-300:]}")
+    # ... and where the second header is this machine's, its records count
+    ours2 = os.path.join(tmp, "cat2.jsonl")
+    open(ours2, "w").write("\n".join([json.dumps(theirs_header), lines[0], json.dumps(foreign)]) + "\n")
+    p = run(*run_a, env={"DILATTN_TUNING_DB": ours2})
+    info = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(p.returncode == 0 and (info.get("tile_q"), info.get("tile_k")) == (8, 128),
+          f"this machine's records after a foreign header: not taken {info} {p.stderr.strip()}")
+
+    # 23. (helper-60) the nearest bucket: of two as near, the larger, whatever the file's
+    # order (it flipped with a re-sweep's order); tunables that failed at any bucket are not
+    # taken at another
+    at = lambda n, tq, tk, **kw: dict(rec_a, seq_len=n, bucket=n.bit_length() - 1, tile_q=tq, tile_k=tk, **dict(fastest, **kw))
+    # (run_a runs N = 300: bucket 8; records at buckets 7 and 9 are as near)
+    for order in (0, 1):
+        recs2 = [at(128, 8, 16), at(512, 16, 32)]
+        path = db_with(*(recs2 if order else recs2[::-1]))
+        rc, info = run_info(path)
+        check(rc == 0 and (info["tile_q"], info["tile_k"]) == (16, 32),
+              f"buckets 7 and 9 for N = 300, order {order}: {info}")
+    failed = dict(at(1024, 16, 32), status="correctness", median_ms=-1, min_ms=-1, max_ms=-1, reps=0)
+    rc, info = run_info(db_with(at(256, 16, 32), at(256, 8, 16, median_ms=0.5, min_ms=0.5, max_ms=0.5), failed))
+    check(rc == 0 and (info["tile_q"], info["tile_k"]) == (8, 16),
+          f"tunables that failed their check at another length taken: {info}")
+
+    # 24. (helper-60) a <db>.lock that cannot be opened (a folder, a link) is found before
+    # the sweep, not after it (its records were lost, the summary named the database)
+    for kind in ("folder", "link"):
+        ldb = os.path.join(tmp, f"lock-{kind}.jsonl")
+        if kind == "folder":
+            os.mkdir(ldb + ".lock")
+        else:
+            os.symlink(os.path.join(tmp, "nowhere"), ldb + ".lock")
+        p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", ldb)
+        check(p.returncode == 2 and ".lock" in p.stderr and not p.stdout and not os.path.exists(ldb),
+              f"tune with {ldb}.lock a {kind}: exit {p.returncode}, {p.stdout[:100]} {p.stderr.strip()[-200:]}")
 
 finally:
     shutil.rmtree(tmp, ignore_errors=True)

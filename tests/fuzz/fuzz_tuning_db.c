@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     static const int buckets[] = {0, 1, 10, 16, 31, 62, 63};
     for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
-      const da__tune_record *b2 = da__tuning_best(recs, n, r->spec_hash, r->backend, buckets[b]);
+      const da__tune_record *b2 = da__tuning_best(recs, n, r->spec_hash, r->backend, buckets[b], b % 2);
       if (b2 && (b2 < recs || b2 >= recs + n || strcmp(b2->status, "ok"))) abort();
     }
   }
