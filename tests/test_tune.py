@@ -505,6 +505,16 @@ try:
     check(rc == 0 and (info["tile_q"], info["tile_k"]) == (8, 16),
           f"tunables that failed their check at another length taken: {info}")
 
+    # 23b. (helper-60) a CC past the header's field is its hash there, not cut: a sweep under
+    # 'cc <130 spaces> -O0' served plans under '... -O3' without a word
+    long_cc = "cc" + " " * 130
+    ccdb = os.path.join(tmp, "long-cc.jsonl")
+    p = run("tune", cfg_a, "--seq-len", "256", "--reps", "1", "--db", ccdb, env={"CC": long_cc + "-O0"})
+    hdr = json.loads(open(ccdb).readline()) if p.returncode == 0 else {}
+    p2 = run(*run_a, env={"DILATTN_TUNING_DB": ccdb, "CC": long_cc + "-O3"})
+    check(p.returncode == 0 and hdr.get("env", {}).get("cc", "").startswith("sha256:") and p2.returncode == 0
+          and "another environment" in p2.stderr, f"a long CC: header {hdr}, run: {p2.stderr.strip()[-300:]}")
+
     # 24. (helper-60) a <db>.lock that cannot be opened (a folder, a link) is found before
     # the sweep, not after it (its records were lost, the summary named the database)
     for kind in ("folder", "link"):
