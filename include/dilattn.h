@@ -364,9 +364,10 @@ typedef struct {
  * all 0, the best entry of the tuning database (`dilattn tune`; $DILATTN_TUNING_DB, else
  * <cache dir>/tuning.jsonl; DILATTN_TUNING=0 ignores it) for this spec, backend and the
  * nearest shape bucket is used, else the planner's defaults. Same contract otherwise.
- * A context reads the database once, at its first plan that consults it, and keeps the
- * plans it made: a sweep finished later, or DILATTN_TUNING / DILATTN_TUNING_DB changed
- * later, counts for contexts created after. */
+ * A context reads the database once, at its first plan that consults it, and gives the
+ * plans it already made (a spec and options) from memory: a sweep finished later, or
+ * DILATTN_TUNING_DB changed, counts for contexts created after; DILATTN_TUNING=0 set later,
+ * for plans it has not made yet. */
 DA_API da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend backend,
                                    const da_plan_options *opts, da_plan **out);
 
