@@ -21,9 +21,11 @@
  * green one (below 12040, NOT_SUPPORTED)),
  * FAKE_CUDA_SMEM (opt-in shared memory per block, 232448), FAKE_CUDA_LOG (a file each
  * launch appends a line to: "launch NAME grid X Y Z block X Y Z smem S dependent D stream P
- * tma T ADDR dev D ctr C", T the arguments' tma flag and, where it is set, the first tensor map's
+ * tma T ADDR dev D ctr C masks M", T the arguments' tma flag and, where it is set, the first tensor map's
  * address (runtime/cuda_args.h), D the device whose context was current, C the value of a
- * persistent grid's counter at the launch (-1: none; the launch then sets it nonzero);
+ * persistent grid's counter at the launch (-1: none; the launch then sets it nonzero), M the
+ * arguments' explicit-mask table (runtime/cuda_args.h masks; 0: none), whose bytes a test
+ * reads where it points (this driver's memory is the host's);
  * FAKE_CUDA_NO_MEMSET (cuMemsetD32Async refuses); FAKE_CUDA_POOL_LIMIT (bytes: a larger
  * cuMemAllocFromPoolAsync is out of memory); each cuTensorMapEncodeTiled one: "tmap addr P dims .. strides ..
  * box .. swizzle S", after checking cuda.h's rules for the parameters the runtime passes).
@@ -354,8 +356,9 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
    * which must be 0; then a kernel's draws, so a counter used again unzeroed shows */
   long long ctr = -1;
   if (k && k->a.ctr) ctr = *k->a.ctr, *k->a.ctr = 0xd00du;
-  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p tma %d %llx dev %d ctr %lld\n", f->name,
-           gx, gy, gz, bx, by, bz, smem, dependent, stream, k ? k->a.tma : 0, (unsigned long long)first_map, dev, ctr);
+  log_line("launch %s grid %u %u %u block %u %u %u smem %u dependent %d stream %p tma %d %llx dev %d ctr %lld masks %llx\n",
+           f->name, gx, gy, gz, bx, by, bz, smem, dependent, stream, k ? k->a.tma : 0, (unsigned long long)first_map, dev,
+           ctr, k ? (unsigned long long)(uintptr_t)k->a.masks : 0ull);
   return OK;
 }
 

@@ -22,11 +22,14 @@
  * Run: build/tests/test_fake_device build/tests/libfake_cuda.so templates */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gen/render.h"
@@ -1680,6 +1683,391 @@ static void child_compatible_arch(void *a) {
   unsetenv("DILATTN_DISABLE_JIT");
 }
 
+/* ---- explicit masks, DILATTN_CTA_TILES, DILATTN_CUDA_MMA=sync with a tuning database,
+ * a preload cancelled during a compile ---- */
+
+/* The explicit-mask tables (runtime/cuda_args.h masks) of the launches logged since the
+ * last call, in order (the log is emptied): how many launches */
+static int read_mask_tables(unsigned long long *out, int cap) {
+  FILE *f = fopen(log_path, "r");
+  int n = 0;
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    const char *m = strncmp(line, "launch ", 7) ? NULL : strstr(line, " masks ");
+    unsigned long long v = ~0ull;
+    if (m && n < cap) {
+      if (sscanf(m, " masks %llx", &v) != 1) v = ~0ull;
+      out[n++] = v;
+    }
+  }
+  if (f) fclose(f);
+  unlink(log_path);
+  return n;
+}
+
+/* The device masks of a plan of s at table (the fake driver's memory is the host's): a
+ * pointer a branch, then each branch's nb x nb bytes, the first right after the table, each
+ * next one at the next multiple of 16 bytes past the one before (cuda_backend.c load_masks),
+ * all inside the allocation; each equal to want[i]. 1 where they are. */
+static int check_device_masks(unsigned long long table, const da_spec *s, uint8_t *const *want, const char *what) {
+  if (!table || table == ~0ull) {
+    TU_CHECK(0, "%s: the launches carry no mask table (%llx)", what, table);
+    return 0;
+  }
+  const unsigned char *base = (const unsigned char *)(uintptr_t)table;
+  const unsigned char *const *ptrs = (const unsigned char *const *)(const void *)base;
+  size_t off = (size_t)s->num_branches * sizeof(void *);
+  int ok = 1;
+  for (int i = 0; i < s->num_branches; i++) {
+    const int64_t nb = da_spec_explicit_blocks(s, i);
+    const int at = ptrs[i] == base + off;
+    const int same = at && !memcmp(ptrs[i], want[i], (size_t)(nb * nb));
+    int first = -1;
+    for (int64_t b = 0; at && !same && b < nb * nb && first < 0; b++)
+      if (ptrs[i][b] != want[i][b]) first = (int)b;
+    TU_CHECK(at && same,
+             "%s: branch %d's mask (%lld x %lld blocks): table entry %p, want table + %zu (%p); %s (first difference at "
+             "byte %d: %d, want %d)",
+             what, i, (long long)nb, (long long)nb, (const void *)ptrs[i], off, (const void *)(base + off),
+             !at ? "not there" : same ? "the caller's bytes" : "other bytes", first,
+             first >= 0 ? ptrs[i][first] : -1, first >= 0 ? want[i][first] : -1);
+    ok &= at && same;
+    off += (size_t)(nb * nb + 15) & ~(size_t)15;
+  }
+  /* (cuMemAlloc is calloc here: the allocation holds the table and every mask) */
+  TU_CHECK(malloc_usable_size((void *)(uintptr_t)table) >= off, "%s: the mask allocation holds %zu bytes, the layout %zu",
+           what, malloc_usable_size((void *)(uintptr_t)table), off);
+  return ok;
+}
+
+/* DA_LAYOUT_EXPLICIT on CUDA (cuda_backend.c load_masks): plans of one branch and of three
+ * with different block counts (13: 169 bytes, 16-byte padding; 3, 5 and 8) are made and
+ * run; every launch carries the plan's mask table, whose masks are the caller's bytes in
+ * the layout above; the caller's masks overwritten (every block allowed) and then freed
+ * after da_plan_create change nothing: not the device bytes, nor da_plan_density (the
+ * plan copied them, dilattn.h); a second plan of the same shape with other masks (the
+ * same kernel) has its own table and bytes, the first plan's untouched; a plan without a
+ * mask launches with no table. The first mask starts right after the table: at 8 bytes
+ * past a 16-byte boundary where the branches are odd in number (the kernels read the masks
+ * a byte at a time). */
+static void test_explicit_masks(da_context *ctx) {
+  launch_t L[64];
+  read_launches(L, 64);
+  static const struct {
+    int nb;
+    int64_t w[3], r[3], block, blocks[3];
+  } C[] = {{1, {200}, {1}, 16, {13}}, {3, {96, 160, 512}, {1, 1, 2}, 32, {3, 5, 8}}};
+  const int64_t N = 1024;
+  uint64_t rng = 0x5eed;
+  for (size_t c = 0; c < sizeof C / sizeof *C; c++) {
+    da_spec s = tu_spec(C[c].nb, C[c].w, C[c].r, 2, 2, 64, DA_DTYPE_FLOAT16);
+    s.sparsity.layout = DA_LAYOUT_EXPLICIT, s.sparsity.block = C[c].block;
+    uint8_t *user[3] = {NULL}, *orig[3] = {NULL}, *other[3] = {NULL};
+    int blocks_ok = 1;
+    for (int i = 0; i < C[c].nb; i++) {
+      const int64_t nb = da_spec_explicit_blocks(&s, i);
+      blocks_ok &= nb == C[c].blocks[i];
+      user[i] = malloc((size_t)(nb * nb)), orig[i] = malloc((size_t)(nb * nb)), other[i] = malloc((size_t)(nb * nb));
+      for (int64_t b = 0; b < nb * nb; b++) {
+        const int diag = b / nb == b % nb;
+        orig[i][b] = user[i][b] = (uint8_t)(diag || (tu_rand(&rng) & 1));
+        other[i][b] = (uint8_t)(diag || !orig[i][b]); /* (off the diagonal, the complement) */
+      }
+      s.sparsity.explicit_masks[i] = user[i];
+    }
+    char what[96];
+    snprintf(what, sizeof what, "explicit masks, %d branch%s", C[c].nb, C[c].nb > 1 ? "es" : "");
+    TU_CHECK(blocks_ok, "%s: the block counts of the spec", what);
+    da_status st;
+    da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+    TU_CHECK(st == DA_OK && p && da_plan_backend(p) == DA_BACKEND_CUDA, "%s: a CUDA plan (%s: %s)", what,
+             da_status_name(st), da_context_last_error(ctx));
+    if (!p) {
+      for (int i = 0; i < C[c].nb; i++) free(user[i]), free(orig[i]), free(other[i]);
+      continue;
+    }
+    double d0 = -1, d1 = -2;
+    da_plan_density(p, N, &d0);
+    unsigned long long tables[64];
+    read_mask_tables(tables, 64);
+    /* the caller's masks overwritten (every block allowed): nothing of the plan changes */
+    for (int i = 0; i < C[c].nb; i++) {
+      const int64_t nb = da_spec_explicit_blocks(&s, i);
+      memset(user[i], 1, (size_t)(nb * nb));
+    }
+    const da_status ds = da_plan_density(p, N, &d1);
+    TU_CHECK(ds == DA_OK && d0 > 0 && d0 < 1 && d1 == d0,
+             "%s: the plan's density %.6f, %.6f after the caller's masks were overwritten (want the same, below 1): %s",
+             what, d0, d1, ds == DA_OK ? "" : da_context_last_error(ctx));
+    unsigned long long table = 0;
+    for (int pass = 0; pass < 2; pass++) { /* overwritten; then freed */
+      if (pass == 1)
+        for (int i = 0; i < C[c].nb; i++) free(user[i]), user[i] = NULL;
+      run(p, &s, N, &st);
+      const int n = read_mask_tables(tables, 64);
+      int same = n > 0;
+      for (int j = 1; j < n; j++) same &= tables[j] == tables[0];
+      char w2[160];
+      snprintf(w2, sizeof w2, "%s, the caller's masks %s after da_plan_create", what, pass ? "freed" : "overwritten");
+      TU_CHECK(st == DA_OK && n > 0 && same, "%s: executed (%s: %s), %d launches, %s", w2, da_status_name(st),
+               st ? da_context_last_error(ctx) : "", n, same ? "one mask table" : "not all with the same mask table");
+      if (n > 0) check_device_masks(tables[0], &s, orig, w2);
+      if (pass == 0) table = n > 0 ? tables[0] : 0;
+      else TU_CHECK(n > 0 && tables[0] == table, "%s: the same table in both executions", w2);
+    }
+    /* a second plan of the same shape with other masks: its own */
+    da_spec s2 = s;
+    for (int i = 0; i < C[c].nb; i++) s2.sparsity.explicit_masks[i] = other[i];
+    da_plan *p2 = plan_with(ctx, &s2, 0, 0, 0, &st);
+    TU_CHECK(st == DA_OK && p2, "%s, other masks: a plan (%s)", what, da_context_last_error(ctx));
+    if (p2) {
+      run(p2, &s2, N, &st);
+      const int n = read_mask_tables(tables, 64);
+      snprintf(what + strlen(what), sizeof what - strlen(what), ", a second plan");
+      TU_CHECK(st == DA_OK && n > 0 && tables[0] != table, "%s: executed with a table of its own (%s; %llx, the first "
+               "plan's %llx)", what, st ? da_context_last_error(ctx) : "ok", n > 0 ? tables[0] : 0ull, table);
+      if (n > 0) check_device_masks(tables[0], &s2, other, what);
+      check_device_masks(table, &s, orig, "explicit masks, the first plan's after a second plan's");
+      da_plan_destroy(p2);
+    }
+    da_plan_destroy(p);
+    for (int i = 0; i < C[c].nb; i++) free(user[i]), free(orig[i]), free(other[i]);
+  }
+  /* no mask: no table */
+  const da_spec s = longnet(2, 1);
+  da_status st;
+  da_plan *p = plan_with(ctx, &s, 0, 0, 0, &st);
+  if (p) run(p, &s, 4096, &st);
+  unsigned long long tables[64];
+  const int n = read_mask_tables(tables, 64);
+  TU_CHECK(p && st == DA_OK && n == 1 && tables[0] == 0, "LongNet 2-branch (no sparsity): %d launches, mask table %llx "
+           "(want 1, none)", n, n ? tables[0] : 0ull);
+  da_plan_destroy(p);
+}
+
+/* A CUDA plan of s (no options) made with stderr in a file: its text into err */
+static da_plan *plan_stderr(da_context *ctx, const da_spec *s, da_status *st, char *err, size_t cap) {
+  char path[300];
+  snprintf(path, sizeof path, "%s.stderr", log_path);
+  fflush(stderr);
+  const int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) dup2(fd, 2), close(fd);
+  da_plan *p = plan_with(ctx, s, 0, 0, 0, st);
+  fflush(stderr);
+  if (saved >= 0) dup2(saved, 2), close(saved);
+  size_t len = 0;
+  char *text = da__read_file(path, &len);
+  snprintf(err, cap, "%s", text ? text : "");
+  free(text);
+  unlink(path);
+  return p;
+}
+
+/* DILATTN_CTA_TILES at plan creation: a value that is none of 1, 2, pairs and persistent
+ * (wrong case, a number, trailing space) warns, naming it, and the plan launches what the
+ * default launches (LongNet 5-branch causal at N = 256K: 4 persistent grids, the fifth
+ * launch in pairs); empty is the default without a warning; each valid value, without a
+ * warning, launches otherwise: 1 and 2 tiles a CTA everywhere, pairs no persistent grid,
+ * persistent all five. */
+static void test_cta_tiles_env(da_context *ctx) {
+  const da_spec s = longnet(5, 1);
+  const int64_t N = 262144;
+  static const struct {
+    const char *env;
+    int junk, cta_tiles, waves, persistent;
+  } V[] = {{NULL, 0, 0, DA_CUDA_PERSIST_WAVES, 4},  {"", 0, 0, DA_CUDA_PERSIST_WAVES, 4},
+           {"bogus", 1, 0, DA_CUDA_PERSIST_WAVES, 4}, {"PAIRS", 1, 0, DA_CUDA_PERSIST_WAVES, 4},
+           {"3", 1, 0, DA_CUDA_PERSIST_WAVES, 4},     {"1 ", 1, 0, DA_CUDA_PERSIST_WAVES, 4},
+           {"1", 0, 1, 0, 0},                         {"2", 0, 2, 0, 0},
+           {"pairs", 0, 0, 0, 0},                     {"persistent", 0, 0, 1, 5}};
+  const char *lvl = getenv("DILATTN_LOG_LEVEL");
+  char saved_lvl[32];
+  snprintf(saved_lvl, sizeof saved_lvl, "%s", lvl ? lvl : "");
+  setenv("DILATTN_LOG_LEVEL", "warn", 1);
+  launch_t L[64];
+  read_launches(L, 64);
+  unsigned long long dflt_ctas = 0;
+  for (size_t c = 0; c < sizeof V / sizeof *V; c++) {
+    char what[64], err[4096];
+    snprintf(what, sizeof what, "DILATTN_CTA_TILES=%s%s%s", V[c].env ? "'" : "(unset)", V[c].env ? V[c].env : "",
+             V[c].env ? "'" : "");
+    if (V[c].env) setenv("DILATTN_CTA_TILES", V[c].env, 1);
+    da_status st;
+    da_plan *p = plan_stderr(ctx, &s, &st, err, sizeof err);
+    unsetenv("DILATTN_CTA_TILES");
+    char want[64];
+    snprintf(want, sizeof want, "DILATTN_CTA_TILES=%s: not 1, 2, pairs or persistent", V[c].env ? V[c].env : "");
+    const char *warned = strstr(err, want);
+    TU_CHECK(st == DA_OK && p && (V[c].junk ? warned && strstr(warned, "the runtime's choice") && strstr(err, "warning")
+                                            : !strstr(err, "DILATTN_CTA_TILES")),
+             "%s: plan %s, %s (stderr: %s)", what, da_status_name(st), V[c].junk ? "a warning naming it" : "no warning",
+             err);
+    if (!p) continue;
+    da_plan_options o;
+    da_plan_get_options(p, &o);
+    run(p, &s, N, &st);
+    const int n = read_launches(L, 64);
+    int pers = 0;
+    unsigned long long ctas = 0;
+    for (int i = 0; i < n; i++) pers += L[i].ctr == 0, ctas += (unsigned long long)L[i].g[0] * L[i].g[1] * L[i].g[2];
+    if (!V[c].env) dflt_ctas = ctas;
+    const int dflt = V[c].cta_tiles == 0 && V[c].waves == DA_CUDA_PERSIST_WAVES;
+    TU_CHECK(st == DA_OK && n == 5 && pers == V[c].persistent && (dflt ? ctas == dflt_ctas : ctas != dflt_ctas),
+             "%s: 5 launches (%d), %d persistent (want %d), %llu CTAs in all (the default's %llu: want %s): %s", what, n,
+             pers, V[c].persistent, ctas, dflt_ctas, dflt ? "the same" : "another count",
+             st ? da_context_last_error(ctx) : "");
+    if (n == 5) check_grids_pw(L, &s, N, o.tile_q, V[c].cta_tiles, V[c].waves, what);
+    da_plan_destroy(p);
+  }
+  if (saved_lvl[0]) setenv("DILATTN_LOG_LEVEL", saved_lvl, 1);
+  else unsetenv("DILATTN_LOG_LEVEL");
+}
+
+/* A plan of s with no options under a tuning database that holds one ok record of params
+ * for rec_spec (this environment's) and DILATTN_CUDA_MMA=env (NULL: unset): its options into *got, its
+ * kernel's name into name */
+static da_status tuned_with_env(const da_spec *rec_spec, const da_spec *s, da_plan_options params, const char *db,
+                                const char *env, da_plan_options *got, char *name, size_t cap) {
+  if (env) setenv("DILATTN_CUDA_MMA", env, 1);
+  da__tune_record r;
+  memset(&r, 0, sizeof r);
+  char *js = da_spec_to_json(rec_spec);
+  da__sha256_hex(js, strlen(js), r.spec_hash);
+  free(js);
+  snprintf(r.backend, sizeof r.backend, "cuda");
+  snprintf(r.status, sizeof r.status, "ok");
+  snprintf(r.strategy, sizeof r.strategy, "fused");
+  r.seq_len = 65536, r.batch = 1, r.bucket = da__tuning_bucket(65536), r.params = params;
+  r.median_ms = r.min_ms = r.max_ms = 1.0, r.reps = 1;
+  unlink(db);
+  da_context *ctx; /* a new one: a context reads the database once */
+  da_context_create(&ctx);
+  da_status st = da__tuning_db_merge(ctx, db, &r, 1);
+  TU_CHECK(st == DA_OK, "tuning database %s: %s", db, da_context_last_error(ctx));
+  setenv("DILATTN_TUNING_DB", db, 1);
+  unsetenv("DILATTN_TUNING");
+  da_plan *p = NULL;
+  st = da_plan_create(ctx, s, DA_BACKEND_CUDA, &p);
+  memset(got, 0, sizeof *got);
+  if (p) da_plan_get_options(p, got);
+  snprintf(name, cap, "%s", p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
+  setenv("DILATTN_TUNING", "0", 1);
+  unsetenv("DILATTN_TUNING_DB");
+  unsetenv("DILATTN_CUDA_MMA");
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+  return st;
+}
+
+/* DILATTN_CUDA_MMA=sync (README: mma.sync, tuning records for wgmma skipped): a record of
+ * wgmma-ws or wgmma-ws-tma gives the mma.sync plan that no record gives (the planner's
+ * tiles), where without the variable the record is taken; a record of mma.sync with other
+ * tiles than those is taken under sync. */
+static void test_sync_skips_wgmma_records(const char *cache) {
+  const da_spec s = longnet(2, 0);
+  char db[600], name[512];
+  snprintf(db, sizeof db, "%s/sync-tuning.jsonl", cache);
+  da_plan_options none, ws, tma, got, base;
+  memset(&none, 0, sizeof none);
+  ws = tma = none;
+  ws.cuda_mma = 4, tma.cuda_mma = 6;
+  /* the mma.sync plan under sync with a record of another spec's (none for this one) */
+  const da_spec other = longnet(1, 0);
+  da_status st = tuned_with_env(&other, &s, ws, db, "sync", &base, name, sizeof name);
+  TU_CHECK(st == DA_OK && base.cuda_mma == 1 && !strstr(name, "_wgmma"),
+           "DILATTN_CUDA_MMA=sync, no record for the spec: mma.sync (%s, cuda_mma %d)", name, base.cuda_mma);
+  st = tuned_with_env(&s, &s, ws, db, NULL, &got, name, sizeof name);
+  TU_CHECK(st == DA_OK && got.cuda_mma == 4 && ends_with(name, "_wgmmaw"),
+           "a wgmma-ws record, DILATTN_CUDA_MMA unset: taken (%s, cuda_mma %d)", name, got.cuda_mma);
+  const da_plan_options recs[2] = {ws, tma};
+  for (int i = 0; i < 2; i++) {
+    st = tuned_with_env(&s, &s, recs[i], db, "sync", &got, name, sizeof name);
+    TU_CHECK(st == DA_OK && got.cuda_mma == 1 && !strstr(name, "_wgmma") && got.tile_q == base.tile_q &&
+                 got.tile_k == base.tile_k,
+             "a %s record, DILATTN_CUDA_MMA=sync: skipped, the planner's mma.sync (%s, cuda_mma %d, tiles %d x %d, "
+             "want %d x %d)", i ? "wgmma-ws-tma" : "wgmma-ws", name, got.cuda_mma, got.tile_q, got.tile_k, base.tile_q,
+             base.tile_k);
+  }
+  /* an mma.sync record (tiles the planner does not pick): not skipped */
+  da_plan_options sync_rec = none;
+  sync_rec.cuda_mma = 1, sync_rec.tile_q = base.tile_q == 64 ? 128 : 64, sync_rec.tile_k = 64;
+  st = tuned_with_env(&s, &s, sync_rec, db, "sync", &got, name, sizeof name);
+  TU_CHECK(st == DA_OK && got.cuda_mma == 1 && got.tile_q == sync_rec.tile_q && got.tile_k == sync_rec.tile_k &&
+               (got.tile_q != base.tile_q || got.tile_k != base.tile_k),
+           "an mma.sync record of tiles %d x %d, DILATTN_CUDA_MMA=sync: taken (%s, cuda_mma %d, tiles %d x %d; the "
+           "planner's %d x %d)", sync_rec.tile_q, sync_rec.tile_k, name, got.cuda_mma, got.tile_q, got.tile_k,
+           base.tile_q, base.tile_k);
+}
+
+/* da_plan_preload's progress callback cancels while another spec's NVRTC compile is in
+ * flight (dilattn.h: "NVRTC compiles in flight stop"): two threads, spec 0 a kernel no
+ * cache holds, spec 1 one the context has planned before; at spec 1's progress call the
+ * callback waits for spec 0's kernel to miss the kernel cache (its compile starting), gives
+ * NVRTC 0.3 s into it (the compile takes 1.4 s here) and cancels. The preload returns DA_ERR_CANCELLED, spec 0 without
+ * a plan and spec 1 with one, well before spec 0's compile could have finished (a plan of it
+ * made afterwards, which compiles it: nothing of the cancelled compile was kept) */
+typedef struct {
+  da_context *ctx;
+  long long misses0;
+  int calls, seen, cancel_index;
+  double cancel_ms;
+} cancel_probe;
+
+static double mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cancel_in_compile(void *user, int done, int total, int index, da_status st) {
+  cancel_probe *c = user;
+  (void)done, (void)total, (void)st;
+  c->calls++;
+  if (index != 1) return 0;
+  da__kernel_cache *kc = da__context_kernels(c->ctx);
+  for (int i = 0; i < 3000 && __atomic_load_n(&kc->misses, __ATOMIC_RELAXED) == c->misses0; i++) usleep(10000);
+  c->seen = __atomic_load_n(&kc->misses, __ATOMIC_RELAXED) != c->misses0;
+  if (c->seen) usleep(300000); /* (into nvrtcCompileProgram: it takes over a second) */
+  c->cancel_index = index;
+  c->cancel_ms = mono_ms();
+  return 1;
+}
+
+static void test_preload_cancel(void) {
+  da_context *ctx;
+  da_context_create(&ctx);
+  /* spec 0: a shape no other check plans (its kernel in no cache); spec 1: planned now */
+  static const int64_t w[5] = {1024, 2048, 4096, 8192, 16384}, r[5] = {1, 2, 4, 8, 16};
+  const da_spec specs[2] = {tu_spec(5, w, r, 6, 6, 128, DA_DTYPE_BFLOAT16), longnet(2, 1)};
+  da_status st;
+  da_plan *warm = plan_with(ctx, &specs[1], 0, 0, 0, &st);
+  TU_CHECK(st == DA_OK, "preload cancel: the warm spec's plan (%s)", da_context_last_error(ctx));
+  da_plan_destroy(warm);
+  cancel_probe c = {ctx, da__context_kernels(ctx)->misses, 0, 0, -1, 0};
+  da_plan *plans[2] = {NULL, NULL};
+  st = da_plan_preload(ctx, specs, 2, DA_BACKEND_CUDA, 2, cancel_in_compile, &c, plans);
+  const double back = mono_ms() - c.cancel_ms;
+  TU_CHECK(st == DA_ERR_CANCELLED && c.seen && c.cancel_index == 1 && c.calls == 2 && !plans[0] && plans[1] &&
+               strstr(da_context_last_error(ctx), "1 of 2"),
+           "preload cancelled during spec 0's compile: %s (want DA_ERR_CANCELLED), compile %s, %d progress calls (want "
+           "2), plans %s / %s (want none / one): %s",
+           da_status_name(st), c.seen ? "seen" : "never seen to start", c.calls, plans[0] ? "made" : "none",
+           plans[1] ? "made" : "none", da_context_last_error(ctx));
+  da_plan_destroy(plans[0]), da_plan_destroy(plans[1]);
+  /* the compile, uncancelled: the plan made, the kernel built here */
+  const long long builds0 = da__context_kernels(ctx)->builds;
+  const double t0 = mono_ms();
+  da_plan *p = plan_with(ctx, &specs[0], 0, 0, 0, &st);
+  const double full = mono_ms() - t0;
+  TU_CHECK(st == DA_OK && p && da__context_kernels(ctx)->builds == builds0 + 1,
+           "after the cancelled preload, spec 0's plan: %s, %lld kernels built (want 1): %s", da_status_name(st),
+           da__context_kernels(ctx)->builds - builds0, st ? da_context_last_error(ctx) : "");
+  TU_CHECK(back < full / 2, "preload cancelled: returned %.0f ms after the cancel; spec 0's compile takes %.0f ms", back,
+           full);
+  da_plan_destroy(p);
+  da_context_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s LIBFAKE_CUDA.so TEMPLATE_DIR [DILATTN_CLI [LIBNVRTC_SHIM.so]]\n", argv[0]);
@@ -1769,11 +2157,15 @@ int main(int argc, char **argv) {
   test_workspace(ctx);
   test_workspace_ctrs(ctx, argv[1]);
   test_capture(ctx, argv[1]);
+  test_explicit_masks(ctx);
+  test_cta_tiles_env(ctx);
   da_context_destroy(ctx);
   test_bundle_other_nvrtc(cache);
   if (argc > 3) test_host_bundle_typed(argv[3], argv[2], cache);
   test_fallbacks(argv[2], cache);
   test_tuned(cache);
+  test_sync_skips_wgmma_records(cache);
+  test_preload_cancel();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", cache);
