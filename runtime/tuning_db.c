@@ -294,10 +294,13 @@ static void format_record(const da__tune_record *r, FILE *f) {
  * records and mask both backends). -1 for a file that is not a tuning database, or
  * unreadable. */
 static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mask, char **header,
-                   int *sections) {
+                   int *sections, char **unread) {
   *out = NULL, *header = NULL, *mask = ENV_HOST | ENV_CUDA, *sections = 0;
+  if (unread) *unread = NULL;
   FILE *f = da__fopen_regular(path, DA_TUNING_DB_MAX);
   if (!f) return errno == ENOENT ? 0 : -1; /* (errno: why) */
+  size_t ulen = 0;
+  FILE *u = unread ? open_memstream(unread, &ulen) : NULL; /* (the lines skipped, as they are) */
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -333,9 +336,11 @@ static int read_db(const da_context *ctx, const char *path, da__tune_record **ou
       v = nv;
     }
     if (parse_record(line, &v[n]) == 0) v[n++].env_mask = cur; /* a damaged line is skipped */
+    else if (u && line[strspn(line, " \t\r\n")]) fprintf(u, "%s%s", line, line[len - 1] == '\n' ? "" : "\n");
   }
   free(line);
   fclose(f);
+  if (u) fclose(u);
   if (n < 0) {
     free(v);
     errno = 0; /* (not a tuning database: no errno) */
@@ -350,7 +355,7 @@ int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_rec
   int mask, n, sections;
   char *header;
   if (mismatch) *mismatch = 0;
-  n = read_db(ctx, path, out, &mask, &header, &sections);
+  n = read_db(ctx, path, out, &mask, &header, &sections, NULL);
   free(header);
   if (skipped) *skipped = 0;
   int any = mask; /* (a section of a later header that serves here) */
@@ -451,7 +456,7 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
   }
   da__tune_record *old = NULL;
   char *header;
-  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections);
+  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections, NULL);
   char *next = nold < 0 || sections > 1 ? NULL : merge_header(ctx, header, mask, old, nold, backend_bit(backend));
   free(old), free(header);
   if (!next) return unmergeable(ctx, path, nold >= 0, sections); /* another GPU's records, say, for a CUDA sweep */
@@ -484,8 +489,8 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
     }
   }
   da__tune_record *old = NULL;
-  char *header = NULL, *next = NULL;
-  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections);
+  char *header = NULL, *next = NULL, *unread = NULL;
+  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections, &unread);
   /* (a sweep's records are one backend's: the first one's) */
   if (nold >= 0 && sections <= 1)
     next = n > 0 ? merge_header(ctx, header, mask, old, nold, backend_bit(recs[0].backend))
@@ -514,6 +519,9 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
         if (!replaced) format_record(&old[i], f);
       }
       for (int j = 0; j < n; j++) format_record(&recs[j], f);
+      /* the lines no record was read from (damaged, hand-edited, a newer tuner's), kept as
+       * they are: still skipped by plans, never deleted by a merge (they were) */
+      if (unread) fputs(unread, f);
       int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
       ok = fclose(f) == 0 && ok;
       if (!ok || rename(tmp, path) != 0) {
@@ -522,7 +530,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
       }
     }
   }
-  free(old), free(header), free(next);
+  free(old), free(header), free(next), free(unread);
   flock(fd, LOCK_UN);
   close(fd);
   return st;

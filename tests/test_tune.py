@@ -505,6 +505,17 @@ try:
     check(rc == 0 and (info["tile_q"], info["tile_k"]) == (8, 16),
           f"tunables that failed their check at another length taken: {info}")
 
+    # 23a. (helper-60) the lines a merge cannot read (damaged, hand-edited, a newer tuner's)
+    # are kept as they are, not deleted
+    keep = os.path.join(tmp, "keep.jsonl")
+    newer = json.dumps(dict(rec_a, cuda_mma=99, extra="a newer tuner's field"))
+    open(keep, "w").write("\n".join([lines[0]] + lines[1:] + [newer, "not json at all"]) + "\n")
+    p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", keep)
+    after = open(keep).read().splitlines()
+    check(p.returncode == 0 and newer in after and "not json at all" in after and len(after) > len(lines) + 2,
+          f"a merge into a database with lines it cannot read: exit {p.returncode}, kept {newer in after} "
+          f"{'not json at all' in after}: {p.stderr.strip()[-200:]}")
+
     # 23b. (helper-60) a CC past the header's field is its hash there, not cut: a sweep under
     # 'cc <130 spaces> -O0' served plans under '... -O3' without a word
     long_cc = "cc" + " " * 130
