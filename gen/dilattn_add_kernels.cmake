@@ -16,8 +16,8 @@
 # the typed _plan names no instruction. MMA sync (the default before auto) or a wgmma variant
 # builds that instruction alone and _plan asks for it; a wgmma variant takes sm_90 only
 # (compiled as sm_90a), the default ARCHS then. Refused at configure time: an unknown
-# TARGET or MMA, ARCHS or MMA with TARGET host, a config that does not exist, a NAME used
-# twice in one folder.
+# TARGET or MMA, ARCHS or MMA with TARGET host, a misspelled keyword (an upper-case word
+# that is no file), a NAME used twice in one folder.
 function(dilattn_add_kernels target)
   cmake_parse_arguments(DK "" "NAME;TARGET;MMA" "CONFIGS;ARCHS" ${ARGN})
   set(where "dilattn_add_kernels(${target})")
@@ -59,12 +59,11 @@ function(dilattn_add_kernels target)
   set(configs "")
   foreach(c ${DK_CONFIGS})
     get_filename_component(abs ${c} ABSOLUTE)
-    # (a misspelled keyword, ARCH for ARCHS, is read as a config: say so now, not "No rule
-    # to make target .../ARCH" at build time; a config another rule generates is fine)
-    get_source_file_property(generated ${abs} GENERATED)
-    if(NOT EXISTS ${abs} AND NOT generated)
-      message(FATAL_ERROR "${where}: config ${c} not found (${abs}); the keywords are CONFIGS, ARCHS, NAME, TARGET "
-                          "and MMA")
+    # (a misspelled keyword, ARCH for ARCHS, is read as a config: said now, not as "No rule
+    # to make target .../ARCH" at build time. Only a word like a keyword: a config that a
+    # rule declared later generates is not there yet, and is fine)
+    if(NOT EXISTS ${abs} AND c MATCHES "^[A-Z][A-Z0-9_]*$")
+      message(FATAL_ERROR "${where}: ${c} is not a keyword (CONFIGS, ARCHS, NAME, TARGET, MMA) nor a config file")
     endif()
     list(APPEND configs ${abs})
   endforeach()

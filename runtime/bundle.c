@@ -27,6 +27,7 @@ typedef struct {
   char manifest[65];            /* SHA-256 of the bundle's manifest text */
   char *kernel, *origin, *path; /* path: file artifact, NULL when embedded */
   char *compiler;               /* a host artifact's CC as the manifest records it; NULL: none recorded */
+  char *alt_path;               /* where a file artifact is when not at path (beside a link to the manifest) */
   const unsigned char *data;    /* embedded artifact (lives as long as the program) */
   size_t size;
   int warned;
@@ -73,7 +74,8 @@ da__bundles *da__bundles_create(void) {
 void da__bundles_destroy(da__bundles *b) {
   if (!b) return;
   for (size_t i = 0; i < b->n; i++)
-    free(b->arts[i].kernel), free(b->arts[i].origin), free(b->arts[i].path), free(b->arts[i].compiler);
+    free(b->arts[i].kernel), free(b->arts[i].origin), free(b->arts[i].path), free(b->arts[i].compiler),
+        free(b->arts[i].alt_path);
   free(b->arts);
   pthread_mutex_destroy(&b->mu);
   free(b);
@@ -93,7 +95,7 @@ size_t da__bundles_holding(da__bundles *b, const char *arch, const char *source_
 static const char *str_member(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
 da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *text, size_t len, const char *origin,
-                          const char *dir, const char *const *names, const unsigned char *const *blobs,
+                          const char *dir, const char *alt_dir, const char *const *names, const unsigned char *const *blobs,
                           const size_t *sizes, int nblobs) {
   json_error_t err;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
@@ -183,12 +185,13 @@ da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *tex
       if (cc) t->compiler = strdup(cc);
       if (dir) {
         if (asprintf(&t->path, "%s/%s", dir, file) < 0) t->path = NULL;
+        if (alt_dir && asprintf(&t->alt_path, "%s/%s", alt_dir, file) < 0) t->alt_path = NULL;
       } else {
         for (int i = 0; i < nblobs; i++)
           if (!strcmp(names[i], file)) t->data = blobs[i], t->size = sizes[i];
       }
-      if (t->kernel && t->origin && (t->path || t->data) && (t->compiler || !cc)) b->n++;
-      else free(t->kernel), free(t->origin), free(t->path), free(t->compiler);
+      if (t->kernel && t->origin && (t->path || t->data) && (t->compiler || !cc) && (t->alt_path || !alt_dir)) b->n++;
+      else free(t->kernel), free(t->origin), free(t->path), free(t->compiler), free(t->alt_path);
     }
   }
   pthread_mutex_unlock(&b->mu);
@@ -198,22 +201,9 @@ done:
 }
 
 
-/* Whether a cubin for arch a runs on a device of arch dev: the same major, a minor no
- * newer (sm_80's SASS runs on sm_86 and sm_89: an A10, L4 or RTX 4090 with an sm_80,sm_90
- * bundle recompiled, or failed with JIT off); never an arch-specific one (sm_90a) */
-static int binary_compatible(const char *a, const char *dev) {
-  int amaj, amin, dmaj, dmin, na = 0, nd = 0;
-  if (sscanf(a, "sm_%1d%1d%n", &amaj, &amin, &na) != 2 || a[na] || sscanf(dev, "sm_%1d%1d%n", &dmaj, &dmin, &nd) != 2 ||
-      dev[nd])
-    return 0;
-  return amaj == dmaj && amin < dmin;
-}
-
 /* Whether artifact t is the one looked up: (arch, key), or where source_key is given the
- * same source for arch built by another compiler than key's (key's own: looked up before),
- * or with compat for an older arch of arch's major (binary_compatible) */
-static int matches(const art_t *t, const char *arch, const char *key, const char *source_key, int compat) {
-  if (compat) return source_key && !strcmp(t->source_key, source_key) && binary_compatible(t->arch, arch);
+ * same source for arch built by another compiler than key's (key's own: looked up before) */
+static int matches(const art_t *t, const char *arch, const char *key, const char *source_key) {
   return !strcmp(t->arch, arch) && (source_key ? !strcmp(t->source_key, source_key) && strcmp(t->key, key)
                                                : !strcmp(t->key, key));
 }
@@ -224,12 +214,13 @@ static int matches(const art_t *t, const char *arch, const char *key, const char
  * before a rebuild): a damaged bundle must not hide a sound one. */
 static int find_verified(da__bundles *b, const char *arch, const char *key, const char *source_key, int compat,
                          da__artifact_accept accept, void *user, void **bytes, size_t *n) {
+  /* (compat: arch is an older one of the device's major; said in the origin) */
   for (size_t below = SIZE_MAX;;) {
     art_t copy;
     int found = 0;
     pthread_mutex_lock(&b->mu); /* (registrations append: the indices below stay) */
     for (size_t i = below < b->n ? below : b->n; i-- > 0;)
-      if (matches(&b->arts[i], arch, key, source_key, compat)) {
+      if (matches(&b->arts[i], arch, key, source_key)) {
         copy = b->arts[i], found = 1, below = i;
         break;
       }
@@ -241,6 +232,10 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
     if (copy.path) {
       data = (unsigned char *)da__read_file(copy.path, &len);
       err = errno;
+      if (!data && err == ENOENT && copy.alt_path) { /* (not beside the manifest: beside its link) */
+        data = (unsigned char *)da__read_file(copy.alt_path, &len);
+        err = errno;
+      }
     } else {
       data = malloc(copy.size ? copy.size : 1);
       if (data) memcpy(data, copy.data, copy.size), len = copy.size;
@@ -293,8 +288,19 @@ int da__bundles_find_source(da__bundles *b, const char *arch, const char *key, c
                             da__artifact_accept accept, void *user, void **bytes, size_t *n) {
   if (!b || !source_key) return 0;
   if (find_verified(b, arch, key, source_key, 0, accept, user, bytes, n)) return 1;
-  if (!find_verified(b, arch, key, source_key, 1, accept, user, bytes, n)) return 0;
-  da__log(DA_LOG_INFO, "bundle: kernel of source %.12s for %s taken from an older arch of its major (binary compatible)",
-          source_key, arch);
-  return 1;
+  /* a cubin of an older arch of the device's major, the nearest first: sm_80's SASS runs on
+   * sm_86 and sm_89 (an A10, L4 or RTX 4090 with an sm_80,sm_90 bundle recompiled, or failed
+   * with JIT off); never for an arch-specific target (sm_90a) nor a three-digit one */
+  int maj, min, end = 0;
+  if (sscanf(arch, "sm_%1d%1d%n", &maj, &min, &end) != 2 || arch[end]) return 0;
+  for (int m = min - 1; m >= 0; m--) {
+    char older[16];
+    snprintf(older, sizeof older, "sm_%d%d", maj, m);
+    if (find_verified(b, older, key, source_key, 1, accept, user, bytes, n)) {
+      da__log(DA_LOG_INFO, "bundle: kernel of source %.12s for %s taken from its %s build (binary compatible)",
+              source_key, arch, older);
+      return 1;
+    }
+  }
+  return 0;
 }

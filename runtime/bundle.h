@@ -14,12 +14,14 @@ typedef struct da__bundles da__bundles;
 DA_HIDDEN da__bundles *da__bundles_create(void);
 DA_HIDDEN void da__bundles_destroy(da__bundles *b);
 
-/* Register from a manifest's text; files named in it are read relative to dir (NULL for
- * embedded data: blobs[i] holds the artifact whose "file" is names[i]). A manifest of
- * another library version or cache schema is skipped with a warning (DA_OK, nothing
- * registered); malformed JSON or missing members are DA_ERR_PARSE. */
+/* Register from a manifest's text; files named in it are read relative to dir, else (one
+ * not there) to alt_dir where not NULL (NULL dir for embedded data: blobs[i] holds the
+ * artifact whose "file" is names[i]). A manifest of another library version or cache
+ * schema is skipped with a warning (DA_OK, nothing registered); malformed JSON or missing
+ * members are DA_ERR_PARSE. */
 DA_HIDDEN da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *manifest_text,
-                                    size_t len, const char *origin, const char *dir, const char *const *names,
+                                    size_t len, const char *origin, const char *dir, const char *alt_dir,
+                                    const char *const *names,
                                     const unsigned char *const *blobs, const size_t *sizes, int nblobs);
 
 /* Find the artifact (arch, key): 1 with a malloc'ed verified copy, 0 when absent. A

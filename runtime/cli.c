@@ -388,8 +388,9 @@ static int gen_check_outputs(const char *outdir, const char *const *configs, int
       snprintf(path, sizeof path, "%s/%s.host.so", outdir, kn);
       rc = gen_output_is_input(path, configs, nconf);
     }
-    for (int a = -1; compile && cuda && a < narch && rc == EXIT_OK; a++) { /* (-1: sm_90a, the wgmma kernels') */
-      snprintf(path, sizeof path, "%s/%s.%s.cubin", outdir, kn, a < 0 ? "sm_90a" : archs[a]);
+    for (int a = -2; compile && cuda && a < narch && rc == EXIT_OK; a++) { /* (-2, -1: sm_90a, the wgmma
+                                                                              kernels', and sm_90, an sm_90a's mma.sync) */
+      snprintf(path, sizeof path, "%s/%s.%s.cubin", outdir, kn, a == -2 ? "sm_90a" : a == -1 ? "sm_90" : archs[a]);
       rc = gen_output_is_input(path, configs, nconf);
     }
   }

@@ -117,16 +117,26 @@ da_status da_context_register_bundle(da_context *ctx, const char *manifest_path)
   char *text = da__read_file(manifest_path, &len);
   DA_RETURN_IF(!text, errno == ENOMEM ? DA_ERR_NO_MEMORY : DA_ERR_IO, "bundle: cannot read %s: %s", manifest_path,
                da__read_error(errno));
-  /* its artifacts are beside the manifest itself, found now: a relative path read from
-   * another working directory later (a daemon's chdir), or the folder of a link to the
-   * manifest (a "current" link to a release's), found none of them */
-  char dir[4096], *real = realpath(manifest_path, NULL);
-  if (!da__split_path(real ? real : manifest_path, dir, sizeof dir)) {
-    free(text), free(real);
+  /* its artifacts: beside the manifest itself, else beside the link naming it, both found
+   * now as absolute folders (a relative path read from another working directory later, a
+   * daemon's after its chdir, found none of them; a "current" link to a release's manifest
+   * has them beside its target, a manifest linked alone into a folder of artifacts beside
+   * the link) */
+  char dir[4096] = "", alt[4096] = "", given[4096];
+  char *real = realpath(manifest_path, NULL);
+  if (da__split_path(manifest_path, given, sizeof given)) {
+    char *g = realpath(given, NULL);
+    snprintf(alt, sizeof alt, "%s", g && strlen(g) < sizeof alt ? g : given);
+    free(g);
+  }
+  if (!real || !da__split_path(real, dir, sizeof dir)) snprintf(dir, sizeof dir, "%s", alt);
+  free(real);
+  if (!dir[0]) {
+    free(text);
     return da__set_error(ctx, DA_ERR_INVALID_ARGUMENT, "bundle: %s: its folder's path is too long", manifest_path);
   }
-  free(real);
-  da_status st = da__bundles_add(ctx, ctx->kernels.bundles, text, len, manifest_path, dir, NULL, NULL, NULL, 0);
+  da_status st = da__bundles_add(ctx, ctx->kernels.bundles, text, len, manifest_path, dir, strcmp(alt, dir) ? alt : NULL,
+                                 NULL, NULL, NULL, 0);
   free(text);
   return st;
 }
@@ -135,7 +145,7 @@ da_status da_context_register_bundle_data(da_context *ctx, const da_bundle_data 
   DA_RETURN_IF(!ctx || !b || !b->manifest || b->count < 0 || (b->count > 0 && (!b->files || !b->data || !b->sizes)),
                DA_ERR_INVALID_ARGUMENT, "bundle data is incomplete");
   return da__bundles_add(ctx, ctx->kernels.bundles, b->manifest, b->manifest_len, b->name ? b->name : "(linked)",
-                         NULL, b->files, b->data, b->sizes, b->count);
+                         NULL, NULL, b->files, b->data, b->sizes, b->count);
 }
 
 da_status da_context_pattern_cache_stats(const da_context *ctx, da_pattern_cache_stats *out) {
@@ -359,7 +369,8 @@ static int tuned_options(da_context *ctx, const da_spec *spec, da_backend be, in
    * plan take the planner's defaults) */
   const char *env = getenv("DILATTN_CUDA_MMA");
   const da__tune_record *r = da__tuning_best(ctx->tuning, n, hash, be == DA_BACKEND_CUDA ? "cuda" : "host",
-                                             da__tuning_bucket(hint > 0 ? hint : 65536), env && !strcmp(env, "sync"));
+                                             da__tuning_bucket(hint > 0 ? hint : 65536),
+                                             be == DA_BACKEND_CUDA && env && !strcmp(env, "sync"));
   if (!r) return 0;
   *out = r->params;
   out->seq_len_hint = hint;

@@ -78,7 +78,10 @@ static void make_env(void) {
   /* a CC past the field: its SHA-256 in its place (cut, "cc <130 spaces> -O0" and "... -O3"
    * were one compiler, and -O0 timings served -O3 plans) */
   const char *cc = da__host_cc();
-  if (strlen(cc) < sizeof env_cc && !strpbrk(cc, "\"\\")) {
+  int plain = strlen(cc) < sizeof env_cc;
+  for (const unsigned char *p = (const unsigned char *)cc; *p && plain; p++) /* (a tab: JSON no header could parse) */
+    plain = *p >= 0x20 && *p != '"' && *p != '\\' && *p != 0x7f;
+  if (plain) {
     snprintf(env_cc, sizeof env_cc, "%s", cc);
   } else {
     char hex[65];
@@ -294,13 +297,17 @@ static void format_record(const da__tune_record *r, FILE *f) {
  * records and mask both backends). -1 for a file that is not a tuning database, or
  * unreadable. */
 static int read_db(const da_context *ctx, const char *path, da__tune_record **out, int *mask, char **header,
-                   int *sections, char **unread) {
+                   int *sections, char **unread, size_t *unread_len) {
   *out = NULL, *header = NULL, *mask = ENV_HOST | ENV_CUDA, *sections = 0;
-  if (unread) *unread = NULL;
+  if (unread) *unread = NULL, *unread_len = 0;
   FILE *f = da__fopen_regular(path, DA_TUNING_DB_MAX);
   if (!f) return errno == ENOENT ? 0 : -1; /* (errno: why) */
-  size_t ulen = 0;
-  FILE *u = unread ? open_memstream(unread, &ulen) : NULL; /* (the lines skipped, as they are) */
+  FILE *u = unread ? open_memstream(unread, unread_len) : NULL; /* (the lines skipped, as they are) */
+  if (unread && !u) { /* (they would be lost at the merge) */
+    fclose(f);
+    errno = ENOMEM;
+    return -1;
+  }
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -336,7 +343,10 @@ static int read_db(const da_context *ctx, const char *path, da__tune_record **ou
       v = nv;
     }
     if (parse_record(line, &v[n]) == 0) v[n++].env_mask = cur; /* a damaged line is skipped */
-    else if (u && line[strspn(line, " \t\r\n")]) fprintf(u, "%s%s", line, line[len - 1] == '\n' ? "" : "\n");
+    else if (u && line[strspn(line, " \t\r\n")]) { /* (whole: a NUL in it ended a %s) */
+      fwrite(line, 1, (size_t)len, u);
+      if (line[len - 1] != '\n') fputc('\n', u);
+    }
   }
   free(line);
   fclose(f);
@@ -355,7 +365,7 @@ int da__tuning_db_read_for(const da_context *ctx, const char *path, da__tune_rec
   int mask, n, sections;
   char *header;
   if (mismatch) *mismatch = 0;
-  n = read_db(ctx, path, out, &mask, &header, &sections, NULL);
+  n = read_db(ctx, path, out, &mask, &header, &sections, NULL, NULL);
   free(header);
   if (skipped) *skipped = 0;
   int any = mask; /* (a section of a later header that serves here) */
@@ -456,11 +466,13 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
   }
   da__tune_record *old = NULL;
   char *header;
-  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections, NULL);
+  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections, NULL, NULL);
   char *next = nold < 0 || sections > 1 ? NULL : merge_header(ctx, header, mask, old, nold, backend_bit(backend));
   free(old), free(header);
   if (!next) return unmergeable(ctx, path, nold >= 0, sections); /* another GPU's records, say, for a CUDA sweep */
   free(next);
+  DA_RETURN_IF(da__can_write_beside(path) != 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path,
+               strerror(errno));
   /* its lock, as the merge will open it (a folder or a link there was found after the sweep,
    * its records lost) */
   char lock[4200];
@@ -469,8 +481,6 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
   DA_RETURN_IF(lfd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock,
                errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
   close(lfd);
-  DA_RETURN_IF(da__can_write_beside(path) != 0, DA_ERR_IO, "tuning db %s: cannot write beside it: %s", path,
-               strerror(errno));
   return DA_OK;
 }
 
@@ -490,7 +500,8 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   }
   da__tune_record *old = NULL;
   char *header = NULL, *next = NULL, *unread = NULL;
-  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections, &unread);
+  size_t unread_len = 0;
+  int mask, sections, nold = read_db(ctx, path, &old, &mask, &header, &sections, &unread, &unread_len);
   /* (a sweep's records are one backend's: the first one's) */
   if (nold >= 0 && sections <= 1)
     next = n > 0 ? merge_header(ctx, header, mask, old, nold, backend_bit(recs[0].backend))
@@ -521,7 +532,7 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
       for (int j = 0; j < n; j++) format_record(&recs[j], f);
       /* the lines no record was read from (damaged, hand-edited, a newer tuner's), kept as
        * they are: still skipped by plans, never deleted by a merge (they were) */
-      if (unread) fputs(unread, f);
+      if (unread) fwrite(unread, 1, unread_len, f); /* (a NUL in a line ended an fputs) */
       int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
       ok = fclose(f) == 0 && ok;
       if (!ok || rename(tmp, path) != 0) {
@@ -543,19 +554,24 @@ static int same_params(const da_plan_options *a, const da_plan_options *b) {
 
 const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const char *spec_hash, const char *backend,
                                        int want_bucket, int sync_only) {
-  /* the spec's records: its failures (a correctness failure at one length makes the kernel
-   * suspect at every length), then the ok ones of the instruction allowed that are not among them */
+  /* the spec's records: its correctness failures (a kernel wrong at one length is suspect at
+   * every length; a runtime failure, out of memory at 2^24 say, is that length's), then the
+   * ok ones of the instruction allowed that are not among them. Under sync_only not the
+   * default's record of a CUDA sweep either (no tunables, cuda_mma 0: timed as the device's
+   * default instruction, wgmma on sm_90, whose timing beat every mma.sync record) */
   const da__tune_record **mine = malloc(((size_t)n + 1) * sizeof *mine);
   if (!mine) return NULL;
   int m = 0, nfail = 0;
   for (int i = 0; i < n; i++)
-    if (!strcmp(recs[i].spec_hash, spec_hash) && !strcmp(recs[i].backend, backend) && strcmp(recs[i].status, "ok"))
+    if (!strcmp(recs[i].spec_hash, spec_hash) && !strcmp(recs[i].backend, backend) &&
+        !strcmp(recs[i].status, "correctness"))
       mine[m++] = &recs[i];
   nfail = m;
   for (int i = 0; i < n; i++) {
     const da__tune_record *r = &recs[i];
+    const int untuned = !r->params.tile_q && !r->params.tile_k && !r->params.fused_min_queries && !r->params.cuda_mma;
     if (strcmp(r->spec_hash, spec_hash) || strcmp(r->backend, backend) || strcmp(r->status, "ok") ||
-        (sync_only && r->params.cuda_mma >= 2))
+        (sync_only && (r->params.cuda_mma >= 2 || (untuned && !strcmp(backend, "cuda")))))
       continue;
     int failed = 0;
     for (int j = 0; j < nfail && !failed; j++) failed = same_params(&mine[j]->params, &r->params);

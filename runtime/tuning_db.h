@@ -61,8 +61,9 @@ DA_HIDDEN da_status da__tuning_db_check(const da_context *ctx, const char *path,
 DA_HIDDEN da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n);
 
 /* Best ok record for spec_hash/backend whose bucket is nearest to want_bucket (of two as
- * near, the larger), never of tunables that failed (a record not ok) at any bucket; with
- * sync_only, of the mma.sync records alone (cuda_mma 0 or 1). */
+ * near, the larger), never of tunables that failed their correctness check at any bucket;
+ * with sync_only, of the mma.sync records alone (cuda_mma 1, or 0 with tunables set: an
+ * older tuner's; not a CUDA sweep's default, timed as the device's default instruction). */
 DA_HIDDEN const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const char *spec_hash,
                                                  const char *backend, int want_bucket, int sync_only);
 

@@ -484,6 +484,44 @@ static da_context *tuning_scratch(char *dir, char *db, size_t cap) {
  * before. Records of two batches used to stand side by side and plan creation compared
  * their times: the smaller batch's fastest candidate won whatever was tuned after it
  * (`dilattn tune --batch 8` after a batch-1 sweep changed no plan). */
+/* da__tuning_best's rules (helper-60, helper-62), on records in memory: under sync_only a
+ * CUDA sweep's default record (no tunables: timed as the device's default instruction, wgmma
+ * on sm_90) is not the mma.sync best; a correctness failure at another bucket excludes the
+ * tunables, a runtime failure there (out of memory at 2^24) does not */
+static void test_tuning_best_rules(void) {
+  da__tune_record r[4];
+  memset(r, 0, sizeof r);
+  static const double ms[4] = {1.0, 2.0, 0.5, -1};
+  for (int i = 0; i < 4; i++) {
+    memset(r[i].spec_hash, 'b', 64);
+    snprintf(r[i].backend, sizeof r[i].backend, "cuda");
+    snprintf(r[i].status, sizeof r[i].status, "ok");
+    r[i].seq_len = 65536, r[i].bucket = 16, r[i].reps = 3;
+    r[i].median_ms = r[i].min_ms = r[i].max_ms = ms[i];
+  }
+  /* 0: the default's; 1: mma.sync 64 x 64; 2: wgmma-ws; 3: mma.sync 64 x 64 at 2^24, failed */
+  r[1].params.cuda_mma = 1, r[1].params.tile_q = 64, r[1].params.tile_k = 64;
+  r[2].params.cuda_mma = 4;
+  r[3].params = r[1].params, r[3].seq_len = 1 << 24, r[3].bucket = 24;
+  char hash[65];
+  memset(hash, 'b', 64), hash[64] = '\0';
+  const da__tune_record *b = da__tuning_best(r, 3, hash, "cuda", 16, 0);
+  TU_CHECK(b == &r[2], "best of any instruction: record %d (want the wgmma-ws one, 2)", b ? (int)(b - r) : -1);
+  b = da__tuning_best(r, 3, hash, "cuda", 16, 1);
+  TU_CHECK(b == &r[1], "best under sync: record %d (want the mma.sync one, 1: not the default's, 0)",
+           b ? (int)(b - r) : -1);
+  snprintf(r[3].status, sizeof r[3].status, "runtime");
+  b = da__tuning_best(r, 4, hash, "cuda", 16, 1);
+  TU_CHECK(b == &r[1], "a runtime failure of its tunables at 2^24: record %d (want 1)", b ? (int)(b - r) : -1);
+  snprintf(r[3].status, sizeof r[3].status, "correctness");
+  b = da__tuning_best(r, 4, hash, "cuda", 16, 1);
+  TU_CHECK(!b, "a correctness failure of its tunables at 2^24: record %d taken (want none)", b ? (int)(b - r) : -1);
+  /* the host's default record is not skipped (no instruction there) */
+  for (int i = 0; i < 3; i++) snprintf(r[i].backend, sizeof r[i].backend, "host");
+  b = da__tuning_best(r, 1, hash, "host", 16, 1);
+  TU_CHECK(b == &r[0], "the host's default record under sync_only: record %d (want 0)", b ? (int)(b - r) : -1);
+}
+
 static void test_tuning_batches(void) {
   char dir[] = "/tmp/dilattn-test-api-XXXXXX", db[200];
   da_context *ctx = tuning_scratch(dir, db, sizeof db);
@@ -868,6 +906,7 @@ int main(void) {
   test_default_mma();
   test_sigchld_ignored();
   test_tuning_batches();
+  test_tuning_best_rules();
   test_tuning_other_backend();
   test_not_regular_files();
   test_api_edges(ctx);

@@ -122,7 +122,7 @@ static void test_newest_first(void) {
     snprintf(size, sizeof size, "%zu", sizes[v]);
     one_artifact(text, sizeof text, key, src, size, sha);
     const char *names[1] = {"k.so"};
-    TU_CHECK(da__bundles_add(ctx, b, text, strlen(text), "bundle-x", NULL, names, &blobs[v], &sizes[v], 1) == DA_OK,
+    TU_CHECK(da__bundles_add(ctx, b, text, strlen(text), "bundle-x", NULL, NULL, names, &blobs[v], &sizes[v], 1) == DA_OK,
              "register version %d: %s", v, da_context_last_error(ctx));
   }
   void *bytes = NULL;
@@ -132,6 +132,51 @@ static void test_newest_first(void) {
   free(bytes);
   da__bundles_destroy(b);
   da_context_destroy(ctx);
+}
+
+/* A device of an arch no artifact is for takes the nearest older arch of its major (sm_86's
+ * before sm_80's on sm_89, whatever the order registered: it took the last registered), none
+ * of another major or of an arch-specific target (sm_90a), and never for a three-digit arch */
+static void test_compatible_nearest(void) {
+  da__bundles *b = da__bundles_create();
+  const char *const src = "3333333333333333333333333333333333333333333333333333333333333333";
+  static const unsigned char a86[] = "sm_86 cubin", a80[] = "sm_80 cubin", a90a[] = "sm_90a cubin";
+  const unsigned char *blobs[3] = {a86, a80, a90a};
+  const size_t sizes[3] = {sizeof a86, sizeof a80, sizeof a90a};
+  const char *const names[3] = {"k86", "k80", "k90a"}, *const archs[3] = {"sm_86", "sm_80", "sm_90a"};
+  char text[4096];
+  size_t n = (size_t)snprintf(text, sizeof text,
+                              "{\"format\":\"dilattn-bundle\",\"library\":\"%s\",\"schema\":%d,\"kernels\":[{\"kernel\":"
+                              "\"K\",\"source_key\":\"%s\",\"artifacts\":[",
+                              da_version(), DA_CACHE_SCHEMA_VERSION, src);
+  for (int i = 0; i < 3; i++) {
+    char sha[65];
+    da__sha256_hex(blobs[i], sizes[i], sha);
+    n += (size_t)snprintf(text + n, sizeof text - n,
+                          "%s{\"arch\":\"%s\",\"key\":\"%064d\",\"file\":\"%s\",\"size\":%zu,\"sha256\":\"%s\"}",
+                          i ? "," : "", archs[i], i + 1, names[i], sizes[i], sha);
+  }
+  snprintf(text + n, sizeof text - n, "]}]}");
+  TU_CHECK(da__bundles_add(NULL, b, text, strlen(text), "compat", NULL, NULL, names, blobs, sizes, 3) == DA_OK,
+           "register the sm_86, sm_80 and sm_90a artifacts");
+  const char *const key = "9999999999999999999999999999999999999999999999999999999999999999";
+  static const struct {
+    const char *dev;
+    const unsigned char *want;
+  } cases[] = {{"sm_89", a86}, {"sm_87", a86}, {"sm_86", NULL /* its own key: looked up before, not here */},
+               {"sm_85", a80}, {"sm_90", NULL}, {"sm_75", NULL}, {"sm_100", NULL}, {"sm_89a", NULL}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    void *bytes = NULL;
+    size_t len = 0;
+    const int got = da__bundles_find_source(b, cases[i].dev, key, src, NULL, NULL, &bytes, &len);
+    const int ok = cases[i].want ? got && len == strlen((const char *)cases[i].want) + 1 && !memcmp(bytes, cases[i].want, len)
+                   : !strcmp(cases[i].dev, "sm_86") ? got && !memcmp(bytes, a86, sizeof a86) /* (another key: taken) */
+                                                    : !got;
+    TU_CHECK(ok, "a device of %s: %s (want %s)", cases[i].dev, got ? (const char *)bytes : "nothing",
+             cases[i].want ? (const char *)cases[i].want : "nothing");
+    free(bytes);
+  }
+  da__bundles_destroy(b);
 }
 
 /* Two bundles hold the same artifact and the newer one's bytes are damaged: the older,
@@ -153,7 +198,7 @@ static void test_damaged_newer(void) {
   one_artifact(text, sizeof text, key, src, size, sha);
   const char *names[1] = {"k.so"}, *origins[2] = {"bundle-old", "bundle-new"};
   for (int v = 0; v < 2; v++)
-    TU_CHECK(da__bundles_add(ctx, b, text, strlen(text), origins[v], NULL, names, &blobs[v], &sizes[v], 1) == DA_OK,
+    TU_CHECK(da__bundles_add(ctx, b, text, strlen(text), origins[v], NULL, NULL, names, &blobs[v], &sizes[v], 1) == DA_OK,
              "register %s: %s", origins[v], da_context_last_error(ctx));
   void *bytes = NULL;
   size_t n = 0;
@@ -163,7 +208,7 @@ static void test_damaged_newer(void) {
   static const char *const bad_sizes[4] = {NULL, "\"13\"", "13.0", "null"};
   for (int i = 0; i < 4; i++) {
     one_artifact(text, sizeof text, key, src, bad_sizes[i], sha);
-    const da_status st = da__bundles_add(ctx, b, text, strlen(text), "bundle-bad-size", NULL, names, &blobs[0], &sizes[0], 1);
+    const da_status st = da__bundles_add(ctx, b, text, strlen(text), "bundle-bad-size", NULL, NULL, names, &blobs[0], &sizes[0], 1);
     TU_CHECK(st == DA_ERR_PARSE && strstr(da_context_last_error(ctx), "incomplete or invalid"),
              "an artifact with size %s: %s (%s)", bad_sizes[i] ? bad_sizes[i] : "missing", da_status_name(st),
              da_context_last_error(ctx));
@@ -313,6 +358,7 @@ static void test_isa_table(const char *dir) {
 int main(int argc, char **argv) {
   test_split_path();
   test_newest_first();
+  test_compatible_nearest();
   test_damaged_newer();
   test_host_key_cc();
   if (argc < 2 || !mkdtemp(base)) return 1;
@@ -373,16 +419,26 @@ int main(int argc, char **argv) {
     snprintf(ldir, sizeof ldir, "%s/linked", base);
     snprintf(link, sizeof link, "%s/manifest.json", ldir);
     TU_CHECK(mkdir(ldir, 0700) == 0 && symlink(manifest, link) == 0, "a link to the manifest");
-    for (int how = 0; how < 2; how++) {
-      fresh_cache(how ? "1b-link" : "1b-rel");
+    /* and the manifest alone linked into a folder of the artifacts (they are beside the
+     * link, not beside its target: found so before, and after the fix above too) */
+    char alone[700], lone_link[800], *cmd = NULL;
+    snprintf(alone, sizeof alone, "%s/alone", base);
+    snprintf(lone_link, sizeof lone_link, "%s/manifest.json", alone);
+    TU_CHECK(asprintf(&cmd, "mkdir -p %s/manifest-only %s && cp %s %s/manifest-only/ && cp %s/*.so %s/ && ln -s "
+                            "%s/manifest-only/manifest.json %s", base, alone, manifest, base, bdir, alone, base,
+                      lone_link) > 0 && system(cmd) == 0, "a manifest linked alone beside the artifacts");
+    free(cmd);
+    static const char *const hows[] = {"by a relative path, then chdir", "through a link",
+                                       "through a link beside the artifacts"};
+    for (int how = 0; how < 3; how++) {
+      fresh_cache(how == 2 ? "1b-alone" : how ? "1b-link" : "1b-rel");
       da_context_create(&c);
       TU_CHECK(chdir(base) == 0, "chdir %s", base);
-      TU_CHECK(da_context_register_bundle(c, how ? link : "bundle/manifest.json") == DA_OK, "register: %s",
-               da_context_last_error(c));
+      TU_CHECK(da_context_register_bundle(c, how == 2 ? lone_link : how ? link : "bundle/manifest.json") == DA_OK,
+               "register: %s", da_context_last_error(c));
       TU_CHECK(chdir("/") == 0, "chdir /");
-      TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 1,
-               "1b: a manifest registered %s, JIT off: %s", how ? "through a link" : "by a relative path, then chdir",
-               da_context_last_error(c));
+      TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 1, "1b: a manifest registered %s, JIT off: %s",
+               hows[how], da_context_last_error(c));
       da_context_destroy(c);
     }
     TU_CHECK(chdir(cwd) == 0, "chdir back");

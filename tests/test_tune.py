@@ -500,6 +500,10 @@ try:
         rc, info = run_info(path)
         check(rc == 0 and (info["tile_q"], info["tile_k"]) == (16, 32),
               f"buckets 7 and 9 for N = 300, order {order}: {info}")
+    ran_out = dict(at(1024, 16, 32), status="runtime", median_ms=-1, min_ms=-1, max_ms=-1, reps=0)
+    rc, info = run_info(db_with(at(256, 16, 32), at(256, 8, 16, median_ms=0.5, min_ms=0.5, max_ms=0.5), ran_out))
+    check(rc == 0 and (info["tile_q"], info["tile_k"]) == (16, 32),
+          f"tunables that failed at run time at another length (that length's): not taken {info}")
     failed = dict(at(1024, 16, 32), status="correctness", median_ms=-1, min_ms=-1, max_ms=-1, reps=0)
     rc, info = run_info(db_with(at(256, 16, 32), at(256, 8, 16, median_ms=0.5, min_ms=0.5, max_ms=0.5), failed))
     check(rc == 0 and (info["tile_q"], info["tile_k"]) == (8, 16),
@@ -509,10 +513,11 @@ try:
     # are kept as they are, not deleted
     keep = os.path.join(tmp, "keep.jsonl")
     newer = json.dumps(dict(rec_a, cuda_mma=99, extra="a newer tuner's field"))
-    open(keep, "w").write("\n".join([lines[0]] + lines[1:] + [newer, "not json at all"]) + "\n")
+    open(keep, "w").write("\n".join([lines[0]] + lines[1:] + [newer, "with a \0 NUL", "not json at all"]) + "\n")
     p = run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", keep)
     after = open(keep).read().splitlines()
-    check(p.returncode == 0 and newer in after and "not json at all" in after and len(after) > len(lines) + 2,
+    check(p.returncode == 0 and newer in after and "not json at all" in after and "with a \0 NUL" in after
+          and len(after) > len(lines) + 3,
           f"a merge into a database with lines it cannot read: exit {p.returncode}, kept {newer in after} "
           f"{'not json at all' in after}: {p.stderr.strip()[-200:]}")
 
@@ -525,6 +530,13 @@ try:
     p2 = run(*run_a, env={"DILATTN_TUNING_DB": ccdb, "CC": long_cc + "-O3"})
     check(p.returncode == 0 and hdr.get("env", {}).get("cc", "").startswith("sha256:") and p2.returncode == 0
           and "another environment" in p2.stderr, f"a long CC: header {hdr}, run: {p2.stderr.strip()[-300:]}")
+    # ... and a tab in CC (words may be split by tabs): the header stays JSON (it was written raw,
+    # and every later read and merge of the database failed)
+    tabdb = os.path.join(tmp, "tab-cc.jsonl")
+    runs_tab = [run("tune", cfg_b, "--seq-len", "16", "--reps", "1", "--db", tabdb, env={"CC": "cc\t-O2"})
+                for _ in range(2)]
+    check(all(q.returncode == 0 for q in runs_tab) and json.loads(open(tabdb).readline())["env"]["cc"].startswith("sha256:"),
+          f"CC with a tab: exits {[q.returncode for q in runs_tab]}: {runs_tab[1].stderr.strip()[-300:]}")
 
     # 24. (helper-60) a <db>.lock that cannot be opened (a folder, a link) is found before
     # the sweep, not after it (its records were lost, the summary named the database)

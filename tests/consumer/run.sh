@@ -34,7 +34,7 @@ for case in "TARGET host ARCHS sm_90|ARCHS and MMA are for TARGET cuda" \
             "TARGET host MMA wgmma-ws|ARCHS and MMA are for TARGET cuda" \
             "TARGET Cuda|TARGET Cuda: expected host or cuda" \
             "TARGET cuda MMA bogus|MMA bogus: expected" \
-            "ARCH sm_80|config ARCH not found" \
+            "ARCH sm_80|ARCH is not a keyword" \
             "NAME twice|NAME twice is another"; do
   args=${case%%|*} want=${case#*|}
   extra=""

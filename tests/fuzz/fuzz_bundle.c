@@ -64,13 +64,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   da__bundles *b = da__bundles_create();
   if (!b) return 0;
   const int linked = flags & 1;
-  da_status st = linked ? da__bundles_add(NULL, b, text, len, "(linked)", NULL, (const char *const *)names,
+  da_status st = linked ? da__bundles_add(NULL, b, text, len, "(linked)", NULL, NULL, (const char *const *)names,
                                           blobs, sizes, 2)
-                        : da__bundles_add(NULL, b, text, len, "fuzz/manifest.json", dir, NULL, NULL, NULL, 0);
+                        : da__bundles_add(NULL, b, text, len, "fuzz/manifest.json", dir, NULL, NULL, NULL, NULL, 0);
   if (st == DA_OK && (flags & 2)) {
     const size_t before = da__bundles_count(b);
-    st = linked ? da__bundles_add(NULL, b, text, len, "(linked)", NULL, (const char *const *)names, blobs, sizes, 2)
-                : da__bundles_add(NULL, b, text, len, "fuzz/manifest.json", dir, NULL, NULL, NULL, 0);
+    st = linked ? da__bundles_add(NULL, b, text, len, "(linked)", NULL, NULL, (const char *const *)names, blobs, sizes, 2)
+                : da__bundles_add(NULL, b, text, len, "fuzz/manifest.json", dir, NULL, NULL, NULL, NULL, 0);
     if (st != DA_OK || da__bundles_count(b) != before) {
       fprintf(stderr, "re-registering the same manifest changed the registry (%zu -> %zu, status %d)\n", before,
               da__bundles_count(b), (int)st);
