@@ -1173,12 +1173,15 @@ static void test_bundle_other_nvrtc(const char *dir) {
            "a bundle's own cubin the driver refuses: the error names the kernel (%s: %s)", da_status_name(st), err);
 }
 
-/* The kernel of a plan of s with no options under a tuning database that holds one ok
- * record of params (written for this environment: the fake device's). */
-static da_status kernel_tuned(const da_spec *s, da_plan_options params, const char *db, char *name, size_t cap) {
+/* A plan of s with no options under a tuning database that holds one ok record of params
+ * for rec_spec (this environment's) and DILATTN_CUDA_MMA=env (NULL: unset): its options into *got, its
+ * kernel's name into name */
+static da_status tuned_with_env(const da_spec *rec_spec, const da_spec *s, da_plan_options params, const char *db,
+                                const char *env, da_plan_options *got, char *name, size_t cap) {
+  if (env) setenv("DILATTN_CUDA_MMA", env, 1);
   da__tune_record r;
   memset(&r, 0, sizeof r);
-  char *js = da_spec_to_json(s);
+  char *js = da_spec_to_json(rec_spec);
   da__sha256_hex(js, strlen(js), r.spec_hash);
   free(js);
   snprintf(r.backend, sizeof r.backend, "cuda");
@@ -1195,12 +1198,22 @@ static da_status kernel_tuned(const da_spec *s, da_plan_options params, const ch
   unsetenv("DILATTN_TUNING");
   da_plan *p = NULL;
   st = da_plan_create(ctx, s, DA_BACKEND_CUDA, &p);
+  memset(got, 0, sizeof *got);
+  if (p) da_plan_get_options(p, got);
   snprintf(name, cap, "%s", p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
   setenv("DILATTN_TUNING", "0", 1);
   unsetenv("DILATTN_TUNING_DB");
+  unsetenv("DILATTN_CUDA_MMA");
   da_plan_destroy(p);
   da_context_destroy(ctx);
   return st;
+}
+
+/* The kernel of a plan of s with no options under a tuning database that holds one ok
+ * record of params (written for this environment: the fake device's). */
+static da_status kernel_tuned(const da_spec *s, da_plan_options params, const char *db, char *name, size_t cap) {
+  da_plan_options got;
+  return tuned_with_env(s, s, params, db, NULL, &got, name, cap);
 }
 
 /* A caller's workspace: below the least (one run) refused, misaligned refused, the least
@@ -1923,41 +1936,6 @@ static void test_cta_tiles_env(da_context *ctx) {
   else unsetenv("DILATTN_LOG_LEVEL");
 }
 
-/* A plan of s with no options under a tuning database that holds one ok record of params
- * for rec_spec (this environment's) and DILATTN_CUDA_MMA=env (NULL: unset): its options into *got, its
- * kernel's name into name */
-static da_status tuned_with_env(const da_spec *rec_spec, const da_spec *s, da_plan_options params, const char *db,
-                                const char *env, da_plan_options *got, char *name, size_t cap) {
-  if (env) setenv("DILATTN_CUDA_MMA", env, 1);
-  da__tune_record r;
-  memset(&r, 0, sizeof r);
-  char *js = da_spec_to_json(rec_spec);
-  da__sha256_hex(js, strlen(js), r.spec_hash);
-  free(js);
-  snprintf(r.backend, sizeof r.backend, "cuda");
-  snprintf(r.status, sizeof r.status, "ok");
-  snprintf(r.strategy, sizeof r.strategy, "fused");
-  r.seq_len = 65536, r.batch = 1, r.bucket = da__tuning_bucket(65536), r.params = params;
-  r.median_ms = r.min_ms = r.max_ms = 1.0, r.reps = 1;
-  unlink(db);
-  da_context *ctx; /* a new one: a context reads the database once */
-  da_context_create(&ctx);
-  da_status st = da__tuning_db_merge(ctx, db, &r, 1);
-  TU_CHECK(st == DA_OK, "tuning database %s: %s", db, da_context_last_error(ctx));
-  setenv("DILATTN_TUNING_DB", db, 1);
-  unsetenv("DILATTN_TUNING");
-  da_plan *p = NULL;
-  st = da_plan_create(ctx, s, DA_BACKEND_CUDA, &p);
-  memset(got, 0, sizeof *got);
-  if (p) da_plan_get_options(p, got);
-  snprintf(name, cap, "%s", p ? da_plan_kernel_name(p) : da_context_last_error(ctx));
-  setenv("DILATTN_TUNING", "0", 1);
-  unsetenv("DILATTN_TUNING_DB");
-  unsetenv("DILATTN_CUDA_MMA");
-  da_plan_destroy(p);
-  da_context_destroy(ctx);
-  return st;
-}
 
 /* DILATTN_CUDA_MMA=sync (README: mma.sync, tuning records for wgmma skipped): a record of
  * wgmma-ws or wgmma-ws-tma gives the mma.sync plan that no record gives (the planner's
