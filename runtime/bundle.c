@@ -247,7 +247,7 @@ static int find_verified(da__bundles *b, const char *arch, const char *key, cons
       snprintf(where, sizeof where, "bundle %.560s%s%s", copy.origin, compat ? ", built for " : "", compat ? copy.arch : "");
       /* a host module's CC as recorded ("" where the manifest records none: manifests written
        * before they recorded it), checked as the disk cache's are; a cubin's: NULL */
-      const char *cc = copy.compiler ? copy.compiler : strcmp(arch, "host") ? NULL : "";
+      const char *cc = strcmp(copy.arch, "host") ? NULL : copy.compiler ? copy.compiler : "";
       if (!accept || accept(user, where, cc, data, len)) {
         *bytes = data;
         *n = len;

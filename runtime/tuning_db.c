@@ -214,8 +214,8 @@ static int int_field(json_t *o, const char *k, json_int_t lo, json_int_t hi, int
 /* A record, or -1 for a damaged one (skipped): fields out of what the tuner writes (a
  * bucket past 63, tiles past da_plan_options' ranges, a spec hash that is not one) would
  * otherwise reach the planner or overflow the nearest-bucket search. */
-static int parse_record(const char *line, da__tune_record *r) {
-  json_t *o = json_loads(line, 0, NULL);
+static int parse_record(const char *line, size_t len, da__tune_record *r) {
+  json_t *o = json_loadb(line, len, 0, NULL); /* (every byte: a record before a NUL was read, the rest dropped) */
   if (!json_is_object(o)) {
     json_decref(o);
     return -1;
@@ -342,7 +342,7 @@ static int read_db(const da_context *ctx, const char *path, da__tune_record **ou
       if (!nv) break;
       v = nv;
     }
-    if (parse_record(line, &v[n]) == 0) v[n++].env_mask = cur; /* a damaged line is skipped */
+    if (parse_record(line, (size_t)len, &v[n]) == 0) v[n++].env_mask = cur; /* a damaged line is skipped */
     else if (u && line[strspn(line, " \t\r\n")]) { /* (whole: a NUL in it ended a %s) */
       fwrite(line, 1, (size_t)len, u);
       if (line[len - 1] != '\n') fputc('\n', u);

@@ -302,6 +302,12 @@ try:
                 dict(rec, bucket=8, tile_q=64, tile_k=32, status="great", **fastest)):
         rc, info = run_info(db_with(good, bad))
         check(rc == 0 and info["tile_q"] == 8 and info["tile_k"] == 16, f"damaged record {bad} chosen: {rc} {info}")
+    # a line whose record ends at a NUL (helper-63): not read as that record (it was, the rest dropped)
+    nul_db = os.path.join(tmp, "nul.jsonl")
+    open(nul_db, "w").write("\n".join([header_a, json.dumps(good),
+                                       json.dumps(dict(rec, bucket=8, tile_q=64, tile_k=32, **fastest)) + "\0tail"]) + "\n")
+    rc, info = run_info(nul_db)
+    check(rc == 0 and info["tile_q"] == 8 and info["tile_k"] == 16, f"a record before a NUL on its line: taken {info}")
     rc, info = run_info(db_with(dict(rec, bucket=8, tile_q=4096, tile_k=64, median_ms=0.001)))
     check(rc == 0 and info["tile_q"] == 32 and info["tile_k"] == 64, f"a tile_q of 4096 in the db: {rc} {info}")
     rc, info = run_info(db_with(dict(rec, bucket=8, tile_q=256, tile_k=1024, median_ms=0.001)))

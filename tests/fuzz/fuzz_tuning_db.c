@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gen/render.h"
 #include "runtime/tuning_db.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -61,7 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const da__tune_record *r = &recs[i];
     if (strlen(r->spec_hash) != 64 || strspn(r->spec_hash, "0123456789abcdef") != 64 || !r->backend[0]) abort();
     if (r->bucket < 0 || r->bucket > 63 || r->params.tile_q < 0 || r->params.tile_q > 256 || r->params.tile_k < 0 ||
-        r->params.tile_k > 1024 || r->params.fused_min_queries < 0 || r->params.cuda_mma < 0 || r->params.cuda_mma > 5)
+        r->params.tile_k > 1024 || r->params.fused_min_queries < 0 || r->params.cuda_mma < 0 ||
+        r->params.cuda_mma > DA__CUDA_MMA_MAX)
       abort();
     static const int buckets[] = {0, 1, 10, 16, 31, 62, 63};
     for (size_t b = 0; b < sizeof buckets / sizeof *buckets; b++) {
