@@ -387,12 +387,16 @@ int da__tuning_db_read(const char *path, da__tune_record **out, int *mismatch) {
   return da__tuning_db_read_for(NULL, path, out, mismatch, NULL);
 }
 
+static int same_params(const da_plan_options *a, const da_plan_options *b) {
+  return a->tile_q == b->tile_q && a->tile_k == b->tile_k && a->fused_min_queries == b->fused_min_queries &&
+         a->cuda_mma == b->cuda_mma;
+}
+
 static int same_slot(const da__tune_record *a, const da__tune_record *b) {
   /* not the batch: da__tuning_best compares the times of one bucket's records, which must
    * come from one sweep (a batch-1 sweep's beside a batch-8 one's always won) */
   return !strcmp(a->spec_hash, b->spec_hash) && !strcmp(a->backend, b->backend) && a->bucket == b->bucket &&
-         a->params.tile_q == b->params.tile_q && a->params.tile_k == b->params.tile_k &&
-         a->params.fused_min_queries == b->params.fused_min_queries && a->params.cuda_mma == b->params.cuda_mma;
+         same_params(&a->params, &b->params);
 }
 
 /* The error of a database that cannot be merged into (nold < 0 from da__tuning_db_read) */
@@ -454,6 +458,17 @@ static char *merge_header(const da_context *ctx, const char *old, int mask, cons
   return out;
 }
 
+/* path's <db>.lock opened (created) as every merge takes it: not through a link (another
+ * user's <db>.lock -> /etc/nologin made root create it); -1 with the error in ctx */
+static int open_lock(const da_context *ctx, const char *path, char *lock, size_t cap) {
+  snprintf(lock, cap, "%s.lock", path);
+  const int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    da__set_error(ctx, DA_ERR_IO, "tuning db: cannot open %s: %s", lock,
+                  errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
+  return fd;
+}
+
 da_status da__tuning_db_check(const da_context *ctx, const char *path, const char *backend) {
   struct stat st;
   if (stat(path, &st) == 0) { /* a folder or a FIFO read as no records (or hung) */
@@ -476,21 +491,16 @@ da_status da__tuning_db_check(const da_context *ctx, const char *path, const cha
   /* its lock, as the merge will open it (a folder or a link there was found after the sweep,
    * its records lost) */
   char lock[4200];
-  snprintf(lock, sizeof lock, "%s.lock", path);
-  const int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  DA_RETURN_IF(lfd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock,
-               errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
+  const int lfd = open_lock(ctx, path, lock, sizeof lock);
+  if (lfd < 0) return DA_ERR_IO;
   close(lfd);
   return DA_OK;
 }
 
 da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da__tune_record *recs, int n) {
   char lock[4200];
-  snprintf(lock, sizeof lock, "%s.lock", path);
-  /* (not through a link: another user's <db>.lock -> /etc/nologin made root create it) */
-  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  DA_RETURN_IF(fd < 0, DA_ERR_IO, "tuning db: cannot open %s: %s", lock,
-               errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
+  const int fd = open_lock(ctx, path, lock, sizeof lock);
+  if (fd < 0) return DA_ERR_IO;
   /* held by another tune's merge (one stopped with Ctrl-Z holds it until it goes on): said,
    * then waited for (it waited without a word) */
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -545,11 +555,6 @@ da_status da__tuning_db_merge(const da_context *ctx, const char *path, const da_
   flock(fd, LOCK_UN);
   close(fd);
   return st;
-}
-
-static int same_params(const da_plan_options *a, const da_plan_options *b) {
-  return a->tile_q == b->tile_q && a->tile_k == b->tile_k && a->fused_min_queries == b->fused_min_queries &&
-         a->cuda_mma == b->cuda_mma;
 }
 
 const da__tune_record *da__tuning_best(const da__tune_record *recs, int n, const char *spec_hash, const char *backend,
