@@ -293,11 +293,11 @@ typedef struct {
 static int gen_compile(void *user, int j) {
   gen_job *J = &((gen_job *)user)[j];
   da_status st;
+  if (J->exit != EXIT_OK) return 1; /* (no arch to compile for: gen_jobs_arch) */
   if (J->arch) {
-    st = da__cuda_compile_arch(J->ctx, J->arch, J->r->cuda_path, J->carch); /* wgmma: sm_90 -> sm_90a */
     char name[340];
     snprintf(name, sizeof name, "%s.cu", J->r->kernel_name);
-    if (st == DA_OK) st = da__nvrtc_compile(J->ctx, J->r->source, name, J->carch, J->opts, J->nopts, &J->res);
+    st = da__nvrtc_compile(J->ctx, J->r->source, name, J->carch, J->opts, J->nopts, &J->res);
     if (st == DA_OK && (st = da__cuda_check_regs(J->ctx, J->r->kernel_name, J->r->launch_regs, J->res.registers)) != DA_OK)
       da__nvrtc_result_free(&J->res);
   } else {
@@ -377,7 +377,7 @@ static int gen_output_is_input(const char *path, const char *const *configs, int
  * written into one folder left the last one's manifest.json, the first's kernels missing
  * from DILATTN_BUNDLES=DIR/manifest.json. */
 static int gen_check_outputs(const char *outdir, const char *const *configs, int nconf, const da__rendered *rendered,
-                             int nunit, int cuda, int compile, char archs[][16], int narch, const char *bundle) {
+                             int nunit, int cuda, int compile, const gen_job *jobs, int njobs, const char *bundle) {
   char path[4600];
   int rc = EXIT_OK;
   for (int u = 0; u < nunit && rc == EXIT_OK; u++) {
@@ -388,11 +388,10 @@ static int gen_check_outputs(const char *outdir, const char *const *configs, int
       snprintf(path, sizeof path, "%s/%s.host.so", outdir, kn);
       rc = gen_output_is_input(path, configs, nconf);
     }
-    for (int a = -2; compile && cuda && a < narch && rc == EXIT_OK; a++) { /* (-2, -1: sm_90a, the wgmma
-                                                                              kernels', and sm_90, an sm_90a's mma.sync) */
-      snprintf(path, sizeof path, "%s/%s.%s.cubin", outdir, kn, a == -2 ? "sm_90a" : a == -1 ? "sm_90" : archs[a]);
-      rc = gen_output_is_input(path, configs, nconf);
-    }
+  }
+  for (int j = 0; compile && cuda && j < njobs && rc == EXIT_OK; j++) { /* the cubins, as the compiles name them */
+    snprintf(path, sizeof path, "%s/%s.%s.cubin", outdir, jobs[j].r->kernel_name, jobs[j].carch);
+    rc = gen_output_is_input(path, configs, nconf);
   }
   for (int b = 0; bundle && b < 3 && rc == EXIT_OK; b++) {
     if (b == 0) snprintf(path, sizeof path, "%s/manifest.json", outdir);
@@ -558,8 +557,6 @@ static int cmd_gen(int argc, char **argv) {
       nunit--, u--;
       break;
     }
-  if (rc == EXIT_OK)
-    rc = gen_check_outputs(outdir, configs, nconf, rendered, nunit, cuda, compile, archs, narch, bundle);
   /* compile every (kernel, arch) in parallel, then write: a compile that fails leaves
    * nothing written, not the configs before it. The jobs in config order, then --arch
    * order (under --mma auto a config's kernels do not follow it), and so its lines. */
@@ -581,13 +578,26 @@ static int cmd_gen(int argc, char **argv) {
      * bundle's sm_90a mma.sync cubin was looked up by no plan) */
     for (int j = 0; cuda && (auto_mma || bundle) && j < njobs; j++)
       if (!strcmp(jobs[j].arch, "sm_90a") && strcmp(jobs[j].r->cuda_path, "wgmma")) jobs[j].arch = "sm_90";
-    for (int j = 1; cuda && j < njobs; j++) /* (--arch sm_90,sm_90a: one sm_90 cubin, not two) */
+    /* the arch each compiles for (wgmma: sm_90 -> sm_90a), once: the cubins' names, checked
+     * below, and one compile a (kernel, arch) (--arch sm_90,sm_90a: one sm_90 cubin, not two) */
+    for (int j = 0; cuda && j < njobs; j++) {
+      const da_status st = da__cuda_compile_arch(ctx, jobs[j].arch, jobs[j].r->cuda_path, jobs[j].carch);
+      if (st != DA_OK) { /* (reported as a compile's failure, in order) */
+        snprintf(jobs[j].err, sizeof jobs[j].err, "%s", da_context_last_error(ctx));
+        jobs[j].exit = run_exit_code(st);
+      }
+    }
+    for (int j = 1; cuda && j < njobs; j++)
       for (int i = 0; i < j; i++)
-        if (jobs[i].unit == jobs[j].unit && !strcmp(jobs[i].arch, jobs[j].arch)) {
+        if (jobs[i].unit == jobs[j].unit && jobs[j].carch[0] && !strcmp(jobs[i].carch, jobs[j].carch)) {
           memmove(&jobs[j], &jobs[j + 1], (size_t)(njobs - j - 1) * sizeof *jobs);
           njobs--, j--;
           break;
         }
+  }
+  if (rc == EXIT_OK)
+    rc = gen_check_outputs(outdir, configs, nconf, rendered, nunit, cuda, compile, jobs, njobs, bundle);
+  if (rc == EXIT_OK && njobs) {
     da__parallel_for(njobs, da__compile_threads((int)threads), gen_compile, jobs);
     for (int j = 0; j < njobs && rc == EXIT_OK; j++) /* the first failure in order, as one thread would */
       if (jobs[j].exit != EXIT_OK) {
