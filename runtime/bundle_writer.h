@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "dilattn.h"
+#include "runtime/fileio.h"
 
 typedef struct {
   const char *config_path;
@@ -18,6 +19,7 @@ typedef struct {
   struct {
     char arch[32], key[65], file[340], sha256[65];
     size_t size;
+    const unsigned char *data; /* its bytes (gen's, until the bundle is written) */
   } art[16];
 } da__bundle_item;
 
@@ -27,7 +29,10 @@ typedef struct {
  * cannot share a bundle (gen refuses them). */
 void da__bundle_ident(const char *path, char *out, size_t cap);
 
-/* Write manifest.json, <name>.h and <name>_bundle.c into dir. 0 on success. */
-int da__bundle_write(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc);
+/* manifest.json, <name>.h and <name>_bundle.c for dir, staged in out[0..3) (da__stage_file:
+ * temp files beside them, whole), which the caller commits with its other outputs. 0, or -1
+ * with errno and nothing staged. */
+int da__bundle_write(const char *dir, const char *name, const da__bundle_item *items, int n, const char *nvrtc,
+                     da__staged_file out[3]);
 
 #endif

@@ -245,14 +245,6 @@ static int parse_archs(const char *list, char archs[][16], int cap, char *why, s
   return n;
 }
 
-static int write_atomic_bytes(const char *path, const void *data, size_t len) {
-  return da__write_output(path, data, len);
-}
-
-static int write_atomic(const char *path, const char *text) {
-  return write_atomic_bytes(path, text, strlen(text));
-}
-
 static int valid_bundle_name(const char *n) {
   if (!n || !*n || strlen(n) > 64 || (n[0] >= '0' && n[0] <= '9')) return 0;
   for (; *n; n++)
@@ -269,6 +261,7 @@ static void add_artifact(da__bundle_item *it, const char *arch, const char *key,
   snprintf(it->art[it->nart].file, sizeof it->art[it->nart].file, "%s", file);
   da__sha256_hex(data, size, it->art[it->nart].sha256);
   it->art[it->nart].size = size;
+  it->art[it->nart].data = data;
   it->nart++;
 }
 
@@ -412,6 +405,39 @@ static int gen_check_outputs(const char *outdir, const char *const *configs, int
     json_decref(m);
   }
   return rc;
+}
+
+/* What a restore left of staged outputs that could not be put back, on stderr */
+static void report_lost(const da__staged_file *f, const char *flag) {
+  if (f->lost && f->kept)
+    fprintf(stderr, "dilattn: error: %s %s was replaced and could not be restored: %s; what it was is kept as %s\n",
+            flag, f->path, strerror(f->lost), f->bak);
+  else if (f->lost)
+    fprintf(stderr, "dilattn: error: %s %s was written and could not be removed: %s\n", flag, f->path,
+            strerror(f->lost));
+}
+
+/* A gen output that is a stream (a FIFO there): written after the files are in place */
+typedef struct {
+  char path[4200];
+  const void *data;
+  size_t len;
+} gen_stream;
+
+/* One of gen's outputs staged (da__stage_bytes), or, a stream, kept for after the commit */
+static int gen_stage(da__staged_file *stg, int *nstg, gen_stream *later, int *nlater, const char *path,
+                     const void *data, size_t len) {
+  da__output o;
+  if (da__output_resolve(path, &o) == 0 && o.stream) {
+    gen_stream *g = &later[(*nlater)++];
+    snprintf(g->path, sizeof g->path, "%s", path);
+    g->data = data, g->len = len;
+    return EXIT_OK;
+  }
+  if (da__stage_bytes(&stg[*nstg], path, data, len) != 0)
+    return fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
+  (*nstg)++;
+  return EXIT_OK;
 }
 
 static int cmd_gen(int argc, char **argv) {
@@ -605,6 +631,18 @@ static int cmd_gen(int argc, char **argv) {
         else rc = fail(jobs[j].exit, "%s: %s", configs[jobs[j].conf], jobs[j].err);
       }
   }
+  /* Every output staged (a temp file beside it, whole), then all put in place together, and
+   * the lines naming them printed: a failure leaves the folder as it was (a later file that
+   * could not be written had left the earlier ones replaced, a partial set a build takes
+   * as up to date). An output that is a stream (a FIFO) is written after the files. */
+  const int cap = rc == EXIT_OK ? nunit + njobs + 3 : 0;
+  da__staged_file *stg = cap ? calloc((size_t)cap, sizeof *stg) : NULL;
+  gen_stream *later = cap ? calloc((size_t)cap, sizeof *later) : NULL;
+  int nstg = 0, nlater = 0;
+  char *lines = NULL;
+  size_t lines_len = 0;
+  FILE *lf = cap ? open_memstream(&lines, &lines_len) : NULL;
+  if (cap && (!stg || !later || !lf)) rc = fail(EXIT_RUNTIME, "out of memory");
   /* a bundle item a kernel (a config's first also writes the config's typed entry points) */
   da__bundle_item *bitems = calloc((size_t)nunit + 1, sizeof *bitems);
   if (rc == EXIT_OK && !bitems) rc = fail(EXIT_RUNTIME, "out of memory");
@@ -623,8 +661,8 @@ static int cmd_gen(int argc, char **argv) {
     snprintf(it->source_file, sizeof it->source_file, "%s.%s", r.kernel_name, cuda ? "cu" : "c");
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", outdir, it->source_file);
-    if (write_atomic(path, r.source) != 0) rc = fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
-    else if (!report && !compile) printf("%s\n", path);
+    rc = gen_stage(stg, &nstg, later, &nlater, path, r.source, strlen(r.source));
+    if (rc == EXIT_OK && !report && !compile) fprintf(lf, "%s\n", path);
   }
   for (int j = 0; j < njobs && rc == EXIT_OK; j++) { /* the compiled kernels, in config and arch order */
     const gen_job *J = &jobs[j];
@@ -636,15 +674,15 @@ static int cmd_gen(int argc, char **argv) {
       snprintf(src, sizeof src, "%s/%s", outdir, it->source_file);
       snprintf(file, sizeof file, "%s.host.so", r.kernel_name);
       snprintf(out, sizeof out, "%s/%s", outdir, file);
-      if (compile && write_atomic_bytes(out, J->bytes, J->size) != 0)
-        rc = fail(EXIT_INPUT, "cannot write %s: %s", out, strerror(errno));
-      else if (compile) add_artifact(it, "host", key, file, J->bytes, J->size);
+      if (compile) rc = gen_stage(stg, &nstg, later, &nlater, out, J->bytes, J->size);
+      if (rc == EXIT_OK && compile) add_artifact(it, "host", key, file, J->bytes, J->size);
       if (rc == EXIT_OK && report)
-        printf("{\"kernel\":%s,\"arch\":\"host\",\"cc\":%s,\"strategy\":%s,"
-               "\"cache_key\":%s,\"source\":%s,\"compile_ms\":%.1f}\n",
-               jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(src, 4), J->ms);
+        fprintf(lf, "{\"kernel\":%s,\"arch\":\"host\",\"cc\":%s,\"strategy\":%s,"
+                "\"cache_key\":%s,\"source\":%s,\"compile_ms\":%.1f}\n",
+                jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(src, 4),
+                J->ms);
       else if (rc == EXIT_OK)
-        printf("%s\n", out);
+        fprintf(lf, "%s\n", out);
       continue;
     }
     const da__nvrtc_result *res = &J->res;
@@ -652,21 +690,41 @@ static int cmd_gen(int argc, char **argv) {
     snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, J->carch);
     snprintf(bin, sizeof bin, "%s/%s", outdir, file);
     da__cuda_artifact_key(r.key, J->carch, maj, min, key);
-    if (compile && write_atomic_bytes(bin, res->cubin, res->cubin_size) != 0)
-      rc = fail(EXIT_INPUT, "cannot write %s: %s", bin, strerror(errno));
-    else if (compile)
-      add_artifact(it, J->carch, key, file, res->cubin, res->cubin_size);
+    if (compile) rc = gen_stage(stg, &nstg, later, &nlater, bin, res->cubin, res->cubin_size);
+    if (rc == EXIT_OK && compile) add_artifact(it, J->carch, key, file, res->cubin, res->cubin_size);
     if (rc == EXIT_OK && report)
-      printf("{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
-             "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,\"compile_ms\":%.1f,"
-             "\"strategy\":%s,\"path\":%s,\"mma\":\"%s\",\"threads\":%d,\"cache_key\":%s}\n",
-             jstr(r.kernel_name, 0), jstr(J->carch, 1), res->registers, res->spill_bytes,
-             r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes, res->stack_bytes,
-             res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3),
-             da__cuda_mma_name(units[J->unit].mma ? units[J->unit].mma : 1), r.threads, jstr(r.key, 4));
+      fprintf(lf, "{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
+              "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,"
+              "\"compile_ms\":%.1f,\"strategy\":%s,\"path\":%s,\"mma\":\"%s\",\"threads\":%d,\"cache_key\":%s}\n",
+              jstr(r.kernel_name, 0), jstr(J->carch, 1), res->registers, res->spill_bytes,
+              r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes, res->stack_bytes,
+              res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3),
+              da__cuda_mma_name(units[J->unit].mma ? units[J->unit].mma : 1), r.threads, jstr(r.key, 4));
     else if (rc == EXIT_OK)
-      printf("%s\n", bin);
+      fprintf(lf, "%s\n", bin);
   }
+  if (rc == EXIT_OK && bundle) {
+    if (da__bundle_write(outdir, bundle, bitems, nunit, nvrtc_ver[0] ? nvrtc_ver : NULL, &stg[nstg]) != 0)
+      rc = fail(EXIT_INPUT, "cannot write bundle %s into %s: %s", bundle, outdir, strerror(errno));
+    else
+      nstg += 3, fprintf(lf, "%s/manifest.json\n%s/%s.h\n%s/%s_bundle.c\n", outdir, outdir, bundle, outdir, bundle);
+  }
+  if (rc == EXIT_OK) {
+    int bad;
+    const char *what;
+    if (da__staged_commit(stg, nstg, &bad, &what) != 0) {
+      rc = fail(EXIT_INPUT, "cannot write %s: %s: %s", stg[bad].path, what, strerror(errno));
+      for (int i = 0; i < nstg; i++) report_lost(&stg[i], "gen:");
+    }
+  }
+  for (int i = 0; i < nlater && rc == EXIT_OK; i++)
+    if (da__write_output(later[i].path, later[i].data, later[i].len) != 0)
+      rc = fail(EXIT_INPUT, "cannot write %s: %s", later[i].path, da__output_error(errno));
+  if (lf && fclose(lf) == 0 && rc == EXIT_OK) fwrite(lines, 1, lines_len, stdout);
+  free(lines);
+  da__staged_cleanup(stg, nstg);
+  free(stg);
+  free(later);
   for (int j = 0; j < njobs && jobs; j++) {
     da__nvrtc_result_free(&jobs[j].res);
     free(jobs[j].bytes);
@@ -675,12 +733,6 @@ static int cmd_gen(int argc, char **argv) {
   for (int u = 0; rendered && u < nunit; u++) da__rendered_free(&rendered[u]);
   free(rendered);
   free(units);
-  if (rc == EXIT_OK && bundle) {
-    if (da__bundle_write(outdir, bundle, bitems, nunit, nvrtc_ver[0] ? nvrtc_ver : NULL) != 0)
-      rc = fail(EXIT_INPUT, "cannot write bundle %s into %s: %s", bundle, outdir, strerror(errno));
-    else
-      printf("%s/manifest.json\n%s/%s.h\n%s/%s_bundle.c\n", outdir, outdir, bundle, outdir, bundle);
-  }
   for (int u = 0; bitems && u < nunit; u++) free(bitems[u].spec_json);
   free(bitems);
   free(items);
@@ -785,13 +837,12 @@ int da__cli_same_file(const char *a, const char *b) {
   return !strcmp(ra, rb);
 }
 
-/* One output of `run`: written to a temp file beside its target, renamed into place only
- * when every output was written (the one before restored if a later rename fails). */
+/* One output of `run`: written to a temp file beside its target, put in place only when
+ * every output was written (da__staged_commit). */
 typedef struct {
   const char *flag, *path;
   da__output *out;         /* out->stream: written into after the files are in place, never replaced */
-  char tmp[4200], bak[4200];
-  int have_tmp, have_bak;
+  da__staged_file f;
   da__npy_dtype dt; /* a stream's array, written at commit */
   int ndim;
   const int64_t *shape;
@@ -801,66 +852,33 @@ typedef struct {
 static int stage_output(out_file *o, da__npy_dtype dt, int ndim, const int64_t *shape, const void *data) {
   o->dt = dt, o->ndim = ndim, o->shape = shape, o->data = data;
   if (o->out->stream) return EXIT_OK;
-  int fd = da__tmp_beside(o->path, o->tmp, sizeof o->tmp, da__output_mode(o->path)); /* (a file: resolved) */
+  int fd = da__stage_file(&o->f, o->path); /* (a file: resolved) */
   if (fd < 0) return fail(EXIT_INPUT, "%s %s: cannot create a temporary file beside it: %s", o->flag, o->path,
                           strerror(errno));
-  o->have_tmp = 1;
   if (close(fd) != 0)
     return fail(EXIT_INPUT, "%s %s: cannot prepare a temporary file beside it: %s", o->flag, o->path, strerror(errno));
   char msg[1024];
-  if (da__npy_save(o->tmp, dt, ndim, shape, data, msg, sizeof msg) != DA_OK) {
-    size_t n = strlen(o->tmp);
-    const char *why = !strncmp(msg, o->tmp, n) && msg[n] == ':' ? msg + n + 2 : msg; /* the message names the temp */
+  if (da__npy_save(o->f.tmp, dt, ndim, shape, data, msg, sizeof msg) != DA_OK) {
+    size_t n = strlen(o->f.tmp);
+    const char *why = !strncmp(msg, o->f.tmp, n) && msg[n] == ':' ? msg + n + 2 : msg; /* the message names the temp */
     return fail(EXIT_INPUT, "%s %s: %s", o->flag, o->path, why);
   }
   return EXIT_OK;
 }
 
 /* Put the staged outputs in place: all of them, or none. The streams are opened first (one
- * that cannot be: nothing replaced), then each existing file is kept as a backup (a hard
- * link, or where none can be made, the file itself moved aside) and the temps renamed over
- * them, then the streams written; a failure puts the files before back. */
+ * that cannot be: nothing replaced), then the files (da__staged_commit), then the streams
+ * written; a failure puts the files before back. */
 static int commit_outputs(out_file *o, int n) {
   for (int i = 0; i < n; i++)
     if (o[i].out->stream && da__output_open(o[i].out) < 0)
       return fail(EXIT_INPUT, "%s %s: cannot write into it: %s", o[i].flag, o[i].path, da__output_error(errno));
-  int move[2] = {0, 0};
-  for (int i = 0; i < n; i++) { /* backups of the files (or links) about to be replaced */
-    struct stat st;
-    if (o[i].out->stream || lstat(o[i].path, &st) != 0) continue;
-    for (int t = 0; t < 8 && !o[i].have_bak; t++) {
-      if (da__tmp_name(o[i].path, "tmp-old", o[i].bak, sizeof o[i].bak) != 0) break; /* (cut near NAME_MAX) */
-      int fd = mkstemp(o[i].bak);
-      if (fd < 0) break;
-      close(fd);
-      unlink(o[i].bak);
-      if (link(o[i].path, o[i].bak) == 0) o[i].have_bak = 1;
-      else if (errno != EEXIST) { /* (no hard link here: protected_hardlinks, a file system without) */
-        move[i] = 1;
-        break;
-      }
-    }
-    if (!o[i].have_bak && !move[i])
-      return fail(EXIT_INPUT, "%s %s: cannot keep a backup of it while it is replaced: %s", o[i].flag, o[i].path,
-                  strerror(errno));
-  }
-  int done = 0, rc = EXIT_OK;
-  for (; done < n; done++) {
-    if (o[done].out->stream) continue;
-    if (move[done] && rename(o[done].path, o[done].bak) == 0) o[done].have_bak = 1;
-    if (move[done] && !o[done].have_bak) {
-      rc = fail(EXIT_INPUT, "%s %s: cannot move it aside while it is replaced: %s", o[done].flag, o[done].path,
-                strerror(errno));
-      break;
-    }
-    if (rename(o[done].tmp, o[done].path) != 0) {
-      rc = fail(EXIT_INPUT, "%s %s: cannot rename the temporary file over it: %s", o[done].flag, o[done].path,
-                strerror(errno));
-      if (move[done] && rename(o[done].bak, o[done].path) == 0) o[done].have_bak = 0;
-      break;
-    }
-    o[done].have_tmp = 0;
-  }
+  da__staged_file f[2];
+  for (int i = 0; i < n; i++) f[i] = o[i].f;
+  int bad, rc = EXIT_OK;
+  const char *what;
+  const int placed = da__staged_commit(f, n, &bad, &what) == 0; /* (one that failed has put back its own) */
+  if (!placed) rc = fail(EXIT_INPUT, "%s %s: %s: %s", o[bad].flag, o[bad].path, what, strerror(errno));
   for (int i = 0; i < n && rc == EXIT_OK; i++)
     if (o[i].out->stream) {
       char msg[1024];
@@ -870,24 +888,15 @@ static int commit_outputs(out_file *o, int n) {
     }
   for (int i = 0; i < n; i++)
     if (o[i].out->stream) da__output_release(o[i].out);
-  for (int i = 0; i < done && rc != EXIT_OK; i++) {
-    if (o[i].out->stream) continue;
-    if (o[i].have_bak ? rename(o[i].bak, o[i].path) == 0 : unlink(o[i].path) == 0 || errno == ENOENT)
-      o[i].have_bak = 0;
-    else
-      fprintf(stderr, "dilattn: error: %s %s was replaced and could not be restored: %s\n", o[i].flag, o[i].path,
-              strerror(errno));
-  }
+  if (placed && rc != EXIT_OK) da__staged_restore(f, n);
+  for (int i = 0; i < n; i++) report_lost(&f[i], o[i].flag);
+  for (int i = 0; i < n; i++) o[i].f = f[i];
   return rc;
 }
 
 /* Remove whatever staging left: temp files, backups no longer needed. */
 static void cleanup_outputs(out_file *o, int n) {
-  for (int i = 0; i < n; i++) {
-    if (o[i].have_tmp) unlink(o[i].tmp);
-    if (o[i].have_bak) unlink(o[i].bak);
-    o[i].have_tmp = o[i].have_bak = 0;
-  }
+  for (int i = 0; i < n; i++) da__staged_cleanup(&o[i].f, 1);
 }
 
 /* The object a stream output is (its own descriptor's, or the name's, not followed) */
@@ -1225,6 +1234,9 @@ int main(int argc, char **argv) {
   /* a pipe's reader gone (`dilattn run -o /dev/stdout | head -c 10`, a FIFO's): EPIPE from
    * the write, said and rolled back, not a silent death by SIGPIPE half-way through */
   signal(SIGPIPE, SIG_IGN);
+  /* the file size limit (ulimit -f) reached: EFBIG from the write, said, and nothing
+   * replaced, not a death by SIGXFSZ that left the temp files */
+  signal(SIGXFSZ, SIG_IGN);
   int rc = dispatch(argc, argv);
   errno = 0;
   int bad = fflush(stdout) != 0;

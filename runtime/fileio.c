@@ -264,15 +264,13 @@ int da__can_write_beside(const char *path) {
   return 0;
 }
 
-int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
-  char tmp[4500];
-  int fd = da__tmp_beside(path, tmp, sizeof tmp, (mode_t)mode);
-  if (fd < 0) return -1;
-  /* A write past RLIMIT_FSIZE fails with EFBIG and raises SIGXFSZ, whose default action
-   * ends the process: blocked in this thread while it writes (the signal is then pending
-   * on the thread) and taken back after. The process-wide disposition stays the
-   * application's: changed and restored here, two threads writing at once had interleaved
-   * their saves and restores, leaving it SIG_IGN or restoring it during the other's write. */
+/* data[0..len) written to fd, a file, whole, then fsync'ed; 0, or -1 with errno set.
+ * A write past RLIMIT_FSIZE fails with EFBIG and raises SIGXFSZ, whose default action
+ * ends the process: blocked in this thread while it writes (the signal is then pending
+ * on the thread) and taken back after. The process-wide disposition stays the
+ * application's: changed and restored here, two threads writing at once had interleaved
+ * their saves and restores, leaving it SIG_IGN or restoring it during the other's write. */
+static int write_file_fd(int fd, const void *data, size_t len) {
   sigset_t xfsz, old;
   sigemptyset(&xfsz);
   sigaddset(&xfsz, SIGXFSZ);
@@ -294,7 +292,18 @@ int da__write_file_atomic(const char *path, const void *data, size_t len, unsign
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   errno = werr;
-  int ok = done == len && fsync(fd) == 0;
+  if (done != len) {
+    if (!errno) errno = EIO;
+    return -1;
+  }
+  return fsync(fd);
+}
+
+int da__write_file_atomic(const char *path, const void *data, size_t len, unsigned mode) {
+  char tmp[4500];
+  int fd = da__tmp_beside(path, tmp, sizeof tmp, (mode_t)mode);
+  if (fd < 0) return -1;
+  int ok = write_file_fd(fd, data, len) == 0;
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {
     int e = errno ? errno : EIO;
@@ -303,6 +312,108 @@ int da__write_file_atomic(const char *path, const void *data, size_t len, unsign
     return -1;
   }
   return 0;
+}
+
+int da__stage_file(da__staged_file *f, const char *path) {
+  memset(f, 0, sizeof *f);
+  if (snprintf(f->path, sizeof f->path, "%s", path) >= (int)sizeof f->path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  const int fd = da__output_tmp(path, f->tmp, sizeof f->tmp);
+  f->have_tmp = fd >= 0;
+  return fd;
+}
+
+int da__stage_bytes(da__staged_file *f, const char *path, const void *data, size_t len) {
+  const int fd = da__stage_file(f, path);
+  if (fd < 0) return -1;
+  int ok = write_file_fd(fd, data, len) == 0;
+  ok = close(fd) == 0 && ok;
+  if (ok) return 0;
+  const int e = errno ? errno : EIO;
+  da__staged_cleanup(f, 1);
+  errno = e;
+  return -1;
+}
+
+/* A hard link to f->path as its backup (f->bak), where one can be made: 1 made, 0 none
+ * can be here (the file is to be moved aside instead), -1 a failure (errno) */
+static int link_backup(da__staged_file *f) {
+  for (int t = 0; t < 8; t++) {
+    if (da__tmp_name(f->path, "tmp-old", f->bak, sizeof f->bak) != 0) return -1; /* (cut near NAME_MAX) */
+    int fd = mkstemp(f->bak);
+    if (fd < 0) return -1;
+    close(fd);
+    unlink(f->bak);
+    if (link(f->path, f->bak) == 0) return 1;
+    if (errno != EEXIST) return 0; /* (no hard link here: protected_hardlinks, a file system without) */
+  }
+  errno = EEXIST;
+  return -1;
+}
+
+int da__staged_commit(da__staged_file *f, int n, int *bad, const char **what) {
+  *bad = -1, *what = "";
+  for (int i = 0; i < n; i++) { /* backups of the files (or links) about to be replaced */
+    struct stat st;
+    f[i].move = f[i].have_bak = f[i].placed = f[i].kept = 0;
+    if (!f[i].have_tmp || lstat(f[i].path, &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) { /* (a rename over a folder fails: found before anything is replaced) */
+      *bad = i, *what = "cannot replace it";
+      errno = EISDIR;
+      return -1;
+    }
+    const int b = link_backup(&f[i]);
+    f[i].have_bak = b == 1, f[i].move = b == 0;
+    if (b < 0) {
+      *bad = i, *what = "cannot keep a backup of it while it is replaced";
+      return -1;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    if (!f[i].have_tmp) continue;
+    if (f[i].move && rename(f[i].path, f[i].bak) == 0) f[i].have_bak = 1;
+    if (f[i].move && !f[i].have_bak) {
+      *bad = i, *what = "cannot move it aside while it is replaced";
+    } else if (rename(f[i].tmp, f[i].path) != 0) {
+      *bad = i, *what = "cannot rename the temporary file over it";
+      const int e = errno;
+      if (f[i].move && rename(f[i].bak, f[i].path) == 0) f[i].have_bak = 0;
+      errno = e;
+    } else {
+      f[i].have_tmp = 0, f[i].placed = 1;
+      continue;
+    }
+    const int e = errno;
+    da__staged_restore(f, i);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+int da__staged_restore(da__staged_file *f, int n) {
+  int lost = 0;
+  for (int i = 0; i < n; i++) {
+    f[i].lost = 0;
+    if (!f[i].placed) continue;
+    if (f[i].have_bak ? rename(f[i].bak, f[i].path) == 0 : unlink(f[i].path) == 0 || errno == ENOENT) {
+      f[i].have_bak = f[i].placed = 0;
+      continue;
+    }
+    f[i].lost = errno ? errno : EIO, lost++;
+    f[i].kept = f[i].have_bak, f[i].have_bak = 0; /* (not removed: what path was, at bak) */
+  }
+  return lost;
+}
+
+void da__staged_cleanup(da__staged_file *f, int n) {
+  for (int i = 0; i < n; i++) {
+    if (f[i].have_tmp) unlink(f[i].tmp);
+    if (f[i].have_bak) unlink(f[i].bak);
+    f[i].have_tmp = f[i].have_bak = 0;
+  }
 }
 
 int da__mkdir_p(const char *path, unsigned mode) {

@@ -74,6 +74,37 @@ DA_HIDDEN const char *da__output_error(int e);
  * (or unlinks it). */
 DA_HIDDEN int da__output_tmp(const char *path, char *tmp, size_t cap);
 
+/* Outputs written whole or not at all, together: each to a temp file beside it
+ * (da__stage_file, da__stage_bytes), then da__staged_commit puts all of them in place, or
+ * none (the files they replace are kept as backups meanwhile, and put back on a failure),
+ * and da__staged_cleanup removes the temps and backups left. */
+typedef struct {
+  char path[4400];  /* the output */
+  char tmp[4500];   /* its content, whole (have_tmp); renamed over path at the commit */
+  char bak[4500];   /* what path was, during and after a commit (have_bak) */
+  int have_tmp, have_bak;
+  int move;   /* no hard link could be made: path is moved aside to bak at the commit */
+  int placed; /* the commit put it in place (da__staged_restore undoes it) */
+  int lost;   /* da__staged_restore could not put back what it replaced: the errno */
+  int kept;   /* ... and what path was is left at bak (not removed by da__staged_cleanup) */
+} da__staged_file;
+/* A temp file for the output path (a file: da__output_tmp's; EINVAL for a stream), staged
+ * in f: its descriptor, which the caller writes whole and closes, or -1 with errno set
+ * (nothing staged). The caller's failure to write it: da__staged_cleanup(f, 1). */
+DA_HIDDEN int da__stage_file(da__staged_file *f, const char *path);
+/* data[0..len) staged for path, fsync'ed: 0, or -1 with errno and nothing staged */
+DA_HIDDEN int da__stage_bytes(da__staged_file *f, const char *path, const void *data, size_t len);
+/* Every staged file of f[0..n) (those with have_tmp) put in place, or none: 0, or -1 with
+ * errno, *bad the file's index and *what the step that failed ("cannot keep a backup of
+ * it while it is replaced", ...); the files before it are then put back (a file that
+ * cannot be: its lost field). A folder at a path fails before anything is replaced. */
+DA_HIDDEN int da__staged_commit(da__staged_file *f, int n, int *bad, const char **what);
+/* After a commit, what the placed files of f[0..n) replaced put back (a later step
+ * failed): how many could not be (their lost field says why). */
+DA_HIDDEN int da__staged_restore(da__staged_file *f, int n);
+/* The temps and backups of f[0..n) removed */
+DA_HIDDEN void da__staged_cleanup(da__staged_file *f, int n);
+
 /* 0 when a file can be made beside path (a temp file made there and removed: checked
  * before long work whose result goes there), or path is a stream that looks writable
  * (da__output_resolve; a device or FIFO is not opened here), else -1 with errno set. */

@@ -318,13 +318,15 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
   posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  /* the compiler with SIGPIPE's default action, whatever the program ignores (Python and
-   * the CLI ignore it; a compiler driver's pipes expect it) */
+  /* the compiler with SIGPIPE's and SIGXFSZ's default actions, whatever the program
+   * ignores (Python and the CLI ignore SIGPIPE, the CLI SIGXFSZ; a compiler driver's
+   * pipes expect them) */
   posix_spawnattr_t at;
   sigset_t dflt;
   posix_spawnattr_init(&at);
   sigemptyset(&dflt);
   sigaddset(&dflt, SIGPIPE);
+  sigaddset(&dflt, SIGXFSZ);
   posix_spawnattr_setsigdefault(&at, &dflt);
   posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
   pid_t pid;

@@ -696,6 +696,68 @@ def test_gen_compile_all_or_nothing(tmp):
         check(rc == 2 and "--threads" in err, f"gen --threads {bad_threads!r}: exit {rc}: {err}")
 
 
+def test_gen_writes_all_or_nothing(tmp):
+    """gen puts its outputs in place together or not at all: where a later output cannot be
+    written (a folder in its place, the file size limit past the bundle's data), the files
+    an earlier gen wrote there stay as they were, nothing is printed and no temp file is
+    left. It had replaced the sources and kernels before failing on the bundle."""
+    import resource
+    cfg = os.path.join(GOLDEN, "gqa_4_to_1", "case.json")
+    d = os.path.join(tmp, "gen-writes")
+    os.mkdir(d)
+    rc, so, err = run("gen", cfg, "--bundle", "wb", "-o", d)
+    check(rc == 0, f"gen --bundle: exit {rc}: {err}")
+    names = sorted(os.listdir(d))
+    old = {n: b"old " + n.encode() for n in names}
+    sizes = {n: os.path.getsize(os.path.join(d, n)) for n in names}
+
+    def reset():
+        for n in os.listdir(d):
+            p = os.path.join(d, n)
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+        for n in names:
+            open(os.path.join(d, n), "wb").write(old[n])
+
+    def as_before(what, rc, so, err, skip=()):
+        left = {n: open(os.path.join(d, n), "rb").read() for n in names if n not in skip}
+        check(rc == 2 and not so and left == {n: old[n] for n in left}
+              and sorted(os.listdir(d)) == names and not [n for n in os.listdir(d) if ".tmp" in n],
+              f"gen with {what}: exit {rc}, printed {so!r}, {sorted(os.listdir(d))}, "
+              f"changed {[n for n in left if left[n] != old[n]]}: {err}")
+
+    for last in ("wb_bundle.c", [n for n in names if n.endswith(".host.so")][0], "wb.h"):
+        reset()
+        os.unlink(os.path.join(d, last))
+        os.mkdir(os.path.join(d, last))
+        rc, so, err = run("gen", cfg, "--bundle", "wb", "-o", d)
+        check(last in err, f"gen with {last} a folder names it: {err}")
+        os.rmdir(os.path.join(d, last))
+        open(os.path.join(d, last), "wb").write(old[last])
+        as_before(f"{last} a folder", rc, so, err)
+    # the bundle's data (every kernel's bytes as text) is the largest file: a size limit
+    # past the others fails it last, after the sources and kernels are written
+    reset()
+    limit = max(v for n, v in sizes.items() if n != "wb_bundle.c") + 1
+    check(sizes["wb_bundle.c"] > limit, f"the bundle's data is the largest output: {sizes}")
+    p = subprocess.run([DILATTN, "gen", cfg, "--bundle", "wb", "-o", d], capture_output=True, text=True,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    as_before(f"a file size limit of {limit} bytes", p.returncode, p.stdout, p.stderr)
+    # and the sources without --compile: one unwritable output, none replaced
+    reset()
+    rc, so, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_80", "--compile", "-o", d)
+    check(rc == 0, f"gen --target cuda --compile: exit {rc}: {err}")
+    cu = sorted(n for n in os.listdir(d) if n not in names)
+    for n in cu:
+        open(os.path.join(d, n), "wb").write(b"old")
+    cubin = [n for n in cu if n.endswith(".cubin")][0]
+    os.unlink(os.path.join(d, cubin))
+    os.mkdir(os.path.join(d, cubin))
+    rc, so, err = run("gen", cfg, "--target", "cuda", "--arch", "sm_80", "--compile", "-o", d)
+    check(rc == 2 and not so and all(open(os.path.join(d, n), "rb").read() == b"old" for n in cu if n != cubin),
+          f"gen --target cuda with {cubin} a folder: exit {rc}, printed {so!r}: {err}")
+    os.rmdir(os.path.join(d, cubin))
+
+
 def test_fake_device(tmp):
     """The CUDA path of the CLI on the fake driver (tests/fake_cuda.c: an sm_90 device that
     runs nothing, its memory the host's): info names it and its default instruction; run --backend cuda copies the
@@ -1324,6 +1386,7 @@ def main():
         test_gen_refusals(tmp)
         test_bundle_compiles_strictly(tmp)
         test_gen_compile_all_or_nothing(tmp)
+        test_gen_writes_all_or_nothing(tmp)
         test_fake_device(tmp)
         test_gen_auto(tmp)
         test_cache(tmp)
