@@ -312,6 +312,15 @@ def test_run_outputs(tmp):
     # a folder as an output: refused before anything runs
     rc, so, err = run("run", *args, "-o", out, "--lse", d)
     check(rc == 2 and open(out, "rb").read() == before, f"run --lse <a folder>: exit {rc}: {err}")
+    # the file size limit (ulimit -f) below out's size: exit 2 naming it, both files as they
+    # were, no temp left (SIGXFSZ had killed the run with its temps there)
+    import resource
+    lse_before = open(lse, "rb").read()
+    p = subprocess.run([DILATTN, "run", *args, "-o", out, "--lse", lse], capture_output=True, text=True,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+    check(p.returncode == 2 and "o.npy" in p.stderr and "too large" in p.stderr and open(out, "rb").read() == before
+          and open(lse, "rb").read() == lse_before and not [f for f in os.listdir(d) if ".tmp" in f],
+          f"run under a 4 KiB file size limit: exit {p.returncode}, {sorted(os.listdir(d))}: {p.stderr}")
 
 
 def test_run_special_outputs(tmp):
