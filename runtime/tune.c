@@ -312,6 +312,29 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
       snprintf(r->label, sizeof r->label, "constraints: tile buffer %.0f KiB > 512 KiB", bytes / 1024);
     }
   }
+  /* the inputs, the reference's and the first candidate's results, before anything
+   * compiles: a length that does not fit fails at once, not after every candidate's
+   * compile (minutes at the largest) */
+  inputs_t small, big;
+  int64_t Ns = N < 384 ? N : 384;
+  double *ro = NULL, *rl = NULL;
+  void *first_out = NULL;
+  float *first_lse = NULL;
+  size_t out_bytes = 0, lse_count = (size_t)(B * s.num_heads * N);
+  memset(&small, 0, sizeof small), memset(&big, 0, sizeof big);
+  if (make_inputs(&s, 1, Ns, 1, &small) || make_inputs(&s, B, N, 0, &big) ||
+      !(ro = malloc(sizeof(double) * (size_t)small.nq)) ||
+      !(rl = malloc(sizeof(double) * (size_t)(s.num_heads * Ns))) ||
+      !(first_out = malloc((out_bytes = (size_t)big.nq * (s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2)) ? out_bytes : 1)) ||
+      !(first_lse = malloc(sizeof(float) * (lse_count ? lse_count : 1)))) {
+    fprintf(stderr, "dilattn: error: out of memory for the tuning inputs (batch %lld x seq_len %lld)\n", (long long)B,
+            (long long)N);
+    free(ro), free(rl), free(first_out), free(first_lse);
+    free_inputs(&small), free_inputs(&big);
+    free(js);
+    da_context_destroy(ctx);
+    return 4;
+  }
   /* compile in parallel; the default spec is the kernel the tuner would replace, so the
    * database is not consulted for it (DILATTN_TUNING=0 for this process) */
   setenv("DILATTN_TUNING", "0", 1);
@@ -322,24 +345,6 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   compile_job j = {ctx, &s, backend, c, n, 0, PTHREAD_MUTEX_INITIALIZER};
   da__parallel_for(n, da__compile_threads(threads), compile_one, &j);
   pthread_mutex_destroy(&j.mu);
-  /* correctness on a small input, then timing */
-  inputs_t small, big;
-  int64_t Ns = N < 384 ? N : 384;
-  double *ro = NULL, *rl = NULL;
-  memset(&small, 0, sizeof small), memset(&big, 0, sizeof big);
-  if (make_inputs(&s, 1, Ns, 1, &small) || make_inputs(&s, B, N, 0, &big) ||
-      !(ro = malloc(sizeof(double) * (size_t)small.nq)) ||
-      !(rl = malloc(sizeof(double) * (size_t)(s.num_heads * Ns)))) {
-    fprintf(stderr, "dilattn: error: out of memory for the tuning inputs (batch %lld x seq_len %lld)\n", (long long)B,
-            (long long)N);
-    free(ro), free(rl);
-    free_inputs(&small), free_inputs(&big);
-    for (int i = 0; i < n; i++) da_plan_destroy(c[i].plan);
-    free(js);
-    da_context_destroy(ctx);
-    unsetenv("DILATTN_TUNING");
-    return 4;
-  }
   da_ref_attention(&s, 1, Ns, small.dq, small.dk, small.dv, ro, rl);
   double vmax = 0;
   for (int64_t i = 0; i < small.nk; i++) vmax = fmax(vmax, fabs(small.dv[i]));
@@ -351,10 +356,6 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
    * later one must agree with it there, where the float64 check above sees at most 384
    * positions, less than one segment of a long branch. A candidate that disagrees is not
    * chosen, so tuning never trades the untuned plan's answer for another. */
-  const size_t out_bytes = (size_t)big.nq * (s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2);
-  const size_t lse_count = (size_t)(B * s.num_heads * N);
-  void *first_out = malloc(out_bytes ? out_bytes : 1);
-  float *first_lse = malloc(sizeof(float) * (lse_count ? lse_count : 1));
   int first = -1;
   for (int i = 0; i < n; i++) {
     da__tune_record *r = &c[i].rec;
@@ -394,7 +395,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
           r->min_ms = times[0], r->max_ms = times[reps - 1], r->reps = reps;
           snprintf(c[i].plan_key, sizeof c[i].plan_key, "%s", da_plan_cache_key(c[i].plan));
           if (best < 0 || r->median_ms < c[best].rec.median_ms) best = i;
-          if (first < 0 && first_out && first_lse) {
+          if (first < 0) {
             memcpy(first_out, big.out, out_bytes);
             memcpy(first_lse, big.lse, sizeof(float) * lse_count);
             first = i;

@@ -162,6 +162,17 @@ try:
         check(p.returncode == 2 and f"{opt} '{val}'" in p.stderr and not os.path.exists(bad_db),
               f"tune {opt} {val}: rc {p.returncode}, {p.stderr.strip()[-200:]}")
 
+    # 6b. inputs that do not fit (16 TiB): exit 4 before any candidate compiles (each was
+    # compiled first, minutes at the largest, then the allocation failed); nothing in the
+    # kernel cache, no database
+    kc = os.path.join(tmp, "huge-kcache")
+    huge_db = os.path.join(tmp, "huge.jsonl")
+    p = run("tune", cfg_a, "--seq-len", str(1 << 32), "--batch", "64", "--reps", "1", "--db", huge_db,
+            env={"DILATTN_CACHE_DIR": kc})
+    check(p.returncode == 4 and "out of memory for the tuning inputs" in p.stderr and not os.path.exists(huge_db)
+          and not [f for _, _, fs in os.walk(kc) for f in fs if not f.endswith(".lock")],
+          f"tune --seq-len 2^32 --batch 64: rc {p.returncode}, cache {[fs for _, _, fs in os.walk(kc)]}: {p.stderr.strip()[-300:]}")
+
     # 7. the summary is JSON whatever the paths hold: the config and database paths escaped
     odd = os.path.join(tmp, 'o"dd\\dir')
     os.mkdir(odd)
