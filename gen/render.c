@@ -232,6 +232,8 @@ static da_status run_generator(da_context *ctx, const da_spec *spec, da_target t
   DA_RETURN_IF(!spec, DA_ERR_INVALID_ARGUMENT, "spec is NULL");
   if (da_spec_validate(spec, msg, sizeof msg) != DA_OK)
     return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
+  da_spec resolved;
+  spec = da__spec_resolved(spec, &resolved);
   DA_TRY(check_opts(ctx, opts));
   DA_RETURN_IF(opts && opts->cuda_mma >= 2 && target == DA_TARGET_CUDA && !da__wgmma_serves(spec),
                DA_ERR_INVALID_ARGUMENT,

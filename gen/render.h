@@ -59,6 +59,10 @@ DA_HIDDEN int da__wgmma_serves(const da_spec *spec);
 /* 1 when spec has a sparse layout (not none or dense): the kernels wgmma-ws-p2 and
  * wgmma-ws-tma have no form for it. */
 DA_HIDDEN int da__spec_sparse(const da_spec *spec);
+/* s, or where its num_kv_heads is unset (0: da_spec_init's) and it has one head, a copy in
+ * *tmp with num_kv_heads 1; with more heads an unset num_kv_heads stays 0, which
+ * da_spec_validate refuses (s NULL: NULL) */
+DA_HIDDEN const da_spec *da__spec_resolved(const da_spec *s, da_spec *tmp);
 /* The names of da_plan_options.cuda_mma 1..DA__CUDA_MMA_MAX (gen --mma, DILATTN_CUDA_MMA, the
  * planner's opts.mma): "sync", "wgmma", "wgmma-overlap", "wgmma-ws", "wgmma-ws-p2",
  * "wgmma-ws-tma". parse: 0 for any other text. */

@@ -1,6 +1,7 @@
 /* spec.c - the spec struct's defaults, its validator (every rule of SEMANTICS.md, the
  * message naming field and value), the config JSON parser (unknown fields rejected) and
  * the canonical JSON that banners and cache keys hold. */
+#include "gen/render.h"
 #include "runtime/internal.h"
 #include "runtime/log.h"
 
@@ -21,7 +22,7 @@ void da_spec_init(da_spec *spec) {
   spec->mode = DA_MODE_LONGNET;
   spec->offsets = DA_OFFSETS_MOD;
   spec->num_heads = 1;
-  spec->num_kv_heads = 1;
+  spec->num_kv_heads = 0; /* unset: 1 with one head, else refused (da__spec_resolved) */
   spec->head_dim = 64;
   spec->dtype = DA_DTYPE_FLOAT32;
   spec->sparsity.layout = DA_LAYOUT_NONE;
@@ -42,12 +43,21 @@ static da_status fail(char *msg, size_t cap, da_status st, const char *fmt, ...)
 
 #define BAD(...) return fail(msg, cap, DA_ERR_INVALID_SPEC, __VA_ARGS__)
 
+const da_spec *da__spec_resolved(const da_spec *s, da_spec *tmp) {
+  if (!s || s->num_kv_heads != 0 || s->num_heads != 1) return s;
+  *tmp = *s;
+  tmp->num_kv_heads = 1;
+  return tmp;
+}
+
 static const char *layout_names[] = {"none",           "dense",  "local_window", "global_local",
                                      "dilated_sparse", "random", "explicit"};
 
 da_status da_spec_validate(const da_spec *s, char *msg, size_t cap) {
   if (msg && cap) msg[0] = '\0';
   if (!s) return fail(msg, cap, DA_ERR_INVALID_ARGUMENT, "spec is NULL");
+  da_spec resolved;
+  s = da__spec_resolved(s, &resolved);
   if (s->num_branches < 1 || s->num_branches > DA_MAX_BRANCHES)
     BAD("segment_lengths: %d branches given, need 1 to %d", s->num_branches, DA_MAX_BRANCHES);
   for (int i = 0; i < s->num_branches; i++) {
@@ -73,6 +83,12 @@ da_status da_spec_validate(const da_spec *s, char *msg, size_t cap) {
         s->scale, (double)FLT_MAX);
   if (s->num_heads < 1 || s->num_heads > DA_MAX_HEADS)
     BAD("num_heads: %d is out of range (1 to %d)", s->num_heads, DA_MAX_HEADS);
+  /* (da_spec_init's 1 let `num_heads = 8` alone read 8-head k and v as one head's: a
+   * silent wrong answer) */
+  if (s->num_kv_heads == 0)
+    BAD("num_kv_heads: unset (0, as da_spec_init leaves it) with num_heads = %d: set it to num_heads for "
+        "multi-head attention, to the k and v heads' count for grouped-query or multi-query attention",
+        s->num_heads);
   if (s->num_kv_heads < 1 || s->num_kv_heads > s->num_heads)
     BAD("num_kv_heads: %d is out of range (1 to num_heads = %d)", s->num_kv_heads, s->num_heads);
   if (s->num_heads % s->num_kv_heads != 0)
@@ -399,6 +415,8 @@ static json_t *int_list(const int64_t *v, int n) {
 }
 
 char *da_spec_to_json(const da_spec *s) {
+  da_spec resolved;
+  s = da__spec_resolved(s, &resolved);
   /* what JSON cannot say of it: NULL, not the JSON of another spec */
   if (!s || s->num_branches < 0 || s->num_branches > DA_MAX_BRANCHES || (unsigned)s->mode > 1u ||
       (unsigned)s->offsets > 1u || (unsigned)s->dtype > 2u || (unsigned)s->sparsity.layout > DA_LAYOUT_EXPLICIT ||

@@ -116,14 +116,18 @@ typedef struct {
   int has_scale;  /* 0: scale = 1/sqrt(head_dim) */
   double scale;   /* used when has_scale; finite */
   int num_heads;  /* H >= 1 */
-  int num_kv_heads; /* Hkv >= 1, H % Hkv == 0 */
+  int num_kv_heads; /* Hkv >= 1, H % Hkv == 0 (0, da_spec_init's: unset, see there) */
   int head_dim;   /* 1 .. DA_MAX_HEAD_DIM */
   da_dtype dtype;
   da_sparsity sparsity;
 } da_spec;
 
 /* Fill *spec with the defaults: no branches, longnet, mod offsets, not causal, default
- * scale, 1 head, 1 kv head, head_dim 64, float32, no sparsity. spec may not be NULL. */
+ * scale, 1 head, head_dim 64, float32, no sparsity, and num_kv_heads unset (0): set it
+ * with num_heads (num_heads for multi-head attention, fewer for grouped-query, 1 for
+ * multi-query). An unset num_kv_heads is 1 with one head; with more, every function that
+ * takes the spec refuses it (DA_ERR_INVALID_SPEC), where it was 1, which read a
+ * multi-head k and v as one head's. spec may not be NULL. */
 DA_API void da_spec_init(da_spec *spec);
 
 /* Check every rule of SEMANTICS.md. Returns DA_OK, DA_ERR_INVALID_SPEC (spec NULL:
@@ -139,8 +143,8 @@ DA_API da_status da_spec_validate(const da_spec *spec, char *msg, size_t msg_cap
 DA_API int64_t da_spec_explicit_blocks(const da_spec *spec, int branch);
 
 /* Parse a config (the JSON of DESIGN.md) into *spec. Unknown fields, wrong types and
- * invalid values are errors: DA_ERR_PARSE for malformed JSON and wrong types,
- * DA_ERR_INVALID_SPEC for invalid values; msg says which field and where. On error
+ * invalid values are errors: DA_ERR_PARSE for malformed JSON, wrong types and a missing
+ * required field, DA_ERR_INVALID_SPEC for invalid values; msg says which field and where. On error
  * *spec is untouched. */
 DA_API da_status da_spec_from_json(const char *text, size_t len, da_spec *spec, char *msg,
                                    size_t msg_cap);
@@ -330,7 +334,7 @@ typedef struct {
   int fused_min_queries; /* the fused tiling is used only when a tile can hold at least
                             this many queries (gcd(w)/lcm(r)); 0 = default (16) */
   int64_t seq_len_hint;  /* expected N: picks the tuning database's nearest shape bucket
-                            (0 = 65536) when the three tunables above are 0 */
+                            (0 or negative = 65536) when the three tunables above are 0 */
   int cuda_mma;          /* CUDA tensor-core instruction: 0 = default (the tuning database's
                             choice, else on sm_90 devices where the wgmma paths serve the
                             spec 6, or 4 under a sparse layout or where the driver or NVRTC

@@ -451,6 +451,8 @@ da_status da_plan_create_ex(da_context *ctx, const da_spec *spec, da_backend bac
    * sizes from its fields) */
   char msg[512];
   if (da_spec_validate(spec, msg, sizeof msg) != DA_OK) return da__set_error(ctx, DA_ERR_INVALID_SPEC, "%s", msg);
+  da_spec resolved;
+  spec = da__spec_resolved(spec, &resolved);
   da_backend be = DA_BACKEND_HOST;
   DA_TRY(da__pick_backend(ctx, backend, &be));
   da_plan_options eff;
@@ -607,7 +609,9 @@ const char *da_plan_strategy(const da_plan *p) { return p ? p->r->strategy : "";
 static int num_threads(int64_t work) {
   const char *env = getenv("DILATTN_NUM_THREADS");
   long n = 0; /* unset, empty, 0 or junk: the online CPUs */
-  if (env && *env && !da__parse_count(env, LONG_MAX, &n)) {
+  if (env && *env && env[strspn(env, "0123456789")] == '\0' && !da__parse_count(env, LONG_MAX, &n))
+    n = 256; /* digits past a long: a larger number than 256 (README) */
+  else if (env && *env && !da__parse_count(env, LONG_MAX, &n)) {
     static int warned; /* (read at every execution: said once a process) */
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
       da__log(DA_LOG_WARN, "DILATTN_NUM_THREADS=%s is not a number of threads; using the online CPUs", env);
@@ -683,6 +687,8 @@ void da_args_init(da_args *a, const da_spec *s, int64_t batch, int64_t seq_len, 
   a->batch = batch;
   a->seq_len = seq_len;
   if (!s) return; /* strides 0: da_plan_execute refuses them for any shape above one element */
+  da_spec resolved;
+  s = da__spec_resolved(s, &resolved); /* (num_kv_heads still 0: k and v's strides 0, refused) */
   int64_t H = s->num_heads, Hkv = s->num_kv_heads, D = s->head_dim;
   int64_t qs[3] = {0, H * D, D}, ks[3] = {0, Hkv * D, D};
   /* a batch stride past 64 bits: INT64_MAX, which da_plan_execute refuses by name */

@@ -38,6 +38,7 @@ typedef struct {
   da_plan *plan;
   char plan_key[72]; /* its cache key once timed ("" before) */
   da__tune_record rec;
+  da_status plan_st; /* its plan creation's status */
 } cand_t;
 
 typedef struct {
@@ -74,7 +75,7 @@ static int compile_one(void *arg, int i) {
   compile_job *j = arg;
   cand_t *c = &j->c[i];
   if (strcmp(c->rec.status, "constraints")) {
-    da_status st = da_plan_create_ex(j->ctx, j->spec, j->backend, &c->o, &c->plan);
+    da_status st = c->plan_st = da_plan_create_ex(j->ctx, j->spec, j->backend, &c->o, &c->plan);
     if (st != DA_OK) {
       snprintf(c->rec.status, sizeof c->rec.status, "%s", st == DA_ERR_INVALID_ARGUMENT ? "constraints" : "compile");
       first_line(c->rec.label, sizeof c->rec.label, da_status_name(st), da_context_last_error(j->ctx));
@@ -438,11 +439,14 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   fflush(summary_to);
   if (plot && draw_plot(plot, c, n, best) != 0) *plot_failed = 1;
   /* every candidate tried failed to compile (those pruned before, "constraints", were not
-   * tried): exit 3, as gen's compile failures */
+   * tried): exit 3, as gen's compile failures; where the compiler could not run at all (no
+   * CC, an unusable TMPDIR: the environment's) exit 4, as run's and gen's */
   int compile_only = 0;
   for (int i = 0; i < n; i++) compile_only |= !strcmp(c[i].rec.status, "compile");
   for (int i = 0; i < n; i++)
-    compile_only &= !strcmp(c[i].rec.status, "compile") || !strcmp(c[i].rec.status, "constraints");
+    compile_only &= (!strcmp(c[i].rec.status, "compile") &&
+                     (c[i].plan_st == DA_ERR_COMPILE || c[i].plan_st == DA_ERR_GENERATOR)) ||
+                    !strcmp(c[i].rec.status, "constraints");
   if (best < 0) {
     int first = 0;
     while (first < n - 1 && !c[first].rec.label[0]) first++;

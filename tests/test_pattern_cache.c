@@ -514,6 +514,7 @@ static void density(void) {
     t.offsets = next_rand() % 2 ? DA_OFFSETS_BLOCK : DA_OFFSETS_MOD;
     t.causal = (int)(next_rand() % 2);
     t.num_heads = 1 + (int)(next_rand() % 7);
+    t.num_kv_heads = 1; /* (multi-query: the density does not depend on it) */
     t.sparsity.layout = (da_layout)(trial % 7);
     t.sparsity.block = 1 + (int64_t)(next_rand() % 3);
     t.sparsity.window = (int64_t)(next_rand() % 2);

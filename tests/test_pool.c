@@ -217,7 +217,7 @@ static void test_workspace(void) {
   /* DILATTN_NUM_THREADS that is not a number of threads: the default (the online CPUs, one
    * worker's rows each here), as unset, not the digits before the junk (it took "2x" for 2,
    * "abc" for 1) */
-  static const char *const threads[] = {"abc", "3x", " 3", "+3", "0x3", "99999999999999999999"};
+  static const char *const threads[] = {"abc", "3x", " 3", "+3", "0x3", "-3"};
   size_t dflt = 0;
   unsetenv("DILATTN_NUM_THREADS");
   plan = NULL;
@@ -232,6 +232,16 @@ static void test_workspace(void) {
              "DILATTN_NUM_THREADS=%s: workspace %zu, %zu as unset", threads[i], got, dflt);
     da_plan_destroy(plan);
   }
+  /* digits past a long are a larger number than 256: 256, as 1000 is (README), not junk */
+  size_t many[2] = {0, 1};
+  for (int i = 0; i < 2; i++) {
+    setenv("DILATTN_NUM_THREADS", i ? "99999999999999999999" : "1000", 1);
+    plan = NULL;
+    if (da_plan_create_ex(ctx, &s, DA_BACKEND_HOST, &split, &plan) == DA_OK) da_plan_workspace_size(plan, B, N, &many[i]);
+    da_plan_destroy(plan);
+  }
+  TU_CHECK(many[0] == many[1] && many[0] > dflt, "DILATTN_NUM_THREADS=99999999999999999999: workspace %zu, %zu at 1000",
+           many[1], many[0]);
   setenv("DILATTN_NUM_THREADS", "3", 1);
   size_t three = 0;
   plan = NULL;

@@ -187,8 +187,47 @@ static void test_json(void) {
   free(c1);
 }
 
+/* da_spec_init leaves num_kv_heads unset (0): 1 with one head; with more every function
+ * that takes the spec refuses it by name. It was 1, so `num_heads = 8` alone read 8-head
+ * k and v as one head's (a silent wrong answer). */
+static void test_unset_kv_heads(void) {
+  da_spec s;
+  da_spec_init(&s);
+  TU_CHECK(s.num_kv_heads == 0, "da_spec_init's num_kv_heads: %d, want 0 (unset)", s.num_kv_heads);
+  s.num_branches = 1, s.segment_lengths[0] = 8, s.dilation_rates[0] = 1, s.head_dim = 16;
+  char m[512];
+  TU_CHECK(da_spec_validate(&s, m, sizeof m) == DA_OK, "one head, num_kv_heads unset: %s", m);
+  char *js = da_spec_to_json(&s);
+  TU_CHECK(js && strstr(js, "\"num_kv_heads\":1"), "one head unset as JSON: %s", js ? js : "NULL");
+  free(js);
+  da_args a;
+  da_args_init(&a, &s, 2, 8, NULL, NULL, NULL, NULL, NULL);
+  TU_CHECK(a.k_stride[1] == 16 && a.k_stride[0] == 8 * 16, "one head unset: k strides %lld %lld",
+           (long long)a.k_stride[0], (long long)a.k_stride[1]);
+  s.num_heads = 8;
+  da_status st = da_spec_validate(&s, m, sizeof m);
+  TU_CHECK(st == DA_ERR_INVALID_SPEC && strstr(m, "num_kv_heads: unset") && strstr(m, "num_heads = 8"),
+           "8 heads, num_kv_heads unset: %s '%s'", da_status_name(st), m);
+  da_args_init(&a, &s, 2, 8, NULL, NULL, NULL, NULL, NULL);
+  TU_CHECK(a.k_stride[1] == 0 && a.k_stride[2] == 16 && a.q_stride[1] == 8 * 16,
+           "8 heads unset: k's token stride %lld (0: refused at execution)", (long long)a.k_stride[1]);
+  da_context *ctx = NULL;
+  TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
+  da_plan *plan = NULL;
+  st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
+  TU_CHECK(st == DA_ERR_INVALID_SPEC && !plan && strstr(da_context_last_error(ctx), "num_kv_heads: unset"),
+           "plan of 8 heads, num_kv_heads unset: %s '%s'", da_status_name(st), da_context_last_error(ctx));
+  char *src = NULL;
+  st = da_render(ctx, &s, DA_TARGET_HOST, &src, NULL);
+  TU_CHECK(st == DA_ERR_INVALID_SPEC && !src, "render of 8 heads, num_kv_heads unset: %s", da_status_name(st));
+  s.num_kv_heads = 8; /* set: fine */
+  TU_CHECK(da_spec_validate(&s, m, sizeof m) == DA_OK, "8 heads, num_kv_heads 8: %s", m);
+  da_context_destroy(ctx);
+}
+
 int main(void) {
   test_validate();
   test_json();
+  test_unset_kv_heads();
   return tu_report();
 }

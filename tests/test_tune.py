@@ -262,6 +262,12 @@ try:
     # every candidate tried failing to compile, some pruned before: still exit 3
     p = run("tune", cfg_c, "--seq-len", "16", "--reps", "1", "--db", os.path.join(tmp, "dbc.jsonl"), env={"CC": "false"})
     check(p.returncode == 3 and "no candidate ran" in p.stderr, f"CC=false with pruned candidates: exit {p.returncode}")
+    # a compiler that cannot run at all is the environment's failure: exit 4, as run's and
+    # gen's (it was 3, as if every candidate's source were bad)
+    for i, env in enumerate(({"CC": "dilattn-no-such-cc"}, {"TMPDIR": os.path.join(tmp, "no-such-dir")})):
+        env["DILATTN_CACHE_DIR"] = os.path.join(tmp, f"kc-no-cc{i}")  # (compiled, not found in the cache)
+        p = run("tune", cfg_c, "--seq-len", "16", "--reps", "1", "--db", os.path.join(tmp, f"dbc{i}.jsonl"), env=env)
+        check(p.returncode == 4 and "no candidate ran" in p.stderr, f"tune with {env}: exit {p.returncode}: {p.stderr[-300:]}")
 
     # 15. a database that is not one (no environment header) is named as such, before the sweep
     junk = os.path.join(tmp, "junk.jsonl")
