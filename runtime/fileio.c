@@ -395,7 +395,7 @@ int da__staged_commit(da__staged_file *f, int n, int *bad, const char **what) {
 
 int da__staged_restore(da__staged_file *f, int n) {
   int lost = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = n - 1; i >= 0; i--) { /* (last first: one path staged twice gets its first backup back) */
     f[i].lost = 0;
     if (!f[i].placed) continue;
     if (f[i].have_bak ? rename(f[i].bak, f[i].path) == 0 : unlink(f[i].path) == 0 || errno == ENOENT) {

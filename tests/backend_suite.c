@@ -393,3 +393,80 @@ void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label
     free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
   }
 }
+
+/* See backend_suite.h. */
+void bs_extreme_scores(da_context *ctx, bs_runner run, void *user, const char *label, int f32, int huge) {
+  /* 0: -inf scores at the default scale; the large scales past the tensor-core kernels'
+   * range (README "Numerical range") only where huge */
+  static const double scales[5] = {0, 1e4, 1e6, 1e8, 1e20};
+  const int kinds = huge ? 5 : 3;
+  for (int variant = 0; variant < (f32 ? 5 : 4) * kinds; variant++) {
+    const int dv = variant / kinds, kind = variant % kinds;
+    da_spec s;
+    /* the large scales on one branch: merging branches through their lse (split plans; a
+     * caller's own merge) has float32's absolute error on lse, 512 at 5e9 (README) */
+    small_spec(&s, dv != 2 && kind == 0, dv == 2 ? 128 : 64,
+               dv == 4 ? DA_DTYPE_FLOAT32 : dv % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16);
+    s.causal = dv == 1 || dv == 2;
+    if (scales[kind] > 0) s.has_scale = 1, s.scale = scales[kind];
+    const int64_t B = 1, N = 512, D = s.head_dim, H = 2;
+    const int64_t nq = B * N * H * D, nl = B * H * N;
+    const size_t es = s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+    void *q = malloc((size_t)nq * es), *k = malloc((size_t)nq * es), *v = malloc((size_t)nq * es),
+         *out = malloc((size_t)nq * es);
+    float *lse = malloc((size_t)nl * 4);
+    double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nq * 8), *dv_ = malloc((size_t)nq * 8),
+           *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8);
+    fill_qkv(s.dtype, q, k, v, nq, 5150 + (uint64_t)variant);
+    for (int64_t t = 0; t < N; t++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t d = 0; d < D; d++) {
+          const int64_t j = (t * H + h) * D + d;
+          if (kind > 0) { /* q 0.9; k 0.1 but 0.9 at every 64th key from 5: one key far above the rest */
+            tu_store(s.dtype, q, j, 0.9);
+            tu_store(s.dtype, k, j, t % 64 == 5 ? 0.9 : 0.1);
+          } else if (d == 0) { /* q's first element 1, k's -inf at every 64th key: scores -inf, the
+                                  first key a row sees among them */
+            tu_store(s.dtype, q, j, 1.0);
+            if (t % 64 == 0) tu_store(s.dtype, k, j, -INFINITY);
+          }
+        }
+    for (int64_t j = 0; j < nq; j++)
+      dq[j] = tu_load(s.dtype, q, j), dk[j] = tu_load(s.dtype, k, j), dv_[j] = tu_load(s.dtype, v, j);
+    const da_status r = run(user, ctx, &s, B, N, q, k, v, out, lse);
+    TU_CHECK(r == DA_OK, "%s extreme scores %d: %s", label, variant, da_context_last_error(ctx));
+    TU_CHECK(da_ref_attention(&s, B, N, dq, dk, dv_, ro, rl) == 0, "%s extreme scores %d: reference", label, variant);
+    double tol_out, tol_lse; /* (v uniform in [-1, 1): vmax 1) */
+    tu_tolerances(s.dtype, 1.0, &tol_out, &tol_lse);
+    int64_t wrong = 0, first_bad = -1;
+    double worst_o = 0, worst_l = 0;
+    for (int64_t h = 0; h < H && r == DA_OK; h++)
+      for (int64_t p = 0; p < N; p++) {
+        const int64_t row = h * N + p, o0 = (p * H + h) * D;
+        /* lse: float32's own rounding where |lse| is large (1e8 x 51.84: an ulp is 512; the
+         * scores' float32 dot products are off by a few ulps, 2^-17 of them) */
+        const double rlse = isnan(rl[row]) && kind == 0 ? -INFINITY : rl[row];
+        const double el = isinf(rlse) ? (lse[row] == rlse ? 0 : INFINITY) : fabs(lse[row] - rlse);
+        int ok = el <= tol_lse + ldexp(fabs(rlse), -17);
+        worst_l = fmax(worst_l, el);
+        for (int64_t d = 0; d < D; d++) {
+          /* a row whose every score is -inf: out 0 and lse -inf here, the reference's 0 / 0
+           * NaN (README) */
+          const double want = isnan(rl[row]) && kind == 0 ? 0.0 : ro[o0 + d];
+          const double e = fabs(tu_load(s.dtype, out, o0 + d) - want);
+          ok &= e <= tol_out;
+          worst_o = isnan(e) ? INFINITY : fmax(worst_o, e);
+        }
+        if (!ok && wrong++ == 0) first_bad = row;
+      }
+    TU_CHECK(!wrong,
+             "%s extreme scores %d (%s, D = %lld, %d branch(es)%s, scale %g; 0: -inf scores): %lld rows off the "
+             "reference (first: head "
+             "%lld position %lld; worst out error %.3g, lse %.3g)",
+             label, variant, s.dtype == DA_DTYPE_FLOAT32 ? "f32" : dv % 2 ? "bf16" : "fp16", (long long)D,
+             s.num_branches, s.causal ? ", causal" : "",
+             scales[kind], (long long)wrong,
+             (long long)(first_bad / N), (long long)(first_bad % N), worst_o, worst_l);
+    free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv_), free(ro), free(rl);
+  }
+}

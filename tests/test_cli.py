@@ -767,6 +767,23 @@ def test_gen_writes_all_or_nothing(tmp):
     os.rmdir(os.path.join(d, cubin))
 
 
+def test_readme_example(tmp):
+    """README's worked example prints the fields `run` prints, in its order (it had gone
+    stale: four fields were missing)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    readme = open(os.path.join(root, "README.md")).read()
+    shown = [ln for ln in readme.split("## Worked example", 1)[-1].splitlines() if ln.startswith('{"kernel":')][:1]
+    ex = os.path.join(root, "tests", "data", "example")
+    rc, so, err = run("run", os.path.join(ex, "longnet.json"), "--q", os.path.join(ex, "q.npy"), "--k",
+                      os.path.join(ex, "k.npy"), "--v", os.path.join(ex, "v.npy"), "-o", os.path.join(tmp, "ex-out.npy"),
+                      "--lse", os.path.join(tmp, "ex-lse.npy"))
+    got = json.loads(so) if rc == 0 else {}
+    want = json.loads(shown[0]) if shown else {}
+    check(rc == 0 and list(got) == list(want) and all(got[k] == want[k] for k in want if k not in
+                                                      ("execute_ms", "out", "lse")),
+          f"README's worked example: {shown} against {so!r}: {err}")
+
+
 def test_fake_device(tmp):
     """The CUDA path of the CLI on the fake driver (tests/fake_cuda.c: an sm_90 device that
     runs nothing, its memory the host's): info names it and its default instruction; run --backend cuda copies the
@@ -1396,6 +1413,7 @@ def main():
         test_bundle_compiles_strictly(tmp)
         test_gen_compile_all_or_nothing(tmp)
         test_gen_writes_all_or_nothing(tmp)
+        test_readme_example(tmp)
         test_fake_device(tmp)
         test_gen_auto(tmp)
         test_cache(tmp)

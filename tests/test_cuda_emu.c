@@ -587,6 +587,8 @@ static void test_wgmma_suite(da_context *ctx, const char *golden, int mma) {
   if (mma == 4) bs_idle_wgs(ctx, run_emu_ws, "cuda-emu wgmma-ws", 4);
   if (mma == 4) bs_segment_isolation(ctx, run_emu, &wg, "cuda-emu wgmma-ws");
   bs_nan_inputs(ctx, run_emu, &wg, mma == 2 ? "cuda-emu wgmma" : mma == 3 ? "cuda-emu wgmma-overlap" : "cuda-emu wgmma-ws", 0);
+  bs_extreme_scores(ctx, run_emu, &wg, mma == 2 ? "cuda-emu wgmma" : mma == 3 ? "cuda-emu wgmma-overlap" : "cuda-emu wgmma-ws",
+                    0, 0);
   for (int v = 0; v < 2 && mma == 4; v++) {
     da_plan_options o = ws_variants[v].o;
     char label[64];
@@ -763,6 +765,7 @@ static void test_tma_suite(da_context *ctx, const char *golden) {
   bs_segment_isolation(ctx, run_emu, &tma, "cuda-emu wgmma-ws-tma");
   bs_segment_isolation(ctx, run_emu, &tma192, "cuda-emu wgmma-ws-tma 192");
   bs_nan_inputs(ctx, run_emu, &tma, "cuda-emu wgmma-ws-tma", 0);
+  bs_extreme_scores(ctx, run_emu, &tma, "cuda-emu wgmma-ws-tma", 0, 0);
   bs_ramp(ctx, run_emu_ws, &tma);
   bs_random(ctx, 290, 6, 400, run_emu_ws, &tma192);
   bs_fused_ws_random(ctx, 20, 6, "cuda-emu wgmma-ws-tma", run_emu, 6); /* fused: every branch's maps */
@@ -961,6 +964,7 @@ int main(int argc, char **argv) {
     test_unaligned(ctx, NULL);
     bs_segment_isolation(ctx, run_emu, NULL, "cuda-emu");
     bs_nan_inputs(ctx, run_emu, NULL, "cuda-emu", 1); /* mma.sync; float32's SIMT */
+    bs_extreme_scores(ctx, run_emu, NULL, "cuda-emu", 1, 0);
     bs_ramp(ctx, run_emu, NULL);
     da_plan_options t128 = {128, 64, 0, 0, 0}; /* 32-row warps, 64-key tiles (D = 64) */
     bs_ramp(ctx, run_emu_tq128, &t128);

@@ -48,6 +48,8 @@ int main(int argc, char **argv) {
   bs_ramp(ctx, run_host, &variants[2]);
   /* NaN in q and in k: NaN out where the reference has it, the rest untouched */
   for (int vi = 0; vi < 3; vi++) bs_nan_inputs(ctx, run_host, &variants[vi], labels[vi], 1);
+  /* scores far above or below the usual range: scales up to 1e20, -inf scores */
+  for (int vi = 0; vi < 3; vi++) bs_extreme_scores(ctx, run_host, &variants[vi], labels[vi], 1, 1);
   da_context_destroy(ctx);
   return tu_report();
 }

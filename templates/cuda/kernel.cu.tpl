@@ -597,6 +597,11 @@ __device__ __forceinline__ bool softmax_max(da_state &S, float (&s)[MT][NT_S][4]
 #pragma unroll
     for (int nt = 0; nt < NT_S; nt++) t[nt] = fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]);
     da_tree_max<NT_S>::run(t);
+    /* (rounded: softmax_exp's FFMA takes each key's s x SCALE_LOG2 unrounded, so the
+     * maximum's own P is 2^(its rounding), within 2^+-1 up to |m| = 2^24, 2^8 at 2^27,
+     * which the slack's 2^8 takes to fp16's Inf: README "Numerical range". Subtracting
+     * first, (s - max) x SCALE_LOG2, is a second instruction a score; rounding up moves
+     * the failure to P = 0 a binade later, silent where Inf is not) */
     mx[mt][hr] = da_warp_max4(t[0]){% if p.scale > 0 then %} * SCALE_LOG2{% end %};
     /* a difference, not S.m + slack: at |S.m| >= 2^27 the sum rounds by 16, so a tile 16
      * above the kept maximum would keep it and P = 2^16 overflow fp16. Finite - (-inf) =
@@ -1494,7 +1499,8 @@ __device__ void attend(int br, da_state &S, float *Ks, float *Vs, const da_cuda_
         for (int x = 0; x < DPT; x++) S.o[x] *= corr;
         S.m = xs;
       }
-      float pr = exp2f(xs - S.m);
+      /* a -inf score weighs 0: before any finite one (S.m -inf too), -inf - -inf was NaN */
+      float pr = xs == -INFINITY ? 0.f : exp2f(xs - S.m);
       S.l += pr;
 #pragma unroll
       for (int x = 0; x < DPT; x++) {
