@@ -5,6 +5,7 @@
 #include "gen/render.h"
 
 #include "gen/lua_sandbox.h"
+#include "runtime/fileio.h"
 
 #include <lauxlib.h>
 #include <openssl/evp.h>
@@ -388,6 +389,11 @@ da_status da__render_ex(da_context *ctx, const da_spec *spec, da_target target,
     free(r.kernel_name);
     return da__set_error(ctx, DA_ERR_NO_MEMORY, "render: out of memory");
   }
+  /* DILATTN_DUMP_DIR: every rendered source (DESIGN.md), compiled here or found in a cache
+   * (it got the compiled ones only) */
+  char file[300];
+  snprintf(file, sizeof file, "%s.%s", r.kernel_name, target == DA_TARGET_CUDA ? "cu" : "c");
+  (void)da__dump_source(file, r.source);
   *out = r;
   return DA_OK;
 }

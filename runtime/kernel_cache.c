@@ -238,9 +238,8 @@ typedef struct {
 static da_status build_host(const da_context *ctx, void *arg, void **bytes, size_t *n, int *no_compiler) {
   const host_job *j = arg;
   *no_compiler = !da__host_cc_found(NULL, 0); /* (a CC that is there but misconfigured: its error stands) */
-  char dir[4096], so[4200], file[300];
-  snprintf(file, sizeof file, "%s.c", j->symbol);
-  (void)da__dump_source(file, j->source); /* DILATTN_DUMP_DIR (warns where it cannot) */
+  char dir[4096], so[4200];
+  /* (DILATTN_DUMP_DIR has the source: da__render_ex dumps every one it renders) */
   DA_TRY(da__host_build(ctx, j->source, dir, sizeof dir, so, sizeof so, NULL));
   *bytes = da__read_file(so, n);
   da__host_build_cleanup(dir);

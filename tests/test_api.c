@@ -835,6 +835,37 @@ static void test_log_level(void) {
   }
 }
 
+/* DILATTN_DUMP_DIR gets every rendered source, as DESIGN.md says: a kernel found in the
+ * disk cache (a second context: nothing compiles) and a CUDA source rendered without a
+ * compile (it got the compiled ones only) */
+static void test_dump_dir_rendered(void) {
+  char dir[] = "/tmp/dilattn-test-api-XXXXXX", dump[300], file[600];
+  da_context *ctx = context_in_temp_cache(dir);
+  da_spec s = small_spec();
+  s.has_scale = 1, s.scale = 0.375; /* (a kernel of its own) */
+  da_plan *p = NULL;
+  TU_CHECK(da_plan_create(ctx, &s, DA_BACKEND_HOST, &p) == DA_OK, "plan: %s", da_context_last_error(ctx));
+  da_context_destroy(ctx);
+  snprintf(dump, sizeof dump, "%s/dump", dir);
+  setenv("DILATTN_DUMP_DIR", dump, 1);
+  da_context *c2 = NULL;
+  da_context_create(&c2);
+  da_plan *p2 = NULL;
+  TU_CHECK(da_plan_create(c2, &s, DA_BACKEND_HOST, &p2) == DA_OK, "plan from the disk cache: %s",
+           da_context_last_error(c2));
+  snprintf(file, sizeof file, "%s/%s.c", dump, p2 ? da_plan_kernel_name(p2) : "");
+  TU_CHECK(access(file, R_OK) == 0, "DILATTN_DUMP_DIR: no source %s for a kernel found in the disk cache", file);
+  char *src = NULL, *name = NULL;
+  TU_CHECK(da_render(c2, &s, DA_TARGET_CUDA, &src, &name) == DA_OK, "render: %s", da_context_last_error(c2));
+  snprintf(file, sizeof file, "%s/%s.cu", dump, name ? name : "");
+  TU_CHECK(access(file, R_OK) == 0, "DILATTN_DUMP_DIR: no source %s for a CUDA kernel rendered", file);
+  free(src), free(name);
+  unsetenv("DILATTN_DUMP_DIR");
+  da_plan_destroy(p), da_plan_destroy(p2);
+  da_context_destroy(c2);
+  rm_tree(dir);
+}
+
 /* DILATTN_DUMP_DIR that cannot be made (a regular file on its path): the kernel compiles and
  * the plan works all the same, with one warning a process that names the folder */
 static void dump_dir_child(void *arg) {
@@ -903,6 +934,7 @@ int main(void) {
   test_bundles_and_json(ctx);
   test_backend_env(ctx);
   test_cc_words();
+  test_dump_dir_rendered();
   test_default_mma();
   test_sigchld_ignored();
   test_tuning_batches();
