@@ -398,8 +398,8 @@ void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label
 void bs_extreme_scores(da_context *ctx, bs_runner run, void *user, const char *label, int f32, int huge) {
   /* 0: -inf scores at the default scale; the large scales past the tensor-core kernels'
    * range (README "Numerical range") only where huge */
-  static const double scales[5] = {0, 1e4, 1e6, 1e8, 1e20};
-  const int kinds = huge ? 5 : 3;
+  static const double scales[4] = {0, 1e6, 1e8, 1e20};
+  const int kinds = huge ? 4 : 2; /* (each scale is a kernel of its own: test_gpu compiles them) */
   for (int variant = 0; variant < (f32 ? 5 : 4) * kinds; variant++) {
     const int dv = variant / kinds, kind = variant % kinds;
     da_spec s;

@@ -95,8 +95,8 @@ void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label
 /* Scores far from the usual range, finite inputs all, against the float64 reference:
  * -inf scores at every 64th key (k -inf against q's 1: the float32 SIMT path made NaN a
  * row whose first key was one; a row of -inf scores only is out 0, lse -inf), and, on one
- * branch, one key of every 64 far above the rest (q 0.9, k 0.1 and 0.9) at scale 1e4 and
- * 1e6, and with huge 1e8 and 1e20 too, past the tensor-core kernels' range (README
+ * branch, one key of every 64 far above the rest (q 0.9, k 0.1 and 0.9) at scale 1e6 (5e7
+ * nats), and with huge 1e8 and 1e20 too, past the tensor-core kernels' range (README
  * "Numerical range"). lse within float32's rounding of the large values. The specs of
  * bs_nan_inputs; user is run's. */
 void bs_extreme_scores(da_context *ctx, bs_runner run, void *user, const char *label, int f32, int huge);
