@@ -338,30 +338,67 @@ void bs_segment_isolation(da_context *ctx, bs_runner run, void *user, const char
   }
 }
 
+/* The inputs and float64 results of one special-input case: the small spec of variant
+ * (0 fp16, 1 bf16 causal, 2 fp16 D = 128 one branch causal, 3 bf16, 4 float32; two branches
+ * but in 2 where two), B = 1, N = 512, q k v uniform from seed (then edited by the caller
+ * before special_reference) */
+typedef struct {
+  da_spec s;
+  int64_t N, H, D, nq, nl;
+  void *q, *k, *v, *out;
+  float *lse;
+  double *dq, *dk, *dv, *ro, *rl;
+} special_t;
+
+static void special_make(special_t *c, int variant, int two, uint64_t seed) {
+  small_spec(&c->s, two && variant != 2, variant == 2 ? 128 : 64,
+             variant == 4 ? DA_DTYPE_FLOAT32 : variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16);
+  c->s.causal = variant == 1 || variant == 2;
+  c->N = 512, c->H = 2, c->D = c->s.head_dim;
+  c->nq = c->N * c->H * c->D, c->nl = c->H * c->N;
+  const size_t es = c->s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
+  c->q = malloc((size_t)c->nq * es), c->k = malloc((size_t)c->nq * es), c->v = malloc((size_t)c->nq * es);
+  c->out = malloc((size_t)c->nq * es), c->lse = malloc((size_t)c->nl * 4);
+  c->dq = malloc((size_t)c->nq * 8), c->dk = malloc((size_t)c->nq * 8), c->dv = malloc((size_t)c->nq * 8);
+  c->ro = malloc((size_t)c->nq * 8), c->rl = malloc((size_t)c->nl * 8);
+  fill_qkv(c->s.dtype, c->q, c->k, c->v, c->nq, seed);
+}
+
+/* Run the case through run and the float64 reference on the inputs as they are now: the
+ * run's status (what names the check in messages) */
+static da_status special_run(special_t *c, da_context *ctx, bs_runner run, void *user, const char *what) {
+  for (int64_t j = 0; j < c->nq; j++)
+    c->dq[j] = tu_load(c->s.dtype, c->q, j), c->dk[j] = tu_load(c->s.dtype, c->k, j),
+    c->dv[j] = tu_load(c->s.dtype, c->v, j);
+  const da_status r = run(user, ctx, &c->s, 1, c->N, c->q, c->k, c->v, c->out, c->lse);
+  TU_CHECK(r == DA_OK, "%s: %s", what, da_context_last_error(ctx));
+  TU_CHECK(da_ref_attention(&c->s, 1, c->N, c->dq, c->dk, c->dv, c->ro, c->rl) == 0, "%s: reference", what);
+  return r;
+}
+
+static void special_free(special_t *c) {
+  free(c->q), free(c->k), free(c->v), free(c->out), free(c->lse);
+  free(c->dq), free(c->dk), free(c->dv), free(c->ro), free(c->rl);
+}
+
+static const char *variant_dtype(int variant) { return variant == 4 ? "f32" : variant % 2 ? "bf16" : "fp16"; }
+
 /* See backend_suite.h. */
 void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label, int f32) {
   for (int variant = 0; variant < (f32 ? 5 : 4); variant++) {
-    da_spec s;
-    small_spec(&s, variant != 2, variant == 2 ? 128 : 64,
-               variant == 4 ? DA_DTYPE_FLOAT32 : variant % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16);
-    s.causal = variant == 1 || variant == 2;
-    const int64_t B = 1, N = 512, D = s.head_dim, H = 2, qrow = 100, key = 300;
-    const int64_t nq = B * N * H * D, nl = B * H * N;
-    const size_t es = s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
-    void *q = malloc((size_t)nq * es), *k = malloc((size_t)nq * es), *v = malloc((size_t)nq * es),
-         *out = malloc((size_t)nq * es);
-    float *lse = malloc((size_t)nl * 4);
-    double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nq * 8), *dv = malloc((size_t)nq * 8),
-           *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8);
-    fill_qkv(s.dtype, q, k, v, nq, 4711 + (uint64_t)variant);
+    special_t c;
+    special_make(&c, variant, 1, 4711 + (uint64_t)variant);
+    const da_spec s = c.s;
+    const int64_t N = c.N, D = c.D, H = c.H, qrow = 100, key = 300;
     /* [B][N][H][D]: query row qrow of head 1, and key `key` of kv head 0 */
-    tu_store(s.dtype, q, (qrow * H + 1) * D + 3, NAN);
-    tu_store(s.dtype, k, (key * H + 0) * D + 5, NAN);
-    for (int64_t j = 0; j < nq; j++)
-      dq[j] = tu_load(s.dtype, q, j), dk[j] = tu_load(s.dtype, k, j), dv[j] = tu_load(s.dtype, v, j);
-    const da_status r = run(user, ctx, &s, B, N, q, k, v, out, lse);
-    TU_CHECK(r == DA_OK, "%s NaN inputs %d: %s", label, variant, da_context_last_error(ctx));
-    TU_CHECK(da_ref_attention(&s, B, N, dq, dk, dv, ro, rl) == 0, "%s NaN inputs %d: reference", label, variant);
+    tu_store(s.dtype, c.q, (qrow * H + 1) * D + 3, NAN);
+    tu_store(s.dtype, c.k, (key * H + 0) * D + 5, NAN);
+    char what[200];
+    snprintf(what, sizeof what, "%s NaN inputs %d", label, variant);
+    const da_status r = special_run(&c, ctx, run, user, what);
+    const void *out = c.out;
+    const float *lse = c.lse;
+    const double *ro = c.ro, *rl = c.rl;
     double tol_out, tol_lse; /* (v uniform in [-1, 1): vmax 1) */
     tu_tolerances(s.dtype, 1.0, &tol_out, &tol_lse);
     int64_t nan_rows = 0, hidden = 0, spread = 0, wrong = 0, first_bad = -1;
@@ -382,15 +419,15 @@ void bs_nan_inputs(da_context *ctx, bs_runner run, void *user, const char *label
         }
         if (!ok && (isnan(lse[row]) ? spread++ : wrong++) == 0 && first_bad < 0) first_bad = row;
       }
-    TU_CHECK(nan_rows >= 2, "%s NaN inputs %d: the reference has %lld NaN rows (the query's, and the key's)", label,
-             variant, (long long)nan_rows);
+    TU_CHECK(nan_rows >= 2, "%s: the reference has %lld NaN rows (the query's, and the key's)", what,
+             (long long)nan_rows);
     TU_CHECK(!hidden && !spread && !wrong,
-             "%s NaN inputs %d (%s, D = %lld, %d branch(es)%s): of the reference's %lld NaN rows %lld not NaN here; "
+             "%s (%s, D = %lld, %d branch(es)%s): of the reference's %lld NaN rows %lld not NaN here; "
              "%lld rows NaN here only, %lld others off (first: head %lld position %lld)",
-             label, variant, s.dtype == DA_DTYPE_FLOAT32 ? "f32" : variant % 2 ? "bf16" : "fp16", (long long)D,
-             s.num_branches, s.causal ? ", causal" : "", (long long)nan_rows, (long long)hidden, (long long)spread,
-             (long long)wrong, (long long)(first_bad / N), (long long)(first_bad % N));
-    free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(ro), free(rl);
+             what, variant_dtype(variant), (long long)D, s.num_branches, s.causal ? ", causal" : "",
+             (long long)nan_rows, (long long)hidden, (long long)spread, (long long)wrong, (long long)(first_bad / N),
+             (long long)(first_bad % N));
+    special_free(&c);
   }
 }
 
@@ -402,40 +439,30 @@ void bs_extreme_scores(da_context *ctx, bs_runner run, void *user, const char *l
   const int kinds = huge ? 4 : 2; /* (each scale is a kernel of its own: test_gpu compiles them) */
   for (int variant = 0; variant < (f32 ? 5 : 4) * kinds; variant++) {
     const int dv = variant / kinds, kind = variant % kinds;
-    da_spec s;
+    special_t c;
     /* the large scales on one branch: merging branches through their lse (split plans; a
      * caller's own merge) has float32's absolute error on lse, 512 at 5e9 (README) */
-    small_spec(&s, dv != 2 && kind == 0, dv == 2 ? 128 : 64,
-               dv == 4 ? DA_DTYPE_FLOAT32 : dv % 2 ? DA_DTYPE_BFLOAT16 : DA_DTYPE_FLOAT16);
-    s.causal = dv == 1 || dv == 2;
-    if (scales[kind] > 0) s.has_scale = 1, s.scale = scales[kind];
-    const int64_t B = 1, N = 512, D = s.head_dim, H = 2;
-    const int64_t nq = B * N * H * D, nl = B * H * N;
-    const size_t es = s.dtype == DA_DTYPE_FLOAT32 ? 4 : 2;
-    void *q = malloc((size_t)nq * es), *k = malloc((size_t)nq * es), *v = malloc((size_t)nq * es),
-         *out = malloc((size_t)nq * es);
-    float *lse = malloc((size_t)nl * 4);
-    double *dq = malloc((size_t)nq * 8), *dk = malloc((size_t)nq * 8), *dv_ = malloc((size_t)nq * 8),
-           *ro = malloc((size_t)nq * 8), *rl = malloc((size_t)nl * 8);
-    fill_qkv(s.dtype, q, k, v, nq, 5150 + (uint64_t)variant);
+    special_make(&c, dv, kind == 0, 5150 + (uint64_t)variant);
+    if (scales[kind] > 0) c.s.has_scale = 1, c.s.scale = scales[kind];
+    const da_spec s = c.s;
+    const int64_t N = c.N, D = c.D, H = c.H;
     for (int64_t t = 0; t < N; t++)
       for (int64_t h = 0; h < H; h++)
         for (int64_t d = 0; d < D; d++) {
           const int64_t j = (t * H + h) * D + d;
           if (kind > 0) { /* q 0.9; k 0.1 but 0.9 at every 64th key from 5: one key far above the rest */
-            tu_store(s.dtype, q, j, 0.9);
-            tu_store(s.dtype, k, j, t % 64 == 5 ? 0.9 : 0.1);
+            tu_store(s.dtype, c.q, j, 0.9);
+            tu_store(s.dtype, c.k, j, t % 64 == 5 ? 0.9 : 0.1);
           } else if (d == 0) { /* q's first element 1, k's -inf at every 64th key: scores -inf, the
                                   first key a row sees among them */
-            tu_store(s.dtype, q, j, 1.0);
-            if (t % 64 == 0) tu_store(s.dtype, k, j, -INFINITY);
+            tu_store(s.dtype, c.q, j, 1.0);
+            if (t % 64 == 0) tu_store(s.dtype, c.k, j, -INFINITY);
           }
         }
-    for (int64_t j = 0; j < nq; j++)
-      dq[j] = tu_load(s.dtype, q, j), dk[j] = tu_load(s.dtype, k, j), dv_[j] = tu_load(s.dtype, v, j);
-    const da_status r = run(user, ctx, &s, B, N, q, k, v, out, lse);
-    TU_CHECK(r == DA_OK, "%s extreme scores %d: %s", label, variant, da_context_last_error(ctx));
-    TU_CHECK(da_ref_attention(&s, B, N, dq, dk, dv_, ro, rl) == 0, "%s extreme scores %d: reference", label, variant);
+    char what[200];
+    snprintf(what, sizeof what, "%s extreme scores %d", label, variant);
+    const da_status r = special_run(&c, ctx, run, user, what);
+    const double *ro = c.ro, *rl = c.rl;
     double tol_out, tol_lse; /* (v uniform in [-1, 1): vmax 1) */
     tu_tolerances(s.dtype, 1.0, &tol_out, &tol_lse);
     int64_t wrong = 0, first_bad = -1;
@@ -446,27 +473,24 @@ void bs_extreme_scores(da_context *ctx, bs_runner run, void *user, const char *l
         /* lse: float32's own rounding where |lse| is large (1e8 x 51.84: an ulp is 512; the
          * scores' float32 dot products are off by a few ulps, 2^-17 of them) */
         const double rlse = isnan(rl[row]) && kind == 0 ? -INFINITY : rl[row];
-        const double el = isinf(rlse) ? (lse[row] == rlse ? 0 : INFINITY) : fabs(lse[row] - rlse);
+        const double el = isinf(rlse) ? (c.lse[row] == rlse ? 0 : INFINITY) : fabs(c.lse[row] - rlse);
         int ok = el <= tol_lse + ldexp(fabs(rlse), -17);
         worst_l = fmax(worst_l, el);
         for (int64_t d = 0; d < D; d++) {
           /* a row whose every score is -inf: out 0 and lse -inf here, the reference's 0 / 0
            * NaN (README) */
           const double want = isnan(rl[row]) && kind == 0 ? 0.0 : ro[o0 + d];
-          const double e = fabs(tu_load(s.dtype, out, o0 + d) - want);
+          const double e = fabs(tu_load(s.dtype, c.out, o0 + d) - want);
           ok &= e <= tol_out;
           worst_o = isnan(e) ? INFINITY : fmax(worst_o, e);
         }
         if (!ok && wrong++ == 0) first_bad = row;
       }
     TU_CHECK(!wrong,
-             "%s extreme scores %d (%s, D = %lld, %d branch(es)%s, scale %g; 0: -inf scores): %lld rows off the "
-             "reference (first: head "
-             "%lld position %lld; worst out error %.3g, lse %.3g)",
-             label, variant, s.dtype == DA_DTYPE_FLOAT32 ? "f32" : dv % 2 ? "bf16" : "fp16", (long long)D,
-             s.num_branches, s.causal ? ", causal" : "",
-             scales[kind], (long long)wrong,
-             (long long)(first_bad / N), (long long)(first_bad % N), worst_o, worst_l);
-    free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv_), free(ro), free(rl);
+             "%s (%s, D = %lld, %d branch(es)%s, scale %g; 0: -inf scores): %lld rows off the reference (first: "
+             "head %lld position %lld; worst out error %.3g, lse %.3g)",
+             what, variant_dtype(dv), (long long)D, s.num_branches, s.causal ? ", causal" : "", scales[kind],
+             (long long)wrong, (long long)(first_bad / N), (long long)(first_bad % N), worst_o, worst_l);
+    special_free(&c);
   }
 }
