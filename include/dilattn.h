@@ -125,9 +125,11 @@ typedef struct {
 /* Fill *spec with the defaults: no branches, longnet, mod offsets, not causal, default
  * scale, 1 head, head_dim 64, float32, no sparsity, and num_kv_heads unset (0): set it
  * with num_heads (num_heads for multi-head attention, fewer for grouped-query, 1 for
- * multi-query). An unset num_kv_heads is 1 with one head; with more, every function that
- * takes the spec refuses it (DA_ERR_INVALID_SPEC), where it was 1, which read a
- * multi-head k and v as one head's. spec may not be NULL. */
+ * multi-query). An unset num_kv_heads is 1 with one head; with more, da_spec_validate,
+ * plan creation and da_render refuse it (DA_ERR_INVALID_SPEC), da_spec_to_json writes it
+ * as 0 (which da_spec_from_json refuses) and da_args_init leaves k's and v's strides 0
+ * (which da_plan_execute refuses). It was 1, which read a multi-head k and v as one
+ * head's. spec may not be NULL. */
 DA_API void da_spec_init(da_spec *spec);
 
 /* Check every rule of SEMANTICS.md. Returns DA_OK, DA_ERR_INVALID_SPEC (spec NULL:

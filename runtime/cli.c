@@ -417,21 +417,28 @@ static void report_lost(const da__staged_file *f, const char *flag) {
             strerror(f->lost));
 }
 
-/* A gen output that is a stream (a FIFO there): written after the files are in place */
+/* A gen output that is a stream (a FIFO there): opened before the files are put in place
+ * (one that cannot be: nothing replaced), written after them (a failure puts them back) */
 typedef struct {
   char path[4200];
+  da__output o;
   const void *data;
   size_t len;
 } gen_stream;
 
-/* One of gen's outputs staged (da__stage_bytes), or, a stream, kept for after the commit */
+/* One of gen's outputs staged (da__stage_bytes), or, a stream, kept for the commit; a path
+ * staged already (two configs of one kernel: the same bytes) is not staged twice */
 static int gen_stage(da__staged_file *stg, int *nstg, gen_stream *later, int *nlater, const char *path,
                      const void *data, size_t len) {
+  for (int i = 0; i < *nstg; i++)
+    if (!strcmp(stg[i].path, path)) return EXIT_OK;
+  for (int i = 0; i < *nlater; i++)
+    if (!strcmp(later[i].path, path)) return EXIT_OK;
   da__output o;
   if (da__output_resolve(path, &o) == 0 && o.stream) {
     gen_stream *g = &later[(*nlater)++];
     snprintf(g->path, sizeof g->path, "%s", path);
-    g->data = data, g->len = len;
+    g->o = o, g->data = data, g->len = len;
     return EXIT_OK;
   }
   if (da__stage_bytes(&stg[*nstg], path, data, len) != 0)
@@ -709,17 +716,22 @@ static int cmd_gen(int argc, char **argv) {
     else
       nstg += 3, fprintf(lf, "%s/manifest.json\n%s/%s.h\n%s/%s_bundle.c\n", outdir, outdir, bundle, outdir, bundle);
   }
+  for (int i = 0; i < nlater && rc == EXIT_OK; i++)
+    if (da__output_open(&later[i].o) < 0)
+      rc = fail(EXIT_INPUT, "cannot write %s: %s", later[i].path, da__output_error(errno));
+  int placed = 0;
   if (rc == EXIT_OK) {
     int bad;
     const char *what;
-    if (da__staged_commit(stg, nstg, &bad, &what) != 0) {
-      rc = fail(EXIT_INPUT, "cannot write %s: %s: %s", stg[bad].path, what, strerror(errno));
-      for (int i = 0; i < nstg; i++) report_lost(&stg[i], "gen:");
-    }
+    placed = da__staged_commit(stg, nstg, &bad, &what) == 0; /* (one that failed has put back its own) */
+    if (!placed) rc = fail(EXIT_INPUT, "cannot write %s: %s: %s", stg[bad].path, what, strerror(errno));
   }
   for (int i = 0; i < nlater && rc == EXIT_OK; i++)
-    if (da__write_output(later[i].path, later[i].data, later[i].len) != 0)
+    if (da__output_write(&later[i].o, later[i].data, later[i].len) != 0)
       rc = fail(EXIT_INPUT, "cannot write %s: %s", later[i].path, da__output_error(errno));
+  for (int i = 0; i < nlater; i++) da__output_release(&later[i].o);
+  if (placed && rc != EXIT_OK) da__staged_restore(stg, nstg);
+  for (int i = 0; i < nstg; i++) report_lost(&stg[i], "gen:");
   if (lf && fclose(lf) == 0 && rc == EXIT_OK) fwrite(lines, 1, lines_len, stdout);
   free(lines);
   da__staged_cleanup(stg, nstg);

@@ -246,6 +246,8 @@ int da__write_output(const char *path, const void *data, size_t len) {
   return rc;
 }
 
+int da__output_write(da__output *o, const void *data, size_t len) { return write_all_fd(o->fd, data, len); }
+
 int da__can_write_beside(const char *path) {
   char probe[4500];
   da__output o;
@@ -380,6 +382,8 @@ int da__staged_commit(da__staged_file *f, int n, int *bad, const char **what) {
       *bad = i, *what = "cannot rename the temporary file over it";
       const int e = errno;
       if (f[i].move && rename(f[i].bak, f[i].path) == 0) f[i].have_bak = 0;
+      else if (f[i].move) /* (what path was is only at bak now: kept, and said) */
+        f[i].lost = errno ? errno : EIO, f[i].kept = 1, f[i].have_bak = 0;
       errno = e;
     } else {
       f[i].have_tmp = 0, f[i].placed = 1;
@@ -399,6 +403,10 @@ int da__staged_restore(da__staged_file *f, int n) {
     f[i].lost = 0;
     if (!f[i].placed) continue;
     if (f[i].have_bak ? rename(f[i].bak, f[i].path) == 0 : unlink(f[i].path) == 0 || errno == ENOENT) {
+      /* (a rename between two links of one file does nothing and succeeds: one path staged
+       * twice leaves its first backup a link of what is back in place, removed here) */
+      struct stat st;
+      if (f[i].have_bak && lstat(f[i].bak, &st) == 0) unlink(f[i].bak);
       f[i].have_bak = f[i].placed = 0;
       continue;
     }

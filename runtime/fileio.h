@@ -59,6 +59,8 @@ DA_HIDDEN int da__output_resolve(const char *path, da__output *o);
 /* A stream's descriptor: opened now for a device or FIFO (not through a link, and only
  * if it still is one; ENXIO: a FIFO with no reader, not waited for). -1 with errno. */
 DA_HIDDEN int da__output_open(da__output *o);
+/* data[0..len) written whole into a stream da__output_open opened: 0, or -1 with errno */
+DA_HIDDEN int da__output_write(da__output *o, const void *data, size_t len);
 /* Closes what da__output_open opened (never the process's own descriptors) */
 DA_HIDDEN void da__output_release(da__output *o);
 /* Whether the stream o is the process's standard output (fd 1, or the pipe or file it is;

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -743,6 +744,27 @@ def test_gen_writes_all_or_nothing(tmp):
         os.rmdir(os.path.join(d, last))
         open(os.path.join(d, last), "wb").write(old[last])
         as_before(f"{last} a folder", rc, so, err)
+    # a FIFO with no reader in a source's place: refused before any file is replaced (it was
+    # opened after the others were in place); with a reader it gets the source
+    reset()
+    src_name = [n for n in names if n.endswith(".c") and n.startswith("da_fwd_")][0]
+    os.unlink(os.path.join(d, src_name))
+    os.mkfifo(os.path.join(d, src_name))
+    rc, so, err = run("gen", cfg, "--bundle", "wb", "-o", d)
+    check("FIFO" in err, f"gen with a FIFO without a reader names it: {err}")
+    os.unlink(os.path.join(d, src_name))
+    open(os.path.join(d, src_name), "wb").write(old[src_name])
+    as_before("a FIFO without a reader in a source's place", rc, so, err)
+    reset()
+    os.unlink(os.path.join(d, src_name))
+    os.mkfifo(os.path.join(d, src_name))
+    reader = subprocess.Popen(["cat", os.path.join(d, src_name)], stdout=subprocess.PIPE)
+    rc, so, err = run("gen", cfg, "--bundle", "wb", "-o", d)
+    got = reader.communicate(timeout=60)[0]
+    check(rc == 0 and b"da_fwd_" in got and stat.S_ISFIFO(os.lstat(os.path.join(d, src_name)).st_mode)
+          and open(os.path.join(d, "wb.h"), "rb").read() != old["wb.h"],
+          f"gen with a read FIFO in a source's place: exit {rc}, {len(got)} bytes read: {err}")
+    os.unlink(os.path.join(d, src_name))
     # the bundle's data (every kernel's bytes as text) is the largest file: a size limit
     # past the others fails it last, after the sources and kernels are written
     reset()
