@@ -441,8 +441,8 @@ static int gen_stage(da__staged_file *stg, int *nstg, gen_stream *later, int *nl
     g->o = o, g->data = data, g->len = len;
     return EXIT_OK;
   }
-  if (da__stage_bytes(&stg[*nstg], path, data, len) != 0)
-    return fail(EXIT_INPUT, "cannot write %s: %s", path, strerror(errno));
+  if (da__stage_bytes(&stg[*nstg], path, data, len) != 0) /* (EINVAL: a socket or block device there) */
+    return fail(EXIT_INPUT, "cannot write %s: %s", path, da__output_error(errno));
   (*nstg)++;
   return EXIT_OK;
 }
