@@ -278,8 +278,28 @@ static FILE *summary_to;
 /* Tune one config (its spec loaded already): 0, or 3 when every candidate tried failed to
  * compile, 4 when no candidate ran otherwise or the database could not be merged;
  * *plot_failed set when the chart could not be written. */
+/* The CSV: its rows in memory (f, an open_memstream of text / len), written whole to path
+ * after each config but the last (checkpoint) and at the end */
+typedef struct {
+  FILE *f;
+  const char *path;
+  char **text;
+  size_t *len;
+} csv_out;
+
+/* The rows so far into a CSV file, before the config's summary line: a sweep interrupted
+ * later keeps the finished configs' rows, as the database keeps their records (it kept
+ * none); not into a stream, which would get them again each time. A failure is said by
+ * the last write. */
+static void csv_checkpoint(const csv_out *c) {
+  da__output o;
+  if (c->f && fflush(c->f) == 0 && da__output_resolve(c->path, &o) == 0 && !o.stream)
+    (void)da__write_output(c->path, *c->text, *c->len);
+}
+
 static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t B, da_backend backend, int reps,
-                    int threads, FILE *csv, const char *plot, const char *db, int *plot_failed) {
+                    int threads, const csv_out *co, int last, const char *plot, const char *db, int *plot_failed) {
+  FILE *csv = co ? co->f : NULL;
   da_spec s = *spec;
   da_context *ctx;
   if (da_context_create(&ctx) != DA_OK) return 4;
@@ -425,6 +445,7 @@ static int tune_one(const char *config, const da_spec *spec, int64_t N, int64_t 
   if (st != DA_OK) fprintf(stderr, "dilattn: error: %s\n", da_context_last_error(ctx));
   int failed = 0;
   for (int i = 0; i < n; i++) failed += strcmp(c[i].rec.status, "ok") != 0;
+  if (co && !last) csv_checkpoint(co);
   fprintf(summary_to, "{\"config\":%s,\"backend\":\"%s\",\"seq_len\":%lld,\"batch\":%lld,\"candidates\":%d,\"failed\":%d,"
          "\"default_ms\":%.4f,\"best_ms\":%.4f,\"speedup\":%.3f,\"best\":{\"tile_q\":%d,\"tile_k\":%d,"
          "\"fused_min_queries\":%d,\"cuda_mma\":%d,\"strategy\":%s},\"db\":%s}\n",
@@ -620,8 +641,9 @@ int da__cmd_tune(int argc, char **argv) {
     da__output o;
     if (outs[i] && da__output_resolve(outs[i], &o) == 0 && da__output_is_stdout(&o)) summary_to = stderr;
   }
-  /* the CSV's rows in memory, written whole at the end: a sweep interrupted (SIGINT) leaves
-   * no temp file beside it (it left one each time) */
+  /* the CSV's rows in memory, written whole (a temp file renamed) after each config and at
+   * the end: a sweep interrupted (SIGINT) leaves no temp file beside it but in the
+   * milliseconds of a write (rows appended to a temp file left one each time) */
   FILE *csv = NULL;
   char *csv_text = NULL;
   size_t csv_len = 0;
@@ -639,8 +661,9 @@ int da__cmd_tune(int argc, char **argv) {
   for (int i = 0; i < nconf; i++) {
     char pl[4300];
     if (plot && nconf > 1) snprintf(pl, sizeof pl, "%s.%d.png", plot, i);
-    int r = tune_one(configs[i], &specs[i], N, B, backend, reps, threads, csv, plot ? (nconf > 1 ? pl : plot) : NULL,
-                     db, &plot_failed);
+    const csv_out co = {csv, csv_path, &csv_text, &csv_len};
+    int r = tune_one(configs[i], &specs[i], N, B, backend, reps, threads, csv ? &co : NULL, i + 1 == nconf,
+                     plot ? (nconf > 1 ? pl : plot) : NULL, db, &plot_failed);
     if (r && !rc) rc = r;
     if (r == 2) { /* bad input: stop, and keep the CSV there was (its rows would be partial) */
       stopped = 1;

@@ -10,6 +10,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -172,6 +173,22 @@ try:
     check(p.returncode == 4 and "out of memory for the tuning inputs" in p.stderr and not os.path.exists(huge_db)
           and not [f for _, _, fs in os.walk(kc) for f in fs if not f.endswith(".lock")],
           f"tune --seq-len 2^32 --batch 64: rc {p.returncode}, cache {[fs for _, _, fs in os.walk(kc)]}: {p.stderr.strip()[-300:]}")
+
+    # 6c. a sweep of two configs interrupted (SIGINT) during the second keeps the first's
+    # rows in the CSV, as the database keeps its records (the CSV was written at the end
+    # only: nothing)
+    int_csv, int_db = os.path.join(tmp, "int.csv"), os.path.join(tmp, "int.jsonl")
+    env_int = dict(os.environ, DILATTN_CACHE_DIR=os.path.join(tmp, "int-kcache"))  # (compiles: seconds)
+    p = subprocess.Popen([DILATTN, "tune", cfg_a, cfg_c, "--seq-len", "64", "--reps", "1", "-o", int_csv,
+                          "--db", int_db], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_int)
+    first = p.stdout.readline()  # the first config's summary, flushed once it is merged
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=300)
+    rows = list(csv.DictReader(open(int_csv))) if os.path.exists(int_csv) else []
+    check(first.startswith("{") and rows and {r["config"] for r in rows} == {cfg_a}
+          and not [f for f in os.listdir(tmp) if f.startswith("int.csv.tmp")],
+          f"tune interrupted in its second config: first line {first[:80]!r}, CSV rows of "
+          f"{sorted({r['config'] for r in rows})}, folder {sorted(f for f in os.listdir(tmp) if f.startswith('int'))}")
 
     # 7. the summary is JSON whatever the paths hold: the config and database paths escaped
     odd = os.path.join(tmp, 'o"dd\\dir')
