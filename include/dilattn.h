@@ -127,7 +127,7 @@ typedef struct {
  * with num_heads (num_heads for multi-head attention, fewer for grouped-query, 1 for
  * multi-query). An unset num_kv_heads is 1 with one head; with more, da_spec_validate,
  * plan creation and da_render refuse it (DA_ERR_INVALID_SPEC), da_spec_to_json writes it
- * as 0 (which da_spec_from_json refuses) and da_args_init leaves k's and v's strides 0
+ * as 0 (which da_spec_from_json refuses) and da_args_init sets k's and v's strides to -1
  * (which da_plan_execute refuses). It was 1, which read a multi-head k and v as one
  * head's. spec may not be NULL. */
 DA_API void da_spec_init(da_spec *spec);

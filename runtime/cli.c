@@ -409,7 +409,10 @@ static int gen_check_outputs(const char *outdir, const char *const *configs, int
 
 /* What a restore left of staged outputs that could not be put back, on stderr */
 static void report_lost(const da__staged_file *f, const char *flag) {
-  if (f->lost && f->kept)
+  if (f->lost && f->kept && !f->placed) /* (moved aside for the commit, which then failed) */
+    fprintf(stderr, "dilattn: error: %s %s was moved aside and could not be moved back: %s; it is kept as %s\n", flag,
+            f->path, strerror(f->lost), f->bak);
+  else if (f->lost && f->kept)
     fprintf(stderr, "dilattn: error: %s %s was replaced and could not be restored: %s; what it was is kept as %s\n",
             flag, f->path, strerror(f->lost), f->bak);
   else if (f->lost)
@@ -712,7 +715,7 @@ static int cmd_gen(int argc, char **argv) {
   }
   if (rc == EXIT_OK && bundle) {
     if (da__bundle_write(outdir, bundle, bitems, nunit, nvrtc_ver[0] ? nvrtc_ver : NULL, &stg[nstg]) != 0)
-      rc = fail(EXIT_INPUT, "cannot write bundle %s into %s: %s", bundle, outdir, strerror(errno));
+      rc = fail(EXIT_INPUT, "cannot write bundle %s into %s: %s", bundle, outdir, da__output_error(errno));
     else
       nstg += 3, fprintf(lf, "%s/manifest.json\n%s/%s.h\n%s/%s_bundle.c\n", outdir, outdir, bundle, outdir, bundle);
   }

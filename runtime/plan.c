@@ -688,12 +688,15 @@ void da_args_init(da_args *a, const da_spec *s, int64_t batch, int64_t seq_len, 
   a->seq_len = seq_len;
   if (!s) return; /* strides 0: da_plan_execute refuses them for any shape above one element */
   da_spec resolved;
-  s = da__spec_resolved(s, &resolved); /* (num_kv_heads still 0: k and v's strides 0, refused) */
+  s = da__spec_resolved(s, &resolved);
   int64_t H = s->num_heads, Hkv = s->num_kv_heads, D = s->head_dim;
   int64_t qs[3] = {0, H * D, D}, ks[3] = {0, Hkv * D, D};
   /* a batch stride past 64 bits: INT64_MAX, which da_plan_execute refuses by name */
   if (__builtin_mul_overflow(seq_len, H * D, &qs[0])) qs[0] = INT64_MAX;
   if (__builtin_mul_overflow(seq_len, Hkv * D, &ks[0])) ks[0] = INT64_MAX;
+  /* num_kv_heads still unset (0, more than one head): k's and v's strides -1, which
+   * da_plan_execute refuses (0 is a broadcast it takes: every token read token 0's k, v) */
+  if (Hkv == 0) ks[0] = ks[1] = ks[2] = -1;
   memcpy(a->q_stride, qs, sizeof qs);
   memcpy(a->out_stride, qs, sizeof qs);
   memcpy(a->k_stride, ks, sizeof ks);

@@ -209,10 +209,25 @@ static void test_unset_kv_heads(void) {
   TU_CHECK(st == DA_ERR_INVALID_SPEC && strstr(m, "num_kv_heads: unset") && strstr(m, "num_heads = 8"),
            "8 heads, num_kv_heads unset: %s '%s'", da_status_name(st), m);
   da_args_init(&a, &s, 2, 8, NULL, NULL, NULL, NULL, NULL);
-  TU_CHECK(a.k_stride[1] == 0 && a.k_stride[2] == 16 && a.q_stride[1] == 8 * 16,
-           "8 heads unset: k's token stride %lld (0: refused at execution)", (long long)a.k_stride[1]);
+  TU_CHECK(a.k_stride[0] == -1 && a.k_stride[1] == -1 && a.k_stride[2] == -1 && a.v_stride[1] == -1 &&
+               a.q_stride[1] == 8 * 16,
+           "8 heads unset: k's strides %lld %lld %lld (-1: refused at execution)", (long long)a.k_stride[0],
+           (long long)a.k_stride[1], (long long)a.k_stride[2]);
   da_context *ctx = NULL;
   TU_CHECK(da_context_create(&ctx) == DA_OK, "context");
+  { /* executed with a plan of the spec set: refused, not k and v broadcast from token 0 */
+    da_spec set = s;
+    set.num_kv_heads = 8;
+    da_plan *ok = NULL;
+    TU_CHECK(da_plan_create(ctx, &set, DA_BACKEND_HOST, &ok) == DA_OK, "plan of 8 heads: %s", da_context_last_error(ctx));
+    float *buf = calloc(2 * 8 * 8 * 16, sizeof *buf), *out = calloc(2 * 8 * 8 * 16, sizeof *out);
+    da_args_init(&a, &s, 2, 8, buf, buf, buf, out, NULL);
+    const da_status st = ok ? da_plan_execute(ok, &a) : DA_ERR_INVALID_ARGUMENT;
+    TU_CHECK(st == DA_ERR_INVALID_ARGUMENT && strstr(da_context_last_error(ctx), "k_stride"),
+             "args of an unset num_kv_heads executed: %s '%s'", da_status_name(st), da_context_last_error(ctx));
+    free(buf), free(out);
+    da_plan_destroy(ok);
+  }
   da_plan *plan = NULL;
   st = da_plan_create(ctx, &s, DA_BACKEND_HOST, &plan);
   TU_CHECK(st == DA_ERR_INVALID_SPEC && !plan && strstr(da_context_last_error(ctx), "num_kv_heads: unset"),
