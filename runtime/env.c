@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "runtime/internal.h"
 
@@ -24,6 +25,12 @@ int da__parse_bytes(const char *s, uint64_t *out) {
   if (*end || (shift ? v > (UINT64_MAX >> shift) : v == UINT64_MAX)) return 0;
   *out = (uint64_t)v << shift;
   return 1;
+}
+
+double da__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 int da__parse_count(const char *s, long max, long *out) {

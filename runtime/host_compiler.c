@@ -69,12 +69,6 @@ int da__host_cc_found(char *why, size_t why_cap) {
   return 0;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int write_all(const char *path, const char *data, size_t len) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
@@ -268,7 +262,7 @@ static void sweep_stale_builds(void) {
 
 da_status da__host_build(const da_context *ctx, const char *source, char *dir, size_t dcap, char *so, size_t scap,
                          double *ms) {
-  double t0 = now_ms();
+  double t0 = da__now_ms();
   const char *tmp = getenv("TMPDIR");
   static pthread_once_t swept = PTHREAD_ONCE_INIT;
   pthread_once(&swept, sweep_stale_builds);
@@ -374,7 +368,7 @@ da_status da__host_build(const da_context *ctx, const char *source, char *dir, s
     return da__set_error(ctx, DA_ERR_COMPILE, "host compile: %s exited 0 but left no module %s (is CC a C compiler?):\n%s",
                          cc, so, text);
   }
-  if (ms) *ms = now_ms() - t0;
+  if (ms) *ms = da__now_ms() - t0;
   return DA_OK;
 }
 

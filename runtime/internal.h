@@ -20,6 +20,8 @@ DA_HIDDEN void da__clear_error(const da_context *ctx);
 DA_HIDDEN int da__parse_bytes(const char *s, uint64_t *out);
 /* A count from the environment: decimal digits only, at most max. 1 with *out set, or 0. */
 DA_HIDDEN int da__parse_count(const char *s, long max, long *out);
+/* Milliseconds of the monotonic clock (differences time compiles, executions, sweeps) */
+DA_HIDDEN double da__now_ms(void);
 
 /* The backend a plan created with `want` runs on (runtime/plan.c): want itself, or for
  * DA_BACKEND_AUTO the DILATTN_BACKEND's choice, else CUDA where a driver, a GPU and NVRTC

@@ -63,12 +63,6 @@ static int flow_callback(void *payload, void *reserved) {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void append(char *buf, size_t cap, const char *text) {
   size_t n = strlen(buf);
   if (n + 1 < cap) snprintf(buf + n, cap - n, "%s", text);
@@ -415,9 +409,9 @@ da_status da__nvrtc_compile(const da_context *ctx, const char *source, const cha
     g.DestroyProgram(&prog);
     return da__set_error(ctx, DA_ERR_CANCELLED, "nvrtc: compiling %s cancelled", name);
   }
-  double t0 = now_ms();
+  double t0 = da__now_ms();
   rc = g.CompileProgram(prog, n_opts, opts);
-  double ms = now_ms() - t0;
+  double ms = da__now_ms() - t0;
   free(opts);
   if (rc == 16 /* NVRTC_ERROR_CANCELLED */) {
     g.DestroyProgram(&prog);

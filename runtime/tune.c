@@ -50,12 +50,6 @@ typedef struct {
   pthread_mutex_t mu;
 } compile_job;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void progress(const char *what, int done, int total) {
   if (!isatty(2)) return;
   int w = 30, fill = total ? done * w / total : w;
@@ -190,9 +184,9 @@ static int run_plan(da_context *ctx, da_plan *plan, const da_spec *s, inputs_t *
   if (!rc) da_args_init(&a, s, in->B, in->N, cuda ? d[0] : in->q, cuda ? d[1] : in->k, cuda ? d[2] : in->v,
                         cuda ? d[3] : in->out, cuda ? d[4] : in->lse);
   for (int r = -1; r < reps && !rc; r++) { /* r = -1: warm-up */
-    double t0 = now_ms();
+    double t0 = da__now_ms();
     rc = da_plan_execute(plan, &a) != DA_OK || (cuda && da__cuda_sync(ctx, dev, NULL) != DA_OK);
-    if (r >= 0) t[r] = now_ms() - t0;
+    if (r >= 0) t[r] = da__now_ms() - t0;
   }
   if (cuda && !rc) rc = da__cuda_memcpy_dtoh(ctx, dev, in->out, d[3], sizes[3]) != DA_OK ||
                         da__cuda_memcpy_dtoh(ctx, dev, in->lse, d[4], lb) != DA_OK;

@@ -1991,12 +1991,6 @@ typedef struct {
   double cancel_ms;
 } cancel_probe;
 
-static double mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int cancel_in_compile(void *user, int done, int total, int index, da_status st) {
   cancel_probe *c = user;
   (void)done, (void)total, (void)st;
@@ -2007,7 +2001,7 @@ static int cancel_in_compile(void *user, int done, int total, int index, da_stat
   c->seen = __atomic_load_n(&kc->misses, __ATOMIC_RELAXED) != c->misses0;
   if (c->seen) usleep(300000); /* (into nvrtcCompileProgram: it takes over a second) */
   c->cancel_index = index;
-  c->cancel_ms = mono_ms();
+  c->cancel_ms = da__now_ms();
   return 1;
 }
 
@@ -2024,7 +2018,7 @@ static void test_preload_cancel(void) {
   cancel_probe c = {ctx, da__context_kernels(ctx)->misses, 0, 0, -1, 0};
   da_plan *plans[2] = {NULL, NULL};
   st = da_plan_preload(ctx, specs, 2, DA_BACKEND_CUDA, 2, cancel_in_compile, &c, plans);
-  const double back = mono_ms() - c.cancel_ms;
+  const double back = da__now_ms() - c.cancel_ms;
   TU_CHECK(st == DA_ERR_CANCELLED && c.seen && c.cancel_index == 1 && c.calls == 2 && !plans[0] && plans[1] &&
                strstr(da_context_last_error(ctx), "1 of 2"),
            "preload cancelled during spec 0's compile: %s (want DA_ERR_CANCELLED), compile %s, %d progress calls (want "
@@ -2034,9 +2028,9 @@ static void test_preload_cancel(void) {
   da_plan_destroy(plans[0]), da_plan_destroy(plans[1]);
   /* the compile, uncancelled: the plan made, the kernel built here */
   const long long builds0 = da__context_kernels(ctx)->builds;
-  const double t0 = mono_ms();
+  const double t0 = da__now_ms();
   da_plan *p = plan_with(ctx, &specs[0], 0, 0, 0, &st);
-  const double full = mono_ms() - t0;
+  const double full = da__now_ms() - t0;
   TU_CHECK(st == DA_OK && p && da__context_kernels(ctx)->builds == builds0 + 1,
            "after the cancelled preload, spec 0's plan: %s, %lld kernels built (want 1): %s", da_status_name(st),
            da__context_kernels(ctx)->builds - builds0, st ? da_context_last_error(ctx) : "");
