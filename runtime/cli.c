@@ -68,6 +68,15 @@ static int fail(int code, const char *fmt, ...) {
   return code;
 }
 
+int da__cli_once(const char *cmd, const char *flag, const char **prev, const char *val) {
+  if (!*prev) {
+    *prev = val;
+    return 0;
+  }
+  fail(EXIT_INPUT, "%s: %s given twice (%s and %s)", cmd, flag, *prev, val);
+  return 1;
+}
+
 /* The usage text to f: stdout when asked for (-h, --help, help; after a command too, which
  * then does nothing else), stderr with exit 2 after a bad command line. */
 static void usage_to(FILE *f) {
@@ -455,7 +464,11 @@ static int cmd_gen(int argc, char **argv) {
   int report = 0, compile = 0, nconf = 0;
   long threads = 0; /* compile threads (0: the online CPUs, at most 16) */
   const char *configs[256];
+  const char *given[6] = {0}; /* each value option's value: one each */
+  static const char *const valued[6] = {"-o", "--target", "--arch", "--bundle", "--mma", "--threads"};
   for (int i = 0; i < argc; i++) {
+    for (int o = 0; o < 6 && i + 1 < argc; o++)
+      if (!strcmp(argv[i], valued[o]) && da__cli_once("gen", valued[o], &given[o], argv[i + 1])) return EXIT_INPUT;
     if (!strcmp(argv[i], "--threads")) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "--threads needs a value");
       if (!da__parse_count(argv[++i], DA_MAX_THREADS, &threads))
@@ -931,8 +944,7 @@ static int output_is(const da__output *o, const char *path) {
 
 static int cmd_run(int argc, char **argv) {
   const char *config = NULL, *qp = NULL, *kp = NULL, *vp = NULL, *outp = NULL, *lsep = NULL;
-  const char *backend_s = "auto";
-  int backend_given = 0;
+  const char *backend_s = "auto", *backend_given = NULL;
   for (int i = 0; i < argc; i++) {
     const char **dst = NULL;
     if (!strcmp(argv[i], "--q")) dst = &qp;
@@ -943,9 +955,9 @@ static int cmd_run(int argc, char **argv) {
     else if (!strcmp(argv[i], "--backend")) dst = &backend_s;
     if (dst) {
       if (i + 1 >= argc) return fail(EXIT_INPUT, "%s needs a value", argv[i]);
-      if (dst == &backend_s ? backend_given++ : *dst != NULL)
-        return fail(EXIT_INPUT, "run: %s given twice (%s and %s)", argv[i], *dst, argv[i + 1]);
-      *dst = argv[++i];
+      if (da__cli_once("run", argv[i], dst == &backend_s ? &backend_given : dst, argv[i + 1])) return EXIT_INPUT;
+      if (dst == &backend_s) backend_s = argv[i + 1];
+      i++;
     } else if (argv[i][0] == '-') {
       return fail(EXIT_INPUT, "run: unknown option %s", argv[i]);
     } else if (!config) {

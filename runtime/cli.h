@@ -16,4 +16,8 @@ const char *da__cli_jstr(const char *s, int slot);
  * same last component in the same folder (folders compared after realpath). */
 int da__cli_same_file(const char *a, const char *b);
 
+/* Record an option's value in *prev, or refuse a second one (the last was taken in
+ * silence): 0, or 1 with "CMD: FLAG given twice (FIRST and VAL)" printed. */
+int da__cli_once(const char *cmd, const char *flag, const char **prev, const char *val);
+
 #endif

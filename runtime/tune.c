@@ -477,9 +477,14 @@ int da__cmd_tune(int argc, char **argv) {
   const char *configs[MAX_CONFIGS], *csv_path = NULL, *plot = NULL, *backend_s = "auto", *db_arg = NULL;
   int nconf = 0, reps = 10, threads = 0;
   int64_t N = 0, B = 1;
+  const char *given[8] = {0}; /* each option's value: one each */
+  static const char *const valued[8] = {"--seq-len", "--batch", "--reps", "--threads",
+                                        "--backend", "-o",      "--plot", "--db"};
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     int more = i + 1 < argc;
+    for (int o = 0; o < 8 && more; o++)
+      if (!strcmp(a, valued[o]) && da__cli_once("tune", a, &given[o], argv[i + 1])) return 2;
     /* numbers: digits only, in range (else "16k" read as 16, "2x" as 2) */
     long *num = NULL, max = 0, v;
     if (!strcmp(a, "--seq-len") && more) num = &v, max = 1L << 32;

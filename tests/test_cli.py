@@ -661,6 +661,13 @@ def test_gen_refusals(tmp):
         (["--target", "cuda", "--arch", ""], "--arch ''"),
         (["--threads", "x"], "--threads 'x'"),
         (["-o"], "-o needs a value"),
+        # an option given twice (the last was taken in silence)
+        (["--target", "cuda", "--target", "host"], "gen: --target given twice (cuda and host)"),
+        (["--target", "cuda", "--arch", "sm_80", "--arch", "sm_90"], "gen: --arch given twice (sm_80 and sm_90)"),
+        (["--bundle", "a", "--bundle", "b"], "gen: --bundle given twice (a and b)"),
+        (["--target", "cuda", "--mma", "sync", "--mma", "wgmma"], "gen: --mma given twice (sync and wgmma)"),
+        (["--threads", "1", "--threads", "2"], "gen: --threads given twice (1 and 2)"),
+        (["-o", "elsewhere"], "gen: -o given twice (elsewhere and "),
     ]
     for extra, want in cases:
         rc, so, err = run("gen", cfg, *extra, *(["-o", d] if extra != ["-o"] else []))

@@ -159,7 +159,8 @@ try:
     for opt, val in (("--seq-len", "16k"), ("--seq-len", "0"), ("--batch", "2x"), ("--reps", "abc"),
                      ("--threads", "-1"), ("--reps", "1001")):
         bad_db = os.path.join(tmp, "bad.jsonl")
-        p = run("tune", cfg_a, "--seq-len", "64", opt, val, "--db", bad_db)
+        base = [] if opt == "--seq-len" else ["--seq-len", "64"]
+        p = run("tune", cfg_a, *base, opt, val, "--db", bad_db)
         check(p.returncode == 2 and f"{opt} '{val}'" in p.stderr and not os.path.exists(bad_db),
               f"tune {opt} {val}: rc {p.returncode}, {p.stderr.strip()[-200:]}")
 
@@ -471,14 +472,23 @@ try:
     # summary, no database and no CSV made
     folder = os.path.join(tmp, "a-folder")
     os.mkdir(folder)
+    opt_db = os.path.join(tmp, "opt.jsonl")
     for extra, needle in ((["--colour", "1"], "unknown option or missing value: --colour"),
                           (["--backend", "gpu"], "--backend: 'gpu' is not auto, host or cuda"),
                           (["-o", folder], f"-o {folder}: is a folder"),
                           (["--plot", folder], f"--plot {folder}: is a folder"),
                           (["-o", os.path.join(tmp, "absent-dir", "x.csv")], "absent-dir does not exist"),
                           (["-o", os.path.join(cfg_b, "x.csv")], f"{cfg_b} is not a folder"),
-                          (["--seq-len"], "unknown option or missing value: --seq-len")):
-        opt_db = os.path.join(tmp, "opt.jsonl")
+                          (["--seq-len"], "unknown option or missing value: --seq-len"),
+                          # an option given twice (the last was taken in silence)
+                          (["--seq-len", "32"], "tune: --seq-len given twice (16 and 32)"),
+                          (["--reps", "2"], "tune: --reps given twice (1 and 2)"),
+                          (["--db", tmp + "/other.jsonl"], f"tune: --db given twice ({opt_db} and"),
+                          (["--backend", "host", "--backend", "host"], "tune: --backend given twice"),
+                          (["-o", tmp + "/x.csv", "-o", tmp + "/y.csv"], "tune: -o given twice"),
+                          (["--plot", tmp + "/x.png", "--plot", tmp + "/y.png"], "tune: --plot given twice"),
+                          (["--batch", "1", "--batch", "2"], "tune: --batch given twice (1 and 2)"),
+                          (["--threads", "1", "--threads", "1"], "tune: --threads given twice")):
         for f in (opt_db, opt_db + ".lock"):
             if os.path.exists(f):
                 os.remove(f)  # (a failure of one case leaves the next its own verdict)
