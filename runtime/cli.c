@@ -290,12 +290,15 @@ typedef struct {
   char *bytes;           /* the host's shared object */
   size_t size;
   double ms;
+  int dup; /* -1, or an earlier job of the same kernel and arch (two configs of one kernel),
+            * whose compile serves this one's config too */
 } gen_job;
 
 static int gen_compile(void *user, int j) {
   gen_job *J = &((gen_job *)user)[j];
   da_status st;
   if (J->exit != EXIT_OK) return 1; /* (no arch to compile for: gen_jobs_arch) */
+  if (J->dup >= 0) return 0;
   if (J->arch) {
     char name[340];
     snprintf(name, sizeof name, "%s.cu", J->r->kernel_name);
@@ -438,14 +441,16 @@ typedef struct {
   size_t len;
 } gen_stream;
 
-/* One of gen's outputs staged (da__stage_bytes), or, a stream, kept for the commit; a path
- * staged already (two configs of one kernel: the same bytes) is not staged twice */
+/* One of gen's outputs staged (da__stage_bytes), or, a stream, kept for the commit, and its
+ * line (path) printed to lf; a path staged already (two configs of one kernel: the same
+ * bytes) is neither staged nor printed twice */
 static int gen_stage(da__staged_file *stg, int *nstg, gen_stream *later, int *nlater, const char *path,
-                     const void *data, size_t len) {
+                     const void *data, size_t len, FILE *lf) {
   for (int i = 0; i < *nstg; i++)
     if (!strcmp(stg[i].path, path)) return EXIT_OK;
   for (int i = 0; i < *nlater; i++)
     if (!strcmp(later[i].path, path)) return EXIT_OK;
+  if (lf) fprintf(lf, "%s\n", path);
   da__output o;
   if (da__output_resolve(path, &o) == 0 && o.stream) {
     gen_stream *g = &later[(*nlater)++];
@@ -621,7 +626,7 @@ static int cmd_gen(int argc, char **argv) {
           for (int k = 0; units[u].conf == i && k < (cuda ? units[u].narch : 1); k++)
             if (!cuda || units[u].arch[k] == a)
               jobs[j++] = (gen_job){.ctx = ctx, .r = &rendered[u], .conf = i, .unit = u,
-                                    .arch = cuda ? archs[a] : NULL, .opts = opts, .nopts = nopts};
+                                    .arch = cuda ? archs[a] : NULL, .opts = opts, .nopts = nopts, .dup = -1};
     /* under auto, and in a bundle, an sm_90a arch names an sm_90 device: its mma.sync
      * kernels are compiled for sm_90, the arch such a device's plan looks them up for (a
      * bundle's sm_90a mma.sync cubin was looked up by no plan) */
@@ -644,6 +649,10 @@ static int cmd_gen(int argc, char **argv) {
           break;
         }
   }
+  /* two configs of one kernel: compiled (and reported, and its file written) once */
+  for (int j = 1; j < njobs; j++)
+    for (int i = 0; i < j && jobs[j].dup < 0; i++)
+      if (jobs[i].dup < 0 && !strcmp(jobs[i].r->key, jobs[j].r->key) && !strcmp(jobs[i].carch, jobs[j].carch)) jobs[j].dup = i;
   if (rc == EXIT_OK)
     rc = gen_check_outputs(outdir, configs, nconf, rendered, nunit, cuda, compile, jobs, njobs, bundle);
   if (rc == EXIT_OK && njobs) {
@@ -684,28 +693,26 @@ static int cmd_gen(int argc, char **argv) {
     snprintf(it->source_file, sizeof it->source_file, "%s.%s", r.kernel_name, cuda ? "cu" : "c");
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", outdir, it->source_file);
-    rc = gen_stage(stg, &nstg, later, &nlater, path, r.source, strlen(r.source));
-    if (rc == EXIT_OK && !report && !compile) fprintf(lf, "%s\n", path);
+    rc = gen_stage(stg, &nstg, later, &nlater, path, r.source, strlen(r.source), !report && !compile ? lf : NULL);
   }
   for (int j = 0; j < njobs && rc == EXIT_OK; j++) { /* the compiled kernels, in config and arch order */
-    const gen_job *J = &jobs[j];
+    const gen_job *J = jobs[j].dup < 0 ? &jobs[j] : &jobs[jobs[j].dup]; /* the compile */
     const da__rendered r = *J->r;
-    da__bundle_item *it = &bitems[J->unit];
+    da__bundle_item *it = &bitems[jobs[j].unit];
+    const int first = jobs[j].dup < 0; /* (a kernel's report line: once) */
     if (!cuda) {
       char key[65], file[340], out[4500], src[4600];
       da__host_artifact_key(r.key, key);
       snprintf(src, sizeof src, "%s/%s", outdir, it->source_file);
       snprintf(file, sizeof file, "%s.host.so", r.kernel_name);
       snprintf(out, sizeof out, "%s/%s", outdir, file);
-      if (compile) rc = gen_stage(stg, &nstg, later, &nlater, out, J->bytes, J->size);
+      if (compile) rc = gen_stage(stg, &nstg, later, &nlater, out, J->bytes, J->size, report ? NULL : lf);
       if (rc == EXIT_OK && compile) add_artifact(it, "host", key, file, J->bytes, J->size);
-      if (rc == EXIT_OK && report)
+      if (rc == EXIT_OK && report && first)
         fprintf(lf, "{\"kernel\":%s,\"arch\":\"host\",\"cc\":%s,\"strategy\":%s,"
                 "\"cache_key\":%s,\"source\":%s,\"compile_ms\":%.1f}\n",
                 jstr(r.kernel_name, 0), jstr(da__host_cc(), 1), jstr(r.strategy, 2), jstr(r.key, 3), jstr(src, 4),
                 J->ms);
-      else if (rc == EXIT_OK)
-        fprintf(lf, "%s\n", out);
       continue;
     }
     const da__nvrtc_result *res = &J->res;
@@ -713,9 +720,9 @@ static int cmd_gen(int argc, char **argv) {
     snprintf(file, sizeof file, "%s.%s.cubin", r.kernel_name, J->carch);
     snprintf(bin, sizeof bin, "%s/%s", outdir, file);
     da__cuda_artifact_key(r.key, J->carch, maj, min, key);
-    if (compile) rc = gen_stage(stg, &nstg, later, &nlater, bin, res->cubin, res->cubin_size);
+    if (compile) rc = gen_stage(stg, &nstg, later, &nlater, bin, res->cubin, res->cubin_size, report ? NULL : lf);
     if (rc == EXIT_OK && compile) add_artifact(it, J->carch, key, file, res->cubin, res->cubin_size);
-    if (rc == EXIT_OK && report)
+    if (rc == EXIT_OK && report && first)
       fprintf(lf, "{\"kernel\":%s,\"arch\":%s,\"registers\":%d,\"spill_bytes\":%d,"
               "\"shared_bytes\":%d,\"static_shared_bytes\":%d,\"stack_bytes\":%d,\"wgmma_serialized\":%d,"
               "\"compile_ms\":%.1f,\"strategy\":%s,\"path\":%s,\"mma\":\"%s\",\"threads\":%d,\"cache_key\":%s}\n",
@@ -723,8 +730,6 @@ static int cmd_gen(int argc, char **argv) {
               r.smem_bytes + (res->shared_bytes > 0 ? res->shared_bytes : 0), res->shared_bytes, res->stack_bytes,
               res->wgmma_serialized, res->compile_ms, jstr(r.strategy, 2), jstr(r.cuda_path, 3),
               da__cuda_mma_name(units[J->unit].mma ? units[J->unit].mma : 1), r.threads, jstr(r.key, 4));
-    else if (rc == EXIT_OK)
-      fprintf(lf, "%s\n", bin);
   }
   if (rc == EXIT_OK && bundle) {
     if (da__bundle_write(outdir, bundle, bitems, nunit, nvrtc_ver[0] ? nvrtc_ver : NULL, &stg[nstg]) != 0)

@@ -127,6 +127,32 @@ def test_gen(tmp):
     check(rc == 2 and "not a folder" in err, f"gen into a file: {rc} {err}")
     rc, _, err = run("gen", cfgs[0], "--target", "cuda", "--arch", "sm_90", "-o", d1)
     check(rc in (0, 3, 4), f"gen --target cuda: exit {rc} {err}")
+    # two configs of one kernel: compiled once, each file named once, one report line a
+    # kernel (the kernel was compiled, and its lines printed, once a config); the bundle
+    # still gives both configs their entry points
+    d3 = os.path.join(tmp, "g3")
+    os.mkdir(d3)
+    twin = os.path.join(tmp, "twin.json")
+    shutil.copy(cfgs[0], twin)
+    count = os.path.join(tmp, "cc-count")
+    cc = os.path.join(tmp, "counting-cc")
+    open(cc, "w").write(f"#!/bin/sh\necho x >> {count}\nexec cc \"$@\"\n")
+    os.chmod(cc, 0o755)
+    for flags, nlines in ((["--compile"], 1), (["--compile", "--report"], 1), ([], 1),
+                          (["--compile", "--bundle", "tw"], 4)):
+        if os.path.exists(count):
+            os.remove(count)
+        rc, out, err = run("gen", cfgs[0], twin, *flags, "-o", d3, env={"CC": cc})
+        lines = out.splitlines()
+        compiles = len(open(count).read().split()) if os.path.exists(count) else 0
+        check(rc == 0 and len(lines) == nlines and len(set(lines)) == nlines
+              and compiles == (1 if "--compile" in flags else 0),
+              f"gen {flags} of two configs of one kernel: exit {rc}, {compiles} compiles, lines {lines}: {err}")
+    h = open(os.path.join(d3, "tw.h")).read()
+    check("tw_case_plan" in h and "tw_twin_plan" in h, "a bundle of two configs of one kernel lacks an entry point")
+    rc, out, err = run("gen", cfgs[0], twin, "--target", "cuda", "--arch", "sm_80", "--report", "-o", d3)
+    check(rc in (3, 4) or (rc == 0 and len(out.splitlines()) == 1),
+          f"gen --target cuda --report of two configs of one kernel: exit {rc}: {out} {err}")
 
 
 def test_gen_wgmma(tmp):
@@ -606,7 +632,8 @@ def test_gen_checks_first(tmp):
     # --bundle compiles (a bundle without its kernels fails every DILATTN_DISABLE_JIT program)
     man = json.load(open(os.path.join(d, "manifest.json"))) if rc == 0 else {}
     arts = [a for c in man.get("kernels", []) for a in c.get("artifacts", [])]
-    check(len(arts) == 2 and all(a.get("arch") == "host" for a in arts) and so.count(".host.so") == 2,
+    # (the two configs' one kernel: an artifact each in the manifest, its file named once)
+    check(len(arts) == 2 and all(a.get("arch") == "host" for a in arts) and so.count(".host.so") == 1,
           f"gen --bundle without --compile: artifacts {arts}, printed {so}")
     # a bundle is written whole or not at all: with nm2.h a folder, the manifest there stays
     d2 = os.path.join(tmp, "bn2")
