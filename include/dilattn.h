@@ -36,9 +36,9 @@ extern "C" {
 #endif
 
 #define DA_VERSION_MAJOR 0
-#define DA_VERSION_MINOR 2
+#define DA_VERSION_MINOR 3
 #define DA_VERSION_PATCH 0
-#define DA_VERSION_STRING "0.2.0"
+#define DA_VERSION_STRING "0.3.0"
 
 /* ---------------------------------------------------------------------------------
  * Status codes. X-macro: (NAME, message).
@@ -405,6 +405,20 @@ typedef struct {
   double reuse_rate;       /* share of requests served without a raw allocation */
 } da_pool_stats;
 
+/* Where the context's kernels came from: each kernel (a module: one a host plan, one or
+ * more a CUDA plan, for each arch) is had once a context, from a registered AOT bundle, the
+ * disk cache or a compile, and then held in memory (another plan of it takes it from
+ * there; a plan made before of the same spec and options may not look at all). A program
+ * that must not compile at load can check builds == 0 after creating its plans
+ * (DILATTN_DISABLE_JIT makes a compile an error instead). */
+typedef struct {
+  uint64_t loaded;      /* kernels held (each had once, as one of the three below) */
+  uint64_t bundle_hits; /* taken from a registered AOT bundle */
+  uint64_t disk_hits;   /* taken from the disk cache (DILATTN_CACHE_DIR) */
+  uint64_t builds;      /* compiled in this context (NVRTC, or CC for the host backend) */
+  double build_ms;      /* those compiles' wall time, summed (da_plan_preload runs several at once) */
+} da_kernel_cache_stats;
+
 /* Density of plan's spec at seq_len: the attended (query, key) pairs of every head and
  * branch, causal and sparsity applied, over the same count with no sparsity (1.0 for a
  * spec without sparsity, and at a seq_len with no pair at all, 0 say). Built from the block
@@ -415,6 +429,7 @@ DA_API da_status da_plan_density(da_plan *plan, int64_t seq_len, double *density
 /* Snapshot of the context's pattern cache and host memory pool. Thread-safe. */
 DA_API da_status da_context_pattern_cache_stats(const da_context *ctx, da_pattern_cache_stats *out);
 DA_API da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out);
+DA_API da_status da_context_kernel_cache_stats(const da_context *ctx, da_kernel_cache_stats *out);
 
 /* Library version string. */
 DA_API const char *da_version(void);

@@ -1,6 +1,6 @@
 /* bundle.c - AOT bundle registry (issue 5). A manifest lists kernels and their compiled
  * artifacts (host shared objects, cubins per arch) with artifact keys and SHA-256 sums:
- * {"format":"dilattn-bundle","schema":1,"library":"0.2.0","nvrtc":"13.0","name":...,
+ * {"format":"dilattn-bundle","schema":1,"library":"0.3.0","nvrtc":"13.0","name":...,
  *  "kernels":[{"kernel":...,"config":{...},"source_key":...,"source":"x.cu",
  *              "artifacts":[{"arch":"sm_90","key":...,"file":...,"size":N,"sha256":...}]}]}
  * Registration records where each artifact is (a file next to the manifest, or bytes

@@ -1028,9 +1028,10 @@ static int cmd_run(int argc, char **argv) {
   da_plan *plan = NULL;
   void *out = NULL;
   float *lse = NULL;
-  double exec_ms = 0;
+  double exec_ms = 0, plan_ms = 0;
   if (rc == EXIT_OK && da_context_create(&ctx) != DA_OK) rc = fail(EXIT_RUNTIME, "out of memory");
   if (rc == EXIT_OK) {
+    plan_ms = da__now_ms();
     da_plan_options hint = {0, 0, 0, N, 0}; /* tuned parameters for this shape, if any */
     da_status st = da_plan_create_ex(ctx, &spec, backend, &hint, &plan);
     if (st == DA_ERR_UNSUPPORTED && backend == DA_BACKEND_AUTO && da__backend_env() == DA_BACKEND_AUTO &&
@@ -1041,6 +1042,7 @@ static int cmd_run(int argc, char **argv) {
       st = da_plan_create_ex(ctx, &spec, DA_BACKEND_HOST, &hint, &plan);
     }
     if (st != DA_OK) rc = fail(run_exit_code(st), "%s: %s", config, da_context_last_error(ctx));
+    plan_ms = da__now_ms() - plan_ms;
   }
   if (rc == EXIT_OK) {
     out = malloc(q.count * q.elem_size + 1);
@@ -1069,13 +1071,18 @@ static int cmd_run(int argc, char **argv) {
   FILE *summary = da__output_is_stdout(&oo) || (lsep && da__output_is_stdout(&lo)) ? stderr : stdout;
   da_plan_options used = {0, 0, 0, 0, 0};
   if (rc == EXIT_OK) da_plan_get_options(plan, &used);
+  /* where the kernel came from (a compile where any was made: a fallback's too) */
+  da_kernel_cache_stats ks = {0};
+  if (rc == EXIT_OK) da_context_kernel_cache_stats(ctx, &ks);
+  const char *from = ks.builds ? "compiled" : ks.disk_hits ? "disk_cache" : ks.bundle_hits ? "bundle" : "memory";
   if (rc == EXIT_OK)
     fprintf(summary, "{\"kernel\":%s,\"backend\":\"%s\",\"strategy\":%s,\"batch\":%lld,"
-           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"tile_q\":%d,\"tile_k\":%d,\"cuda_mma\":%d,\"execute_ms\":%.2f,"
-           "\"out\":%s,\"lse\":%s}\n",
+           "\"seq_len\":%lld,\"num_heads\":%d,\"head_dim\":%d,\"dtype\":\"%s\",\"density\":%.6g,\"tile_q\":%d,\"tile_k\":%d,\"cuda_mma\":%d,"
+           "\"kernel_from\":\"%s\",\"plan_ms\":%.1f,\"execute_ms\":%.2f,\"out\":%s,\"lse\":%s}\n",
            jstr(da_plan_kernel_name(plan), 0), da_plan_backend(plan) == DA_BACKEND_CUDA ? "cuda" : "host",
            jstr(da_plan_strategy(plan), 1), (long long)B, (long long)N, spec.num_heads, spec.head_dim,
-           dtype_name(spec.dtype), density, used.tile_q, used.tile_k, used.cuda_mma, exec_ms, jstr(outp, 2), jstr(lsep, 3));
+           dtype_name(spec.dtype), density, used.tile_q, used.tile_k, used.cuda_mma, from, plan_ms, exec_ms, jstr(outp, 2),
+           jstr(lsep, 3));
   da_plan_destroy(plan);
   da_context_destroy(ctx);
   da__npy_free(&q);

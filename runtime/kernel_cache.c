@@ -156,6 +156,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   path[0] = '\0';
   if (da__bundles_find(c->bundles, arch, key, bytes, n)) {
     __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
+    da__log(DA_LOG_DEBUG, "kernel %s for %s: from a registered bundle", kernel, arch);
     return DA_OK;
   }
   /* first look without the lock: an entry another process is rewriting may look corrupt
@@ -163,6 +164,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   const int seen = da__disk_cache_peek(c->disk, arch, key, path, cap, bytes, n);
   if (seen > 0) {
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+    da__log(DA_LOG_DEBUG, "kernel %s for %s: from the disk cache (%s)", kernel, arch, path);
     return DA_OK;
   }
   /* a bundle's build of the same source by another compiler: taken before compiling here
@@ -182,6 +184,8 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   if (fd >= 0 && da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
     da__disk_cache_unlock(fd);
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+    da__log(DA_LOG_DEBUG, "kernel %s for %s: from the disk cache, built meanwhile by another process (%s)", kernel,
+            arch, path);
     return DA_OK;
   }
   if (jit_off) {
@@ -208,10 +212,18 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
                          other < 0 ? "; " REFUSED_OTHER : "");
   }
   int no_compiler = 0;
+  const double t0 = da__now_ms();
   da_status st = build(ctx, arg, bytes, n, &no_compiler);
   if (st == DA_OK) {
-    __atomic_add_fetch(&c->builds, 1, __ATOMIC_RELAXED);
+    const double ms = da__now_ms() - t0;
+    pthread_mutex_lock(&c->mu);
+    c->builds++;
+    c->build_ms += ms;
+    pthread_mutex_unlock(&c->mu);
     if (da__disk_cache_put(c->disk, arch, key, *bytes, *n, source_key, meta, path, cap) != 0) path[0] = '\0';
+    /* (a model's load that compiles: what DILATTN_LOG_LEVEL=info shows of its time) */
+    da__log(DA_LOG_INFO, "kernel %s for %s: compiled in %.0f ms%s%s", kernel, arch, ms,
+            path[0] ? ", kept in the disk cache as " : " (not kept in a disk cache)", path);
   }
   da__disk_cache_unlock(fd);
   if (st != DA_OK && no_compiler) { /* no compiler here (NVRTC, CC): what another one built */

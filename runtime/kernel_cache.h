@@ -19,6 +19,7 @@ typedef struct {
   long long hits, misses, compiles; /* memory hits, memory misses, artifacts produced */
   long long disk_hits, builds;      /* of the misses: found on disk, compiled here */
   long long bundle_hits;            /* of the misses: found in a registered AOT bundle */
+  double build_ms;                  /* the builds' wall time, summed (under mu) */
   da__disk_cache *disk;             /* memory-only when unusable */
   da__bundles *bundles;             /* registered AOT bundles */
 } da__kernel_cache;

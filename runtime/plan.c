@@ -166,6 +166,20 @@ da_status da_context_pool_stats(const da_context *ctx, da_pool_stats *out) {
   return DA_OK;
 }
 
+da_status da_context_kernel_cache_stats(const da_context *ctx, da_kernel_cache_stats *out) {
+  DA_RETURN_IF(!ctx || !out, DA_ERR_INVALID_ARGUMENT, "ctx and out must not be NULL");
+  da__kernel_cache *c = &((da_context *)ctx)->kernels;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&c->mu);
+  out->loaded = (uint64_t)c->compiles;
+  out->builds = (uint64_t)c->builds;
+  out->build_ms = c->build_ms;
+  pthread_mutex_unlock(&c->mu);
+  out->bundle_hits = (uint64_t)__atomic_load_n(&c->bundle_hits, __ATOMIC_RELAXED);
+  out->disk_hits = (uint64_t)__atomic_load_n(&c->disk_hits, __ATOMIC_RELAXED);
+  return DA_OK;
+}
+
 int *da__context_cuda_device(const da_context *ctx) { return &((da_context *)ctx)->cuda_device; }
 
 void da_context_destroy(da_context *c) {

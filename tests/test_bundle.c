@@ -466,6 +466,11 @@ int main(int argc, char **argv) {
   da_context_register_bundle(c, manifest);
   TU_CHECK(runs(c) && da__context_kernels(c)->bundle_hits == 1 && da__context_kernels(c)->disk_hits == 0,
            "bundle before disk");
+  da_kernel_cache_stats ks; /* (the public counters) */
+  TU_CHECK(da_context_kernel_cache_stats(c, &ks) == DA_OK && ks.bundle_hits == 1 && ks.loaded == 1 && ks.builds == 0 &&
+               ks.disk_hits == 0,
+           "a bundle's kernel in the stats: %llu bundle hits, %llu loaded", (unsigned long long)ks.bundle_hits,
+           (unsigned long long)ks.loaded);
   da_context_destroy(c);
   da_context_create(&c);
   TU_CHECK(runs(c) && da__context_kernels(c)->disk_hits == 1, "disk before compile");

@@ -836,7 +836,7 @@ def test_readme_example(tmp):
     got = json.loads(so) if rc == 0 else {}
     want = json.loads(shown[0]) if shown else {}
     check(rc == 0 and list(got) == list(want) and all(got[k] == want[k] for k in want if k not in
-                                                      ("execute_ms", "out", "lse")),
+                                                      ("execute_ms", "plan_ms", "kernel_from", "out", "lse")),
           f"README's worked example: {shown} against {so!r}: {err}")
 
 
@@ -1005,8 +1005,22 @@ def test_cache(tmp):
     info: the folder the cache actually uses."""
     cd = os.path.join(tmp, "kcache")
     env = {"DILATTN_CACHE_DIR": cd}
-    rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "cache_o.npy"), env=env)
-    check(rc == 0, f"run into a fresh cache: exit {rc}: {err}")
+    rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "cache_o.npy"),
+                      env={**env, "DILATTN_LOG_LEVEL": "info"})
+    first = json.loads(so) if rc == 0 else {}
+    # the summary and the info line say the kernel was compiled (and where it is kept), how long
+    check(rc == 0 and first.get("kernel_from") == "compiled" and first.get("plan_ms", 0) > 0
+          and f"kernel {first.get('kernel')} for host: compiled in " in err and f"kept in the disk cache as {cd}" in err,
+          f"run into a fresh cache: exit {rc}: {so} {err}")
+    # the second run takes it from the disk cache: no info line, a debug one
+    rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "cache_o.npy"),
+                      env={**env, "DILATTN_LOG_LEVEL": "info"})
+    again = json.loads(so) if rc == 0 else {}
+    check(rc == 0 and again.get("kernel_from") == "disk_cache" and "compiled" not in err,
+          f"run from the disk cache: exit {rc}: {so} {err}")
+    rc, so, err = run("run", *golden_run_args(), "-o", os.path.join(tmp, "cache_o.npy"),
+                      env={**env, "DILATTN_LOG_LEVEL": "debug"})
+    check(rc == 0 and f"for host: from the disk cache ({cd}" in err, f"run from the disk cache at debug: {err}")
     rc, so, err = run("cache", "stats", env=env)
     stats = json.loads(so) if rc == 0 else {}
     check(rc == 0 and stats.get("entries", 0) >= 1 and stats.get("bytes", 0) > 0, f"cache stats: {rc} {so} {err}")

@@ -248,14 +248,34 @@ static void test_plan_level(void) {
   use_dir("plans");
   da_context *c1, *c2, *c3;
   da_context_create(&c1);
+  da_kernel_cache_stats ks;
+  TU_CHECK(da_context_kernel_cache_stats(c1, &ks) == DA_OK && ks.loaded == 0 && ks.builds == 0 && ks.build_ms == 0,
+           "a new context's kernel stats: %llu loaded, %llu builds", (unsigned long long)ks.loaded,
+           (unsigned long long)ks.builds);
   TU_CHECK(plan_works(c1, 0), "cold plan");
   TU_CHECK(da__context_kernels(c1)->builds == 1, "cold plan did not compile");
+  /* the public counters say the same (a program checks builds == 0 after loading) */
+  TU_CHECK(da_context_kernel_cache_stats(c1, &ks) == DA_OK && ks.loaded == 1 && ks.builds == 1 && ks.disk_hits == 0 &&
+               ks.bundle_hits == 0 && ks.build_ms > 0,
+           "cold plan's stats: %llu loaded, %llu builds (%.1f ms), %llu disk hits", (unsigned long long)ks.loaded,
+           (unsigned long long)ks.builds, ks.build_ms, (unsigned long long)ks.disk_hits);
+  TU_CHECK(plan_works(c1, 0), "the same plan again");
+  TU_CHECK(da_context_kernel_cache_stats(c1, &ks) == DA_OK && ks.loaded == 1 && ks.builds == 1,
+           "a second plan of one spec had its kernel again: %llu loaded, %llu builds", (unsigned long long)ks.loaded,
+           (unsigned long long)ks.builds);
+  TU_CHECK(da_context_kernel_cache_stats(NULL, &ks) == DA_ERR_INVALID_ARGUMENT &&
+               da_context_kernel_cache_stats(c1, NULL) == DA_ERR_INVALID_ARGUMENT,
+           "NULL arguments to da_context_kernel_cache_stats");
   da_context_destroy(c1);
   da_context_create(&c2);
   TU_CHECK(plan_works(c2, 0), "warm plan");
   TU_CHECK(da__context_kernels(c2)->builds == 0 && da__context_kernels(c2)->disk_hits == 1,
            "warm plan in a new context compiled (builds %lld, disk hits %lld)", da__context_kernels(c2)->builds,
            da__context_kernels(c2)->disk_hits);
+  TU_CHECK(da_context_kernel_cache_stats(c2, &ks) == DA_OK && ks.loaded == 1 && ks.builds == 0 && ks.disk_hits == 1 &&
+               ks.build_ms == 0,
+           "warm plan's stats: %llu loaded, %llu builds, %llu disk hits", (unsigned long long)ks.loaded,
+           (unsigned long long)ks.builds, (unsigned long long)ks.disk_hits);
   da_context_destroy(c2);
   /* flip a byte of the stored shared object: the next context rebuilds, never loads it */
   char cmd[1024];

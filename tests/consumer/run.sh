@@ -42,7 +42,7 @@ for case in "TARGET host ARCHS sm_90|ARCHS and MMA are for TARGET cuda" \
   cat > "$bad/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.25)
 project(bad LANGUAGES C)
-find_package(dilattn 0.2 CONFIG REQUIRED)
+find_package(dilattn 0.3 CONFIG REQUIRED)
 add_executable(app main.c)
 add_executable(app2 main.c)
 dilattn_add_kernels(app CONFIGS causal64.json $args)
