@@ -110,6 +110,12 @@ if [ "$phase" = first ]; then
   step 170 $B/tests/test_gpu "$golden" small
   # 1a. an AOT bundle of `gen --mma auto` with JIT off: the default (TMA) kernel from it
   step 30 bash bench/aot_auto_check.sh $B "$golden"
+  # 1c. start-up on the device machine (never timed there): the example config through
+  #    run, cold (an empty disk cache: NVRTC) then warm (the disk cache), its kernel_from
+  #    and plan_ms in startup.jsonl
+  ex=tests/data/example
+  step 30 sh -c "d=\$(mktemp -d); for i in 1 2; do DILATTN_CACHE_DIR=\$d $B/dilattn run $ex/longnet.json --q $ex/q.npy \
+    --k $ex/k.npy --v $ex/v.npy -o /tmp/dilattn-startup-out.npy --backend cuda; done > '$out/startup.jsonl'; cat '$out/startup.jsonl'"
   # 2. the TMA default's own suite (passed at 1f78309, 2d7097e and 30da0bd), then the
   #    defaults against the last timed library (@lib: DILATTN_BASE_LIB of gpu_carry.sh,
   #    30da0bd), causal and not (gpu-h200-30da0bd.md: 1.01x to 1.13x 2d7097e's). Since
