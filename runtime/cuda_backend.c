@@ -152,7 +152,7 @@ static da_status produce_cubin(const da_context *ctx, void *arg, da__kpayload *o
   char path[4400], meta[300];
   snprintf(meta, sizeof meta, "\"kernel\":\"%.200s\"", j->name);
   return da__kernel_cache_find_or_build(ctx, j->cache, j->arch, j->key, j->source_key, j->name, build_cubin, (void *)j,
-                                        accept_cubin, meta, &out->blob, &out->blob_size, path, sizeof path);
+                                        accept_cubin, meta, &out->blob, &out->blob_size, path, sizeof path, &out->from);
 }
 
 static da_status load_masks(const da_context *ctx, da__cuda_plan *p, const da_spec *spec) {

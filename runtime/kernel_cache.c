@@ -113,6 +113,10 @@ da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache *c, const
     e->payload = pl;
     e->state = ENTRY_READY;
     c->compiles++;
+    /* (where a kernel held came from: counted once it loaded, da_context_kernel_cache_stats) */
+    if (pl.from.origin == DA__FROM_BUNDLE) c->held_bundle++;
+    else if (pl.from.origin == DA__FROM_DISK) c->held_disk++;
+    else if (pl.from.origin == DA__FROM_BUILD) c->held_built++, c->held_build_ms += pl.from.build_ms;
     *out = &e->payload;
   } else {
     unlink_entry(c, e);
@@ -138,10 +142,11 @@ int da__jit_disabled(void) {
  * (accept), -1 where one was there but refused, 0 where there is none */
 static int disk_other_compiler(da__kernel_cache *c, const char *arch, const char *key, const char *source_key,
                                const char *kernel, da__artifact_accept accept, void *arg, const char *why, void **bytes,
-                               size_t *n, char *path, size_t cap) {
+                               size_t *n, char *path, size_t cap, da__kfrom *from) {
   const int r = da__disk_cache_find_source(c->disk, arch, key, source_key, accept, arg, path, cap, bytes, n);
   if (r <= 0) return r;
   __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+  from->origin = DA__FROM_DISK;
   da__log(DA_LOG_INFO, "kernel %s for %s: the disk cache's build by another compiler (%s), as %s (artifact key %s here)",
           kernel, arch, path, why, key);
   return 1;
@@ -152,10 +157,14 @@ static int disk_other_compiler(da__kernel_cache *c, const char *arch, const char
 da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c, const char *arch,
                                          const char *key, const char *source_key, const char *kernel,
                                          da__kbuild build, void *arg, da__artifact_accept accept, const char *meta,
-                                         void **bytes, size_t *n, char *path, size_t cap) {
+                                         void **bytes, size_t *n, char *path, size_t cap, da__kfrom *from) {
   path[0] = '\0';
+  da__kfrom unasked;
+  if (!from) from = &unasked;
+  from->origin = DA__FROM_NONE, from->build_ms = 0;
   if (da__bundles_find(c->bundles, arch, key, bytes, n)) {
     __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
+    from->origin = DA__FROM_BUNDLE;
     da__log(DA_LOG_DEBUG, "kernel %s for %s: from a registered bundle", kernel, arch);
     return DA_OK;
   }
@@ -164,6 +173,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   const int seen = da__disk_cache_peek(c->disk, arch, key, path, cap, bytes, n);
   if (seen > 0) {
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+    from->origin = DA__FROM_DISK;
     da__log(DA_LOG_DEBUG, "kernel %s for %s: from the disk cache (%s)", kernel, arch, path);
     return DA_OK;
   }
@@ -171,6 +181,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
    * (after this compiler's own, from a bundle or the disk) */
   if (da__bundles_find_source(c->bundles, arch, key, source_key, accept, arg, bytes, n)) {
     __atomic_add_fetch(&c->bundle_hits, 1, __ATOMIC_RELAXED);
+    from->origin = DA__FROM_BUNDLE;
     da__log(DA_LOG_INFO, "kernel %s for %s: a bundle's artifact built by another compiler than this one's "
                          "(artifact key %s here)", kernel, arch, key);
     return DA_OK;
@@ -184,6 +195,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   if (fd >= 0 && da__disk_cache_get(c->disk, arch, key, path, cap, bytes, n)) {
     da__disk_cache_unlock(fd);
     __atomic_add_fetch(&c->disk_hits, 1, __ATOMIC_RELAXED);
+    from->origin = DA__FROM_DISK;
     da__log(DA_LOG_DEBUG, "kernel %s for %s: from the disk cache, built meanwhile by another process (%s)", kernel,
             arch, path);
     return DA_OK;
@@ -191,7 +203,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   if (jit_off) {
     da__disk_cache_unlock(fd); /* (the look for another compiler's build reads other keys' entries alone) */
     const int other = disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, "DILATTN_DISABLE_JIT is set",
-                                          bytes, n, path, cap);
+                                          bytes, n, path, cap, from);
     if (other > 0) return DA_OK;
     /* an entry that looked corrupt, and could not be looked at again under its lock (a
      * read-only cache folder, say): say so, not only "not in the disk cache" */
@@ -216,10 +228,8 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   da_status st = build(ctx, arg, bytes, n, &no_compiler);
   if (st == DA_OK) {
     const double ms = da__now_ms() - t0;
-    pthread_mutex_lock(&c->mu);
-    c->builds++;
-    c->build_ms += ms;
-    pthread_mutex_unlock(&c->mu);
+    __atomic_add_fetch(&c->builds, 1, __ATOMIC_RELAXED);
+    from->origin = DA__FROM_BUILD, from->build_ms = ms;
     if (da__disk_cache_put(c->disk, arch, key, *bytes, *n, source_key, meta, path, cap) != 0) path[0] = '\0';
     /* (a model's load that compiles: what DILATTN_LOG_LEVEL=info shows of its time) */
     da__log(DA_LOG_INFO, "kernel %s for %s: compiled in %.0f ms%s%s", kernel, arch, ms,
@@ -229,7 +239,7 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
   if (st != DA_OK && no_compiler) { /* no compiler here (NVRTC, CC): what another one built */
     char why[1024];
     snprintf(why, sizeof why, "%s", da_context_last_error(ctx));
-    const int other = disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, why, bytes, n, path, cap);
+    const int other = disk_other_compiler(c, arch, key, source_key, kernel, accept, arg, why, bytes, n, path, cap, from);
     if (other > 0) {
       da__clear_error(ctx);
       st = DA_OK;
@@ -318,7 +328,7 @@ static da_status produce_host(const da_context *ctx, void *arg, da__kpayload *ou
   void *bytes = NULL;
   size_t n = 0;
   DA_TRY(da__kernel_cache_find_or_build(ctx, j->cache, "host", key, j->render_key, j->symbol, build_host, (void *)j,
-                                        accept_host, meta, &bytes, &n, path, sizeof path));
+                                        accept_host, meta, &bytes, &n, path, sizeof path, &out->from));
   /* the cache's file where there is one (no copy); where that cannot be loaded, the bytes
    * its lookup verified: another process may have evicted or cleared the entry since, or
    * the cache's folder may be mounted noexec */

@@ -19,16 +19,28 @@ typedef struct {
   long long hits, misses, compiles; /* memory hits, memory misses, artifacts produced */
   long long disk_hits, builds;      /* of the misses: found on disk, compiled here */
   long long bundle_hits;            /* of the misses: found in a registered AOT bundle */
-  double build_ms;                  /* the builds' wall time, summed (under mu) */
+  /* of the entries held (compiles): where each came from, the builds' time (under mu;
+   * da_context_kernel_cache_stats. The counts above are of lookups: one whose module then
+   * failed to load counts there, and again at the next try) */
+  long long held_bundle, held_disk, held_built;
+  double held_build_ms;
   da__disk_cache *disk;             /* memory-only when unusable */
   da__bundles *bundles;             /* registered AOT bundles */
 } da__kernel_cache;
+
+/* Where a payload came from (da__kernel_cache_find_or_build) */
+typedef enum { DA__FROM_NONE, DA__FROM_BUNDLE, DA__FROM_DISK, DA__FROM_BUILD } da__korigin;
+typedef struct {
+  da__korigin origin;
+  double build_ms; /* DA__FROM_BUILD: the compile's wall time */
+} da__kfrom;
 
 /* What an entry holds: a loaded host module, or an artifact (a cubin) as bytes. */
 typedef struct {
   da__host_module host;
   void *blob;
   size_t blob_size;
+  da__kfrom from; /* set by produce (find_or_build's) */
 } da__kpayload;
 
 /* Builds the payload of a missing key (a compile). */
@@ -56,13 +68,13 @@ DA_HIDDEN da_status da__kernel_cache_get(const da_context *ctx, da__kernel_cache
  * nothing compiles (DILATTN_DISABLE_JIT, or *no_compiler) the disk cache's build of
  * source_key by another compiler is taken (accept, which sees the compiler it records). With
  * DILATTN_DISABLE_JIT set a kernel found nowhere is an error naming it. Returns the bytes (malloc'ed) and the entry's path on
- * disk ("" when not on disk). */
+ * disk ("" when not on disk), and in *from (NULL: not asked) where they came from. */
 typedef da_status (*da__kbuild)(const da_context *ctx, void *arg, void **bytes, size_t *n, int *no_compiler);
 DA_HIDDEN da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache *c,
                                                    const char *arch, const char *key, const char *source_key,
                                                    const char *kernel, da__kbuild build, void *arg,
                                                    da__artifact_accept accept, const char *meta, void **bytes,
-                                                   size_t *n, char *path, size_t cap);
+                                                   size_t *n, char *path, size_t cap, da__kfrom *from);
 
 /* Host kernels: compile source and resolve symbol on a miss. */
 DA_HIDDEN da_status da__kernel_cache_get_host(const da_context *ctx, da__kernel_cache *c,

@@ -172,11 +172,11 @@ da_status da_context_kernel_cache_stats(const da_context *ctx, da_kernel_cache_s
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&c->mu);
   out->loaded = (uint64_t)c->compiles;
-  out->builds = (uint64_t)c->builds;
-  out->build_ms = c->build_ms;
+  out->bundle_hits = (uint64_t)c->held_bundle;
+  out->disk_hits = (uint64_t)c->held_disk;
+  out->builds = (uint64_t)c->held_built;
+  out->build_ms = c->held_build_ms;
   pthread_mutex_unlock(&c->mu);
-  out->bundle_hits = (uint64_t)__atomic_load_n(&c->bundle_hits, __ATOMIC_RELAXED);
-  out->disk_hits = (uint64_t)__atomic_load_n(&c->disk_hits, __ATOMIC_RELAXED);
   return DA_OK;
 }
 

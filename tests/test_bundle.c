@@ -649,6 +649,15 @@ int main(int argc, char **argv) {
       TU_CHECK(st == DA_ERR_COMPILE && !p && strstr(da_context_last_error(c), want) &&
                    strstr(da_context_last_error(c), "this CPU lacks"),
                "5e: CC='%s' (%s): refused by name (%s: %s)", cc, ext, da_status_name(st), da_context_last_error(c));
+      /* a kernel compiled (then found on disk) but refused at its load is not one the context
+       * holds: the public counters count none of it, however often it is asked for (they
+       * counted each lookup: 1 build, then a disk hit a try, with 0 loaded) */
+      TU_CHECK(da_plan_create(c, &es, DA_BACKEND_HOST, &p) == DA_ERR_COMPILE, "5e: refused again");
+      da_kernel_cache_stats ks;
+      TU_CHECK(da_context_kernel_cache_stats(c, &ks) == DA_OK && ks.loaded == 0 && ks.builds == 0 && ks.disk_hits == 0 &&
+                   ks.build_ms == 0 && da__context_kernels(c)->builds == 1,
+               "5e: a refused module in the stats: %llu loaded, %llu builds, %llu disk hits",
+               (unsigned long long)ks.loaded, (unsigned long long)ks.builds, (unsigned long long)ks.disk_hits);
       da_plan_destroy(p);
       da_context_destroy(c);
       char ebundle[700], emanifest[800], *ecmd = NULL;

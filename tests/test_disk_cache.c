@@ -416,7 +416,7 @@ static void *race_read(void *arg) {
   race_reader *r = arg;
   char path[4400];
   r->st = da__kernel_cache_find_or_build(NULL, r->kc, "host", r->key, r->key, "k", race_build, NULL, NULL, NULL, &r->bytes,
-                                         &r->n, path, sizeof path);
+                                         &r->n, path, sizeof path, NULL);
   return NULL;
 }
 
@@ -504,7 +504,7 @@ static void test_rebuild_race(void) {
   da_context_create(&ectx);
   r.bytes = NULL;
   r.st = da__kernel_cache_find_or_build(ectx, &kc, "host", key, key, "k", race_build, NULL, NULL, NULL, &r.bytes, &r.n, path,
-                                        sizeof path);
+                                        sizeof path, NULL);
   TU_CHECK(r.st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(ectx), "corrupt") &&
                strstr(da_context_last_error(ectx), "read-only"),
            "JIT off, a corrupt entry that cannot be locked: %s (%s)", da_status_name(r.st), da_context_last_error(ectx));
