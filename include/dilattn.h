@@ -412,8 +412,9 @@ typedef struct {
  * that must not compile at load can check builds == 0 after creating its plans
  * (DILATTN_DISABLE_JIT makes a compile an error instead). */
 typedef struct {
-  uint64_t loaded;      /* kernels held: the sum of the three below (a kernel found or compiled
-                         * whose module then failed to load is in none of them) */
+  uint64_t loaded;      /* kernels held: the sum of the three below (one found or compiled but
+                         * refused before it was held, a host module built for instructions
+                         * this CPU lacks, is in none of them) */
   uint64_t bundle_hits; /* taken from a registered AOT bundle */
   uint64_t disk_hits;   /* taken from the disk cache (DILATTN_CACHE_DIR) */
   uint64_t builds;      /* compiled in this context (NVRTC, or CC for the host backend) */
