@@ -296,7 +296,8 @@ static int accept_host(void *user, const char *origin, const char *compiler, con
    * another compiler's equivalent (a bundle's served over this CC's exact build, and its
    * -ffast-math module lost the NaNs SEMANTICS.md keeps). "": the record names none */
   if (compiler && !da__host_cc_same_options(compiler, da__host_cc())) {
-    da__log(DA_LOG_WARN, "%s: host kernel %s was built by %s%s%s, whose options are not those of this process's "
+    /* (once: every plan of a model's layers meets it) */
+    da__log_once(DA_LOG_WARN, "%s: host kernel %s was built by %s%s%s, whose options are not those of this process's "
                          "CC='%s': not taken",
             origin, j->symbol, *compiler ? "CC='" : "a compiler it does not record", compiler, *compiler ? "'" : "",
             da__host_cc());

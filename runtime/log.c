@@ -3,7 +3,9 @@
  * DILATTN_LOG_LEVEL = error | warn (default) | info | debug | off. */
 #include "runtime/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,19 +23,54 @@ static int level_from_env(int *junk) {
   return DA_LOG_WARN;
 }
 
-void da__log(int level, const char *fmt, ...) {
+static void log_line(int level, const char *line) {
+  static const char *const names[] = {"error", "warning", "info", "debug"};
+  fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
+}
+
+/* Whether the level is off; once a process, the warning for a junk DILATTN_LOG_LEVEL */
+static int level_off(int level) {
   int junk;
   const int max = level_from_env(&junk);
   static int told; /* once a process (every context's creation logs at debug: it is seen) */
   if (junk && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
     fprintf(stderr, "dilattn: warning: DILATTN_LOG_LEVEL=%s is not off, error, warn, info or debug; using warn\n",
             getenv("DILATTN_LOG_LEVEL"));
-  if (level > max) return;
-  static const char *const names[] = {"error", "warning", "info", "debug"};
+  return level > max;
+}
+
+void da__log_once(int level, const char *fmt, ...) {
+  if (level_off(level)) return;
   char line[2048];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
+  /* the lines said, by a 64-bit hash of their text (FNV-1a): a set of 1024; past that, said */
+  static uint64_t seen[1024];
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = line; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  h |= 1; /* (0 marks an empty slot) */
+  int again = 0;
+  pthread_mutex_lock(&mu);
+  for (size_t i = h % 1024, k = 0; k < 1024; i = (i + 1) % 1024, k++) {
+    if (seen[i] == h) again = 1;
+    if (seen[i] == h || !seen[i]) {
+      seen[i] = h;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  if (!again) log_line(level, line);
+}
+
+void da__log(int level, const char *fmt, ...) {
+  if (level_off(level)) return;
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  log_line(level, line);
 }

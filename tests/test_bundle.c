@@ -6,6 +6,7 @@
  * Run: build/tests/test_bundle build/dilattn   (ctest -R bundle) */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,6 +543,30 @@ int main(int argc, char **argv) {
         da_context_destroy(c);
         unsetenv("DILATTN_DISABLE_JIT");
       }
+    /* the refusal is said once a process, not once a plan: an engine's layers each asked
+     * and each printed it (helper-70: 7 lines for 2 kernels) */
+    setenv("CC", "cc -DDILATTN_ONCE=1", 1);
+    setenv("DILATTN_DISABLE_JIT", "1", 1);
+    fresh_cache("5b-once"); /* (an empty cache: the bundle's refusal alone) */
+    char errf[700];
+    snprintf(errf, sizeof errf, "%s/5b-once-stderr", base);
+    fflush(stderr);
+    const int saved_fd = dup(2), fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    for (int k = 0; k < 3; k++) {
+      da_context_create(&c);
+      da_context_register_bundle(c, manifest);
+      TU_CHECK(!runs(c), "5b-once: JIT off, a bundle of other options: no plan");
+      da_context_destroy(c);
+    }
+    fflush(stderr);
+    dup2(saved_fd, 2), close(saved_fd), close(fd);
+    unsetenv("DILATTN_DISABLE_JIT");
+    char *ocmd = NULL;
+    TU_CHECK(asprintf(&ocmd, "test $(grep -c 'whose options are not those of this process' %s) -eq 1", errf) > 0 &&
+                 system(ocmd) == 0,
+             "5b-once: the refusal of a bundle's module is said more than once (%s)", errf);
+    free(ocmd);
     if (was) setenv("CC", saved, 1);
     else unsetenv("CC");
   }
