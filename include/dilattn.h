@@ -314,7 +314,8 @@ DA_API da_status da_plan_execute(da_plan *plan, const da_args *args);
  * --------------------------------------------------------------------------------- */
 typedef enum { DA_TARGET_HOST = 0, DA_TARGET_CUDA = 1 } da_target;
 
-/* Render the specialized source for spec and target. On success *source is a
+/* Render the specialized source for spec and target (ctx: for the error text; NULL
+ * allowed, the text then lost). On success *source is a
  * malloc'ed NUL-terminated string the caller frees with free(); *kernel_name (optional,
  * may be NULL) likewise. Same spec -> byte-identical source. Returns DA_OK,
  * DA_ERR_INVALID_SPEC, DA_ERR_GENERATOR, DA_ERR_NO_MEMORY. */
@@ -405,7 +406,9 @@ typedef struct {
   double reuse_rate;       /* share of requests served without a raw allocation */
 } da_pool_stats;
 
-/* Where the context's kernels came from: each kernel (a module: one a host plan, one or
+/* Where the context's kernels came from (a process forked after creating the context
+ * starts with its parent's counts: read them before and after what you measure): each
+ * kernel (a module: one a host plan, one or
  * more a CUDA plan, for each arch) is had once a context, from a registered AOT bundle, the
  * disk cache or a compile, and then held in memory (another plan of it takes it from
  * there; a plan made before of the same spec and options may not look at all). A program

@@ -92,6 +92,17 @@ size_t da__bundles_holding(da__bundles *b, const char *arch, const char *source_
   return k;
 }
 
+size_t da__bundles_holding_variant(da__bundles *b, const char *arch, const char *kernel, const char *source_key) {
+  size_t k = 0;
+  if (!b || !kernel || !source_key) return 0;
+  pthread_mutex_lock(&b->mu);
+  for (size_t i = 0; i < b->n; i++)
+    k += !strcmp(b->arts[i].arch, arch) && b->arts[i].kernel && !strcmp(b->arts[i].kernel, kernel) &&
+         strcmp(b->arts[i].source_key, source_key);
+  pthread_mutex_unlock(&b->mu);
+  return k;
+}
+
 static const char *str_member(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
 da_status da__bundles_add(const da_context *ctx, da__bundles *b, const char *text, size_t len, const char *origin,

@@ -41,6 +41,10 @@ DA_HIDDEN int da__bundles_find_source(da__bundles *b, const char *arch, const ch
 
 /* Number of artifacts of source_key for arch registered (whatever built them). */
 DA_HIDDEN size_t da__bundles_holding(da__bundles *b, const char *arch, const char *source_key);
+/* Number of artifacts for arch of a kernel named kernel whose source is not source_key: the
+ * same kernel with other tunables (a name does not say its tiles) */
+DA_HIDDEN size_t da__bundles_holding_variant(da__bundles *b, const char *arch, const char *kernel,
+                                             const char *source_key);
 
 /* Number of artifacts registered. */
 DA_HIDDEN size_t da__bundles_count(da__bundles *b);

@@ -209,13 +209,19 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
      * read-only cache folder, say): say so, not only "not in the disk cache" */
     /* a bundle that holds it, but whose copies were all passed over (each said why) */
     const size_t held = da__bundles_holding(c->bundles, arch, source_key);
+    /* (a bundle's kernel of the same name but another source: the plan asked for other
+     * tunables than the bundle was made with; "in no registered bundle" read as false) */
+    const size_t variant = held ? 0 : da__bundles_holding_variant(c->bundles, arch, kernel, source_key);
     return da__set_error(ctx, DA_ERR_UNSUPPORTED,
                          "DILATTN_DISABLE_JIT is set and kernel %s for %s (artifact key %s) is %s (%zu artifacts) and not "
                          "in the disk cache%s%s",
                          kernel, arch, key,
-                         held ? "held by a registered bundle, but no copy was taken (unreadable, corrupt, another CC's "
-                                "options, or refused by the driver: see the warnings before this)"
-                              : "in no registered bundle",
+                         held      ? "held by a registered bundle, but no copy was taken (unreadable, corrupt, another "
+                                     "CC's options, or refused by the driver: see the warnings before this)"
+                         : variant ? "in no registered bundle in this variant: a bundle holds the kernel of that name "
+                                     "with other tunables (tile sizes, strategy or instruction: gen bundles the "
+                                     "planner's defaults, and a tuning record or the plan's options asked for others)"
+                                   : "in no registered bundle",
                          da__bundles_count(c->bundles),
                          seen >= 0 ? ""
                          : fd < 0  ? " (its entry there is unreadable or corrupt, and its lock file could not be "

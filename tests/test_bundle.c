@@ -456,6 +456,18 @@ int main(int argc, char **argv) {
                strstr(da_context_last_error(c), "in no registered bundle"),
            "no bundle, no JIT: %s %s", da_status_name(st), da_context_last_error(c));
   da_context_destroy(c);
+  /* 2b. the bundle's kernel asked for with other tunables (another source under the same
+   * name, as a tuning record asks): the error says the bundle holds another variant (it
+   * said "in no registered bundle" of a kernel the bundle's header names) */
+  fresh_cache("2b");
+  da_context_create(&c);
+  TU_CHECK(da_context_register_bundle(c, manifest) == DA_OK, "2b: register: %s", da_context_last_error(c));
+  da_plan_options other = {.tile_q = 16, .tile_k = 32};
+  st = da_plan_create_ex(c, &s, DA_BACKEND_HOST, &other, &p);
+  TU_CHECK(st == DA_ERR_UNSUPPORTED && strstr(da_context_last_error(c), "in no registered bundle in this variant") &&
+               strstr(da_context_last_error(c), "other tunables"),
+           "2b: a bundled kernel with other tiles, JIT off: %s %s", da_status_name(st), da_context_last_error(c));
+  da_context_destroy(c);
   unsetenv("DILATTN_DISABLE_JIT");
 
   /* 3. the disk cache comes after bundles: with both, the bundle answers */
