@@ -23,11 +23,6 @@ static int level_from_env(int *junk) {
   return DA_LOG_WARN;
 }
 
-static void log_line(int level, const char *line) {
-  static const char *const names[] = {"error", "warning", "info", "debug"};
-  fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
-}
-
 /* Whether the level is off; once a process, the warning for a junk DILATTN_LOG_LEVEL */
 static int level_off(int level) {
   int junk;
@@ -39,14 +34,9 @@ static int level_off(int level) {
   return level > max;
 }
 
-void da__log_once(int level, const char *fmt, ...) {
-  if (level_off(level)) return;
-  char line[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  /* the lines said, by a 64-bit hash of their text (FNV-1a): a set of 1024; past that, said */
+/* Whether line was said before in this process: a set of 1024 64-bit hashes of the lines
+ * said (FNV-1a); past that, never */
+static int said_before(const char *line) {
   static uint64_t seen[1024];
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   uint64_t h = 1469598103934665603ull;
@@ -62,15 +52,27 @@ void da__log_once(int level, const char *fmt, ...) {
     }
   }
   pthread_mutex_unlock(&mu);
-  if (!again) log_line(level, line);
+  return again;
+}
+
+static void vlog(int level, int once, const char *fmt, va_list ap) {
+  static const char *const names[] = {"error", "warning", "info", "debug"};
+  if (level_off(level)) return;
+  char line[2048];
+  vsnprintf(line, sizeof line, fmt, ap);
+  if (!once || !said_before(line)) fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
 }
 
 void da__log(int level, const char *fmt, ...) {
-  if (level_off(level)) return;
-  char line[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
+  vlog(level, 0, fmt, ap);
   va_end(ap);
-  log_line(level, line);
+}
+
+void da__log_once(int level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, 1, fmt, ap);
+  va_end(ap);
 }
