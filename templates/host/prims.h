@@ -78,6 +78,15 @@ static inline uint64_t da_splitmix64(uint64_t x) {
 static inline int64_t da_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t da_abs64(int64_t a) { return a < 0 ? -a : a; }
 
+/* One key of score sc (a masked key, -inf, adds nothing) into a row's (acc, lsum) */
+static inline void da_add_key(float *restrict acc, float *restrict lsum, float sc, float m_new,
+                              const float *restrict vr, int d) {
+  if (sc == -INFINITY) return;
+  const float pr = expf(sc - m_new);
+  *lsum += pr;
+  for (int x = 0; x < d; x++) acc[x] += pr * vr[x];
+}
+
 /* Online softmax for one query row over nk scores s[] (already scaled; -INFINITY where
  * masked): folds them and the matching value rows into (m, l, acc[d]). */
 static inline void da_row_update(float *restrict m, float *restrict l, float *restrict acc,
@@ -93,13 +102,22 @@ static inline void da_row_update(float *restrict m, float *restrict l, float *re
   float corr = expf(*m - m_new); /* exp(-inf) = 0 on the first tile */
   float lsum = *l * corr;
   for (int x = 0; x < d; x++) acc[x] *= corr;
-  for (int c = 0; c < nk; c++) {
-    if (s[c] == -INFINITY) continue;
-    float pr = expf(s[c] - m_new);
-    lsum += pr;
-    const float *vr = vt + (int64_t)c * d;
-    for (int x = 0; x < d; x++) acc[x] += pr * vr[x];
+  int c = 0;
+  /* four keys at a time, acc read and written once for them (it was once a key); a group
+   * with a masked key (-inf: weight 0, its v never read, an Inf there stays out) goes key
+   * by key, as the last keys do */
+  for (; c + 4 <= nk; c += 4) {
+    if (s[c] == -INFINITY || s[c + 1] == -INFINITY || s[c + 2] == -INFINITY || s[c + 3] == -INFINITY) {
+      for (int e = c; e < c + 4; e++) da_add_key(acc, &lsum, s[e], m_new, vt + (int64_t)e * d, d);
+      continue;
+    }
+    const float p0 = expf(s[c] - m_new), p1 = expf(s[c + 1] - m_new), p2 = expf(s[c + 2] - m_new),
+                p3 = expf(s[c + 3] - m_new);
+    lsum += (p0 + p1) + (p2 + p3);
+    const float *v0 = vt + (int64_t)c * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
+    for (int x = 0; x < d; x++) acc[x] += (p0 * v0[x] + p1 * v1[x]) + (p2 * v2[x] + p3 * v3[x]);
   }
+  for (; c < nk; c++) da_add_key(acc, &lsum, s[c], m_new, vt + (int64_t)c * d, d);
   *l = lsum;
   *m = m_new;
 }
