@@ -315,7 +315,7 @@ DA_API da_status da_plan_execute(da_plan *plan, const da_args *args);
 typedef enum { DA_TARGET_HOST = 0, DA_TARGET_CUDA = 1 } da_target;
 
 /* Render the specialized source for spec and target (ctx: for the error text; NULL
- * allowed, the text then lost). On success *source is a
+ * allowed: the text is then da_context_last_error(NULL)'s). On success *source is a
  * malloc'ed NUL-terminated string the caller frees with free(); *kernel_name (optional,
  * may be NULL) likewise. Same spec -> byte-identical source. Returns DA_OK,
  * DA_ERR_INVALID_SPEC, DA_ERR_GENERATOR, DA_ERR_NO_MEMORY. */

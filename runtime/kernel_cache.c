@@ -218,9 +218,10 @@ da_status da__kernel_cache_find_or_build(const da_context *ctx, da__kernel_cache
                          kernel, arch, key,
                          held      ? "held by a registered bundle, but no copy was taken (unreadable, corrupt, another "
                                      "CC's options, or refused by the driver: see the warnings before this)"
-                         : variant ? "in no registered bundle in this variant: a bundle holds the kernel of that name "
-                                     "with other tunables (tile sizes, strategy or instruction: gen bundles the "
-                                     "planner's defaults, and a tuning record or the plan's options asked for others)"
+                         : variant ? "in no registered bundle in this form: a bundle holds a kernel of that name "
+                                     "from another source, made with other tunables (tile sizes, strategy or "
+                                     "instruction: gen bundles the planner's defaults, and a tuning record or the "
+                                     "plan's options asked for others) or by another dilattn build (regenerate it)"
                                    : "in no registered bundle",
                          da__bundles_count(c->bundles),
                          seen >= 0 ? ""
@@ -315,8 +316,10 @@ static int accept_host(void *user, const char *origin, const char *compiler, con
     da__host_module_unload(&m);
     return 1;
   }
-  da__log(DA_LOG_WARN, "%s: host kernel %s, built by another C compiler, does not load here (%s)", origin,
-          j->symbol, da_context_last_error(j->ctx));
+  char key[900]; /* (once a process: the error names a temp file of its own each time) */
+  snprintf(key, sizeof key, "does not load here: %.600s: %.200s", origin, j->symbol);
+  da__log_first(key, DA_LOG_WARN, "%s: host kernel %s, built by another C compiler, does not load here (%s)", origin,
+                j->symbol, da_context_last_error(j->ctx));
   da__clear_error(j->ctx);
   return 0;
 }

@@ -55,24 +55,32 @@ static int said_before(const char *line) {
   return again;
 }
 
-static void vlog(int level, int once, const char *fmt, va_list ap) {
+/* once: said only the first time key (NULL: the line itself) is */
+static void vlog(int level, int once, const char *key, const char *fmt, va_list ap) {
   static const char *const names[] = {"error", "warning", "info", "debug"};
   if (level_off(level)) return;
   char line[2048];
   vsnprintf(line, sizeof line, fmt, ap);
-  if (!once || !said_before(line)) fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
+  if (!once || !said_before(key ? key : line)) fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
 }
 
 void da__log(int level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vlog(level, 0, fmt, ap);
+  vlog(level, 0, NULL, fmt, ap);
   va_end(ap);
 }
 
 void da__log_once(int level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vlog(level, 1, fmt, ap);
+  vlog(level, 1, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void da__log_first(const char *key, int level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, 1, key, fmt, ap);
   va_end(ap);
 }

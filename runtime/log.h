@@ -10,5 +10,8 @@ DA_HIDDEN void da__log(int level, const char *fmt, ...) __attribute__((format(pr
 /* da__log, but a line said before in this process (the same text) is not said again: a
  * refusal met by every plan of a model's layers is one line, not one a layer */
 DA_HIDDEN void da__log_once(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* da__log, said only the first time key is (a line whose text varies, a temp file's name in
+ * it, said once for what key names) */
+DA_HIDDEN void da__log_first(const char *key, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif
