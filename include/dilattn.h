@@ -439,6 +439,18 @@ DA_API da_status da_context_kernel_cache_stats(const da_context *ctx, da_kernel_
 /* Library version string. */
 DA_API const char *da_version(void);
 
+/* ---------------------------------------------------------------------------------
+ * Log lines (DILATTN_LOG_LEVEL): to stderr as "dilattn: LEVEL: text", or, with a callback
+ * set, to fn(level, text, user) instead, from whichever thread logs (fn must be
+ * thread-safe and must not call into dilattn). level: 0 error, 1 warning, 2 info, 3 debug;
+ * text has no prefix and no newline, and lives only during the call. DILATTN_LOG_LEVEL
+ * still decides which lines are made (set it to debug to see everything). Process-wide;
+ * NULL fn: stderr again. A line being delivered when the callback is replaced may still
+ * reach the old one.
+ * --------------------------------------------------------------------------------- */
+typedef void (*da_log_fn)(int level, const char *text, void *user);
+DA_API void da_set_log_callback(da_log_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* log.c - the library's only stderr output: warnings and notes a user should see (a
  * corrupt cache entry rebuilt, a cache folder that degrades to memory-only), filtered by
- * DILATTN_LOG_LEVEL = error | warn (default) | info | debug | off. */
+ * DILATTN_LOG_LEVEL = error | warn (default) | info | debug | off; to the program's
+ * callback instead where it set one (da_set_log_callback). */
 #include "runtime/log.h"
 
 #include <pthread.h>
@@ -23,14 +24,40 @@ static int level_from_env(int *junk) {
   return DA_LOG_WARN;
 }
 
+/* The program's callback (da_set_log_callback) and its argument, under sink_mu: lines go
+ * there instead of stderr */
+static pthread_mutex_t sink_mu = PTHREAD_MUTEX_INITIALIZER;
+static da_log_fn sink_fn;
+static void *sink_user;
+
+void da_set_log_callback(da_log_fn fn, void *user) {
+  pthread_mutex_lock(&sink_mu);
+  sink_fn = fn, sink_user = user;
+  pthread_mutex_unlock(&sink_mu);
+}
+
+/* A made line to the callback, else stderr */
+static void emit(int level, const char *line) {
+  static const char *const names[] = {"error", "warning", "info", "debug"};
+  pthread_mutex_lock(&sink_mu);
+  da_log_fn fn = sink_fn;
+  void *user = sink_user;
+  pthread_mutex_unlock(&sink_mu);
+  if (fn) fn(level, line, user);
+  else fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
+}
+
 /* Whether the level is off; once a process, the warning for a junk DILATTN_LOG_LEVEL */
 static int level_off(int level) {
   int junk;
   const int max = level_from_env(&junk);
   static int told; /* once a process (every context's creation logs at debug: it is seen) */
-  if (junk && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
-    fprintf(stderr, "dilattn: warning: DILATTN_LOG_LEVEL=%s is not off, error, warn, info or debug; using warn\n",
-            getenv("DILATTN_LOG_LEVEL"));
+  if (junk && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) {
+    char line[300];
+    snprintf(line, sizeof line, "DILATTN_LOG_LEVEL=%.200s is not off, error, warn, info or debug; using warn",
+             getenv("DILATTN_LOG_LEVEL"));
+    emit(DA_LOG_WARN, line);
+  }
   return level > max;
 }
 
@@ -57,11 +84,10 @@ static int said_before(const char *line) {
 
 /* once: said only the first time key (NULL: the line itself) is */
 static void vlog(int level, int once, const char *key, const char *fmt, va_list ap) {
-  static const char *const names[] = {"error", "warning", "info", "debug"};
   if (level_off(level)) return;
   char line[2048];
   vsnprintf(line, sizeof line, fmt, ap);
-  if (!once || !said_before(key ? key : line)) fprintf(stderr, "dilattn: %s: %s\n", names[level], line);
+  if (!once || !said_before(key ? key : line)) emit(level, line);
 }
 
 void da__log(int level, const char *fmt, ...) {

@@ -835,6 +835,41 @@ static void test_log_level(void) {
   }
 }
 
+/* da_set_log_callback: the lines go to the program's function (level, text without the
+ * "dilattn: " prefix or a newline, its user pointer), none to stderr; NULL: stderr again.
+ * In a child (its stderr a file) under DILATTN_LOG_LEVEL=debug */
+typedef struct {
+  int n, warn, debug;
+  char first[300];
+} log_sink;
+static void log_to_sink(int level, const char *text, void *user) {
+  log_sink *k = user;
+  if (!k->n++) snprintf(k->first, sizeof k->first, "%s", text);
+  k->warn += level == 1 && strstr(text, "DILATTN_BACKEND=host ignored") != NULL;
+  k->debug += level == 3 && !strncmp(text, "context ", 8);
+}
+static void log_callback_child(void *arg) {
+  (void)arg;
+  static log_sink k;
+  da_set_log_callback(log_to_sink, &k);
+  log_level_child("debug");
+  const int ok = k.warn >= 1 && k.debug >= 1 && strncmp(k.first, "dilattn", 7) && !strchr(k.first, '\n');
+  da_set_log_callback(NULL, NULL);
+  /* (said on stderr, now the callback is gone: the parent reads it there, and the debug
+   * line after it; the warning is said once a process, to the callback) */
+  fprintf(stderr, "sink %s: %d lines, %d warnings, %d debug, first '%s'\n", ok ? "ok" : "wrong", k.n, k.warn, k.debug,
+          k.first);
+  log_level_child("debug");
+}
+static void test_log_callback(void) {
+  char err[8192];
+  const int rc = in_child_stderr(log_callback_child, NULL, err, sizeof err);
+  /* before the sink line nothing reached stderr; after it (callback NULL) a line did */
+  const char *sink = strstr(err, "sink ok");
+  TU_CHECK(rc == 0 && sink == err && strstr(sink, "dilattn: debug: context"),
+           "da_set_log_callback: exit %d, sink line at %ld: %s", rc, sink ? (long)(sink - err) : -1L, err);
+}
+
 /* DILATTN_DUMP_DIR gets every rendered source, as DESIGN.md says: a kernel found in the
  * disk cache (a second context: nothing compiles) and a CUDA source rendered without a
  * compile (it got the compiled ones only) */
@@ -922,7 +957,8 @@ static void test_status_strings(void) {
 }
 
 int main(void) {
-  test_log_level(); /* first: its children must not inherit a warning already given */
+  test_log_level();
+  test_log_callback(); /* first: its children must not inherit a warning already given */
   test_dump_dir_unwritable();
   test_status_strings();
   da_context *ctx;
