@@ -641,18 +641,24 @@ static int cmd_gen(int argc, char **argv) {
         jobs[j].exit = run_exit_code(st);
       }
     }
-    for (int j = 1; cuda && j < njobs; j++)
-      for (int i = 0; i < j; i++)
-        if (jobs[i].unit == jobs[j].unit && jobs[j].carch[0] && !strcmp(jobs[i].carch, jobs[j].carch)) {
-          memmove(&jobs[j], &jobs[j + 1], (size_t)(njobs - j - 1) * sizeof *jobs);
-          njobs--, j--;
-          break;
-        }
   }
-  /* two configs of one kernel: compiled (and reported, and its file written) once */
-  for (int j = 1; j < njobs; j++)
-    for (int i = 0; i < j && jobs[j].dup < 0; i++)
-      if (jobs[i].dup < 0 && !strcmp(jobs[i].r->key, jobs[j].r->key) && !strcmp(jobs[i].carch, jobs[j].carch)) jobs[j].dup = i;
+  /* one compile a (kernel, compile arch): a unit's second job of one goes (--arch
+   * sm_90,sm_90a: one sm_90 cubin); another unit's (two configs of one kernel) takes the
+   * first's compile, its file and report line (dup), and still its bundle item's artifact */
+  for (int j = 1; j < njobs; j++) {
+    int same = -1, other = -1;
+    for (int i = 0; i < j; i++)
+      if (!strcmp(jobs[i].r->key, jobs[j].r->key) && !strcmp(jobs[i].carch, jobs[j].carch)) {
+        if (jobs[i].unit == jobs[j].unit) same = i;
+        else if (other < 0 && jobs[i].dup < 0) other = i;
+      }
+    if (same >= 0) {
+      memmove(&jobs[j], &jobs[j + 1], (size_t)(njobs - j - 1) * sizeof *jobs);
+      njobs--, j--;
+    } else {
+      jobs[j].dup = other;
+    }
+  }
   if (rc == EXIT_OK)
     rc = gen_check_outputs(outdir, configs, nconf, rendered, nunit, cuda, compile, jobs, njobs, bundle);
   if (rc == EXIT_OK && njobs) {

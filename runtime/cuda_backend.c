@@ -141,7 +141,7 @@ static int accept_cubin(void *user, const char *origin, const char *compiler, co
   (void)n, (void)compiler; /* (NVRTC's options are the key's: -lineinfo, whichever version) */
   if (da__cuda_probe(j->ctx, j->dev, bytes) == DA_OK) return 1;
   snprintf(j->refused, sizeof j->refused, "%.200s: %.300s", origin, da_context_last_error(j->ctx));
-  da__log_once(DA_LOG_WARN, "kernel %s for %s, built by another NVRTC, does not load here (%s)", j->name, j->arch,
+  da__log_once(NULL, DA_LOG_WARN, "kernel %s for %s, built by another NVRTC, does not load here (%s)", j->name, j->arch,
           j->refused);
   da__clear_error(j->ctx);
   return 0;

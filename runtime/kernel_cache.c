@@ -304,7 +304,7 @@ static int accept_host(void *user, const char *origin, const char *compiler, con
    * -ffast-math module lost the NaNs SEMANTICS.md keeps). "": the record names none */
   if (compiler && !da__host_cc_same_options(compiler, da__host_cc())) {
     /* (once: every plan of a model's layers meets it) */
-    da__log_once(DA_LOG_WARN, "%s: host kernel %s was built by %s%s%s, whose options are not those of this process's "
+    da__log_once(NULL, DA_LOG_WARN, "%s: host kernel %s was built by %s%s%s, whose options are not those of this process's "
                          "CC='%s': not taken",
             origin, j->symbol, *compiler ? "CC='" : "a compiler it does not record", compiler, *compiler ? "'" : "",
             da__host_cc());
@@ -318,7 +318,7 @@ static int accept_host(void *user, const char *origin, const char *compiler, con
   }
   char key[900]; /* (once a process: the error names a temp file of its own each time) */
   snprintf(key, sizeof key, "does not load here: %.600s: %.200s", origin, j->symbol);
-  da__log_first(key, DA_LOG_WARN, "%s: host kernel %s, built by another C compiler, does not load here (%s)", origin,
+  da__log_once(key, DA_LOG_WARN, "%s: host kernel %s, built by another C compiler, does not load here (%s)", origin,
                 j->symbol, da_context_last_error(j->ctx));
   da__clear_error(j->ctx);
   return 0;

@@ -97,14 +97,7 @@ void da__log(int level, const char *fmt, ...) {
   va_end(ap);
 }
 
-void da__log_once(int level, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vlog(level, 1, NULL, fmt, ap);
-  va_end(ap);
-}
-
-void da__log_first(const char *key, int level, const char *fmt, ...) {
+void da__log_once(const char *key, int level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vlog(level, 1, key, fmt, ap);

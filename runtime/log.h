@@ -7,11 +7,9 @@
 enum { DA_LOG_ERROR = 0, DA_LOG_WARN = 1, DA_LOG_INFO = 2, DA_LOG_DEBUG = 3 };
 
 DA_HIDDEN void da__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* da__log, but a line said before in this process (the same text) is not said again: a
- * refusal met by every plan of a model's layers is one line, not one a layer */
-DA_HIDDEN void da__log_once(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* da__log, said only the first time key is (a line whose text varies, a temp file's name in
- * it, said once for what key names) */
-DA_HIDDEN void da__log_first(const char *key, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* da__log, said only the first time in this process that key is (NULL: the line's own text;
+ * a key where the text varies, a temp file's name in it): a refusal met by every plan of a
+ * model's layers is one line, not one a layer */
+DA_HIDDEN void da__log_once(const char *key, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -153,6 +153,20 @@ def test_gen(tmp):
     rc, out, err = run("gen", cfgs[0], twin, "--target", "cuda", "--arch", "sm_80", "--report", "-o", d3)
     check(rc in (3, 4) or (rc == 0 and len(out.splitlines()) == 1),
           f"gen --target cuda --report of two configs of one kernel: exit {rc}: {out} {err}")
+    # --arch sm_90,sm_90a: one sm_90 cubin a config (mma.sync), each config's bundle item
+    # one artifact of it, the two configs one compile and one file
+    d4 = os.path.join(tmp, "g4")
+    os.mkdir(d4)
+    rc, out, err = run("gen", cfgs[0], twin, "--target", "cuda", "--arch", "sm_90,sm_90a", "--compile", "--bundle",
+                       "nn", "-o", d4)
+    if rc == 0:
+        man = json.load(open(os.path.join(d4, "manifest.json")))
+        arts = [[a["arch"] for a in k["artifacts"]] for k in man["kernels"]]
+        cubins = [ln for ln in out.splitlines() if ln.endswith(".cubin")]
+        check(arts == [["sm_90"], ["sm_90"]] and len(cubins) == 1 and cubins[0].endswith(".sm_90.cubin"),
+              f"gen --arch sm_90,sm_90a of two configs of one kernel: artifacts {arts}, lines {out.splitlines()}")
+    else:
+        check(rc in (3, 4), f"gen --arch sm_90,sm_90a: exit {rc}: {err}")
 
 
 def test_gen_wgmma(tmp):
